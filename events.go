@@ -1,0 +1,63 @@
+package lock
+
+import "time"
+
+// EventKind names what happened to a lock.
+type EventKind int
+
+// The events of a lock's life. Every acquisition emits Acquired or Skipped (the
+// latter possibly after Contended); every Acquired is followed by exactly one
+// Released or Lost.
+const (
+	// EventAcquired: the lock was granted. Token, MaxDuration and Lease are set.
+	EventAcquired EventKind = iota + 1
+	// EventContended: the lock was held by another owner at the first attempt.
+	EventContended
+	// EventSkipped: the acquisition gave up; Err is the *NotAcquiredError.
+	EventSkipped
+	// EventReleased: the holder released the lock cleanly. Held is how long it
+	// was held; GracePeriod is set when the lock stays closed for one.
+	EventReleased
+	// EventLost: the lock stopped being held before a clean release (lease
+	// expired, renewal failed, MaxDuration reached, record gone or taken). Err
+	// is the *LostError. Held is how long it was held until then.
+	EventLost
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquired"
+	case EventContended:
+		return "contended"
+	case EventSkipped:
+		return "skipped"
+	case EventReleased:
+		return "released"
+	case EventLost:
+		return "lost"
+	}
+	return "unknown"
+}
+
+// Event is delivered to the hooks set with WithEvents.
+type Event struct {
+	Kind EventKind
+	// Key is the full key (prefix and name).
+	Key string
+	// Owner is the id of the acquisition, fresh for every call.
+	Owner string
+	// Token is the fencing token of the grant; zero before a grant.
+	Token uint64
+	// Time is when it happened, by the Client's clock.
+	Time time.Time
+	// MaxDuration and Lease are the hold's bounds (Acquired).
+	MaxDuration time.Duration
+	Lease       time.Duration
+	// Held is how long the lock was held (Released, Lost).
+	Held time.Duration
+	// GracePeriod is how long the lock stays closed after a release (Released).
+	GracePeriod time.Duration
+	// Err says why (Skipped, Lost).
+	Err error
+}

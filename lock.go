@@ -1,0 +1,597 @@
+// Package lock provides distributed locks for Go services that run as several
+// replicas: a job that must run once, a migration the others wait for, an order
+// that two requests must not process at once. A Provider stores the locks (in
+// memory, or in Redis for several processes); a Client acquires, renews and
+// releases them; Middleware and New wrap a handler so that it runs under a lock.
+//
+//	c, _ := lock.NewClient(lock.NewMemoryProvider())
+//	defer c.Close()
+//	err := c.Do(ctx, "nightly-report", lock.Options{}, func(ctx context.Context) error {
+//		return sendReport(ctx) // runs in one replica at a time
+//	})
+//
+// A held lock is a lease that the holder renews while it runs. When it is lost
+// (renewal fails, the record is gone, MaxDuration is reached) the holder is
+// told: its context is cancelled with an error matching ErrLost. Every grant
+// carries a fencing token that the protected resource can check.
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Client acquires, renews and releases locks on a Provider. Create one per
+// process (or per provider) with NewClient and share it: it is safe for
+// concurrent use. Close it to stop its subscription.
+type Client struct {
+	provider       Provider
+	topic          Topic
+	prefix         string
+	log            *slog.Logger
+	clock          Clock
+	hooks          []func(Event)
+	poll           time.Duration
+	releaseTimeout time.Duration
+
+	id  string // this client's random id; owners are id-sequence
+	seq atomic.Uint64
+
+	waiters waiters
+
+	mu         sync.Mutex
+	closed     bool
+	subscribed bool
+	stopSub    func()
+}
+
+// NewClient returns a Client that stores locks in p. It fails only for a nil
+// provider.
+func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
+	if p == nil {
+		return nil, invalidf("nil provider")
+	}
+	c := &Client{
+		provider:       p,
+		prefix:         DefaultPrefix,
+		log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		clock:          systemClock{},
+		poll:           time.Second,
+		releaseTimeout: 5 * time.Second,
+		id:             uuid.NewString(),
+	}
+	if t, ok := p.(Topic); ok {
+		c.topic = t
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Close stops the Client's subscription to end-of-lock announcements. Locks
+// already held stay held until released; later acquisitions fail with
+// ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	stop := c.stopSub
+	c.stopSub = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	return nil
+}
+
+// Key returns the key of the lock called name: the Client's prefix and name.
+func (c *Client) Key(name string) string { return c.prefix + name }
+
+// Acquire takes the lock called name. On success the caller holds it, and it is
+// renewed in the background until Release, loss, or MaxDuration. Without
+// o.Wait it tries once; with it, it waits as Options.Wait says. It returns a
+// *NotAcquiredError (ErrNotAcquired) when the lock was held, in its grace
+// period, or the wait ended, and the provider's error otherwise; after a failure
+// nothing of the caller's is left stored.
+func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
+	if name == "" {
+		return nil, invalidf("empty lock name")
+	}
+	o, err := o.resolved()
+	if err != nil {
+		return nil, err
+	}
+	key := c.Key(name)
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	return c.acquire(ctx, key, c.newOwner(), o)
+}
+
+// Do acquires the lock called name, runs fn while holding it, and releases it,
+// even when fn fails or panics. fn's context is cancelled, with a *LostError as
+// its cause (context.Cause), if the lock is lost while fn runs; FromContext
+// returns the held lock. Do returns the acquisition's error (fn not run), or
+// fn's error joined with the release's (a *LostError when the lock was lost).
+func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	l, err := c.Acquire(ctx, name, o)
+	if err != nil {
+		return err
+	}
+	return l.run(ctx, fn)
+}
+
+func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, l))
+	l.onLoss(cancel)
+	defer func() {
+		cancel(nil)
+		err = errors.Join(err, l.Release(ctx))
+	}()
+	return fn(hctx)
+}
+
+func (c *Client) newOwner() string {
+	return c.id + "-" + strconv.FormatUint(c.seq.Add(1), 36)
+}
+
+// acquire runs one acquisition: a first attempt, then, with o.Wait, a wait in
+// the key's local queue, woken by announcements and bounded polling.
+func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+	// A waiter that arrives while others wait in this process queues behind them
+	// without trying, so that it cannot overtake them.
+	if !o.Wait || !c.waiters.queued(key) {
+		rec, sent, err := c.attempt(ctx, key, owner, o)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, c.skip(key, owner, ctx.Err(), 0)
+			}
+			return nil, err
+		}
+		if l := c.granted(key, owner, o, rec, sent); l != nil {
+			return l, nil
+		}
+		if rec.Ended {
+			return nil, c.skip(key, owner, ErrGracePeriod, rec.TTL)
+		}
+		c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+		if !o.Wait {
+			return nil, c.skip(key, owner, ErrHeld, rec.TTL)
+		}
+	} else {
+		c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+	}
+	return c.wait(ctx, key, owner, o)
+}
+
+func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+	wctx, cancel := context.WithTimeout(ctx, o.MaxDuration)
+	defer cancel()
+	c.subscribe(wctx)
+	w := c.waiters.join(key)
+	granted := false
+	defer func() { c.waiters.leave(key, w, !granted) }()
+	c.log.Debug("lock: waiting", "key", key, "owner", owner)
+
+	timer := time.NewTimer(0) // the first look, once subscribed
+	defer timer.Stop()
+	var retryAfter time.Duration
+	ended := func() error {
+		reason := ctx.Err()
+		if reason == nil {
+			reason = ErrTimeout
+		}
+		return c.skip(key, owner, reason, retryAfter)
+	}
+	for {
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-wctx.Done():
+			return nil, ended()
+		}
+		if c.waiters.head(key, w) {
+			rec, sent, err := c.attempt(wctx, key, owner, o)
+			if err != nil {
+				if wctx.Err() != nil {
+					return nil, ended()
+				}
+				return nil, err
+			}
+			if l := c.granted(key, owner, o, rec, sent); l != nil {
+				granted = true
+				return l, nil
+			}
+			if rec.Ended {
+				return nil, c.skip(key, owner, ErrGracePeriod, rec.TTL)
+			}
+			retryAfter = rec.TTL
+		}
+		// Poll no later than the holder's expiry and the poll interval, with
+		// jitter so that processes do not poll in step.
+		next := c.poll
+		if retryAfter > 0 && retryAfter < next {
+			next = retryAfter
+		}
+		next += time.Duration(rand.Int64N(int64(next)/8 + 1))
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// attempt asks the provider once. When the provider fails (the record may have
+// been stored with no reply), it removes any record of owner's before returning
+// the error, so that a failed acquisition leaves nothing held.
+func (c *Client) attempt(ctx context.Context, key, owner string, o Options) (Record, time.Time, error) {
+	sent := time.Now()
+	rec, err := c.provider.Acquire(ctx, key, owner, o.Lease)
+	if err != nil {
+		if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrCorruptRecord) {
+			rctx, cancel := c.detached(ctx)
+			_ = c.provider.Release(rctx, key, owner)
+			cancel()
+		}
+		return Record{}, sent, err
+	}
+	return rec, sent, nil
+}
+
+// granted returns the held Lock when rec says owner holds key, else nil.
+func (c *Client) granted(key, owner string, o Options, rec Record, sent time.Time) *Lock {
+	if rec.Owner != owner || rec.Ended {
+		return nil
+	}
+	ttl := o.Lease
+	if rec.TTL > 0 && rec.TTL < ttl {
+		ttl = rec.TTL
+	}
+	l := &Lock{
+		c:           c,
+		key:         key,
+		owner:       owner,
+		token:       rec.Token,
+		opts:        o,
+		acquiredAt:  c.clock.Now(),
+		start:       sent,
+		maxDeadline: sent.Add(o.MaxDuration),
+		leaseEnd:    sent.Add(ttl),
+		done:        make(chan struct{}),
+	}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(l.nextRenewal(sent, ttl), l.renew)
+	l.mu.Unlock()
+	c.log.Debug("lock: acquired", "key", key, "owner", owner, "token", rec.Token)
+	c.emit(Event{Kind: EventAcquired, Key: key, Owner: owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease})
+	return l
+}
+
+func (c *Client) skip(key, owner string, reason error, retryAfter time.Duration) error {
+	err := &NotAcquiredError{Key: key, Reason: reason, RetryAfter: retryAfter}
+	c.emit(Event{Kind: EventSkipped, Key: key, Owner: owner, Err: err})
+	return err
+}
+
+// subscribe starts the Client's one subscription to end-of-lock announcements,
+// once. Without a topic, or if subscribing fails, waiters poll.
+func (c *Client) subscribe(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.subscribed || c.closed || c.topic == nil {
+		return
+	}
+	stop, err := c.topic.Subscribe(ctx, c.waiters.notify)
+	if err != nil {
+		c.log.Debug("lock: subscribe failed; waiters poll", "err", err)
+		return
+	}
+	c.subscribed = true
+	c.stopSub = stop
+}
+
+// detached returns a context for a release, renewal or grace-period write: not
+// cancelled with the caller's, bounded by the release timeout.
+func (c *Client) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout)
+}
+
+func (c *Client) emit(e Event) {
+	if len(c.hooks) == 0 {
+		return
+	}
+	e.Time = c.clock.Now()
+	for _, h := range c.hooks {
+		h(e)
+	}
+}
+
+// announce wakes this process's waiters for key after a local release, when no
+// topic does it.
+func (c *Client) announce(key string) {
+	if c.topic == nil {
+		c.waiters.notify(key)
+	}
+}
+
+// Lock is a held lock. Its lease is renewed in the background until Release,
+// until it is lost, or until MaxDuration. Its methods are safe for concurrent
+// use.
+type Lock struct {
+	c           *Client
+	key, owner  string
+	token       uint64
+	opts        Options
+	acquiredAt  time.Time // by the Client's clock, for events
+	start       time.Time // monotonic, when the granting request was sent
+	maxDeadline time.Time // monotonic
+
+	renewMu  sync.Mutex // one renewal at a time
+	mu       sync.Mutex // guards what follows
+	state    lockState
+	leaseEnd time.Time // monotonic: the record expires no earlier than this
+	timer    *time.Timer
+	lostErr  *LostError
+	onLost   []func(error)
+	done     chan struct{}
+}
+
+type lockState int
+
+const (
+	held lockState = iota
+	released
+	lost
+)
+
+type ctxKey struct{}
+
+// FromContext returns the lock held by the Do, Middleware or Primitive call
+// whose handler received ctx, and whether there is one.
+func FromContext(ctx context.Context) (*Lock, bool) {
+	l, ok := ctx.Value(ctxKey{}).(*Lock)
+	return l, ok
+}
+
+// Key returns the lock's key (prefix and name).
+func (l *Lock) Key() string { return l.key }
+
+// Owner returns the id of this acquisition.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token returns the fencing token of this grant: strictly greater than the
+// token of every earlier grant of the same key by the same provider. Pass it to
+// the resource the lock protects, which should reject a write carrying a token
+// lower than one it has already seen.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Done returns a channel that is closed when the lock is released or lost.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lock is held or after a clean release, and the
+// *LostError once the lock has been lost.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return l.lostErr
+	}
+	return nil
+}
+
+// onLoss calls fn with the loss error when the lock is lost, at once if it
+// already is.
+func (l *Lock) onLoss(fn func(error)) {
+	l.mu.Lock()
+	if l.state == lost {
+		err := l.lostErr
+		l.mu.Unlock()
+		fn(err)
+		return
+	}
+	l.onLost = append(l.onLost, fn)
+	l.mu.Unlock()
+}
+
+// Extend sets the lease to d from now (cut to what is left of MaxDuration) and
+// goes on renewing with the configured lease. It returns a *LostError when the
+// lock is no longer held, and the provider's error otherwise (the lock is then
+// still held until its current lease ends).
+func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return invalidf("Extend duration %v is not positive", d)
+	}
+	return l.refresh(ctx, d)
+}
+
+// refresh renews the record to ttl d (cut to MaxDuration) and schedules the
+// next renewal. Renewals run one at a time, outside l.mu, so that Release and
+// Err never wait for the network.
+func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	if err := l.heldErr(); err != nil {
+		return err
+	}
+	now := time.Now()
+	left := l.maxDeadline.Sub(now)
+	var err error
+	if left <= 0 {
+		err = &LostError{Key: l.key, Token: l.token, Cause: fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration)}
+	} else {
+		d = min(d, left)
+		err = l.c.provider.Update(ctx, l.key, l.owner, d, false)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return l.heldErrLocked()
+	}
+	var le *LostError
+	switch {
+	case err == nil:
+		l.leaseEnd = now.Add(d)
+		l.timer.Reset(l.nextRenewal(now, d))
+		return nil
+	case errors.As(err, &le):
+		return l.loseLocked(le.Cause)
+	case errors.Is(err, ErrCorruptRecord):
+		return l.loseLocked(err)
+	}
+	return fmt.Errorf("lock: renew %q: %w", l.key, err)
+}
+
+// heldErr returns nil while the lock is held, and why it is not otherwise.
+func (l *Lock) heldErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldErrLocked()
+}
+
+func (l *Lock) heldErrLocked() error {
+	switch l.state {
+	case lost:
+		return l.lostErr
+	case released:
+		return &LostError{Key: l.key, Token: l.token, Cause: errors.New("already released")}
+	}
+	return nil
+}
+
+// nextRenewal returns the delay until the next renewal of a lease of ttl
+// granted at now: a third of the lease, or the end of the hold when the lease
+// already reaches MaxDuration (then the timer finds the hold over).
+func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
+	if now.Add(ttl).Before(l.maxDeadline) {
+		return ttl / 3
+	}
+	return l.maxDeadline.Sub(now)
+}
+
+// renew runs on the lease timer: it renews the lease, declares the lock lost
+// when the record is gone or the lease ran out before a renewal succeeded, and
+// retries soon after a transient failure.
+func (l *Lock) renew() {
+	l.mu.Lock()
+	end := l.leaseEnd
+	l.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	err := l.refresh(ctx, l.opts.Lease)
+	if err == nil || errors.Is(err, ErrLost) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return
+	}
+	if left := time.Until(l.leaseEnd); left > 0 {
+		l.timer.Reset(min(l.opts.Lease/10, left))
+		return
+	}
+	_ = l.loseLocked(err)
+}
+
+// loseLocked marks the lock lost with cause, tells everyone who asked, and
+// returns the *LostError. The caller holds l.mu.
+func (l *Lock) loseLocked(cause error) error {
+	if l.state == lost {
+		return l.lostErr
+	}
+	l.state = lost
+	l.timer.Stop()
+	l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
+	close(l.done)
+	for _, fn := range l.onLost {
+		fn(l.lostErr)
+	}
+	l.onLost = nil
+	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
+	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: l.c.clock.Now().Sub(l.acquiredAt), Err: l.lostErr})
+	return l.lostErr
+}
+
+// Release ends the hold: it deletes the record, or, with a GracePeriod, keeps
+// it closed for that long. It runs on a context of its own (bounded by the
+// release timeout) so that a cancelled ctx cannot leave the lock held. It
+// returns nil after a clean release, the *LostError if the lock was lost
+// before (or found gone or taken now), and the provider's error otherwise (the
+// record then expires within its lease). Release after Release returns nil.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	state := l.state
+	if state == held {
+		l.state = released
+		l.timer.Stop()
+		close(l.done)
+	}
+	l.onLost = nil
+	l.mu.Unlock()
+	c := l.c
+	switch state {
+	case released:
+		return nil
+	case lost:
+		// The lease ran out without a renewal; the record may still be ours.
+		rctx, cancel := c.detached(ctx)
+		_ = c.provider.Release(rctx, l.key, l.owner)
+		cancel()
+		c.announce(l.key)
+		return l.lostErr
+	}
+
+	rctx, cancel := c.detached(ctx)
+	defer cancel()
+	var err error
+	if g := l.opts.GracePeriod; g > 0 {
+		err = c.provider.Update(rctx, l.key, l.owner, g, true)
+	} else {
+		err = c.provider.Release(rctx, l.key, l.owner)
+	}
+	c.announce(l.key)
+	heldFor := c.clock.Now().Sub(l.acquiredAt)
+	var le *LostError
+	switch {
+	case err == nil:
+		c.log.Debug("lock: released", "key", l.key, "token", l.token)
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: l.opts.GracePeriod})
+		return nil
+	case errors.As(err, &le) || errors.Is(err, ErrCorruptRecord):
+		cause := error(nil)
+		if errors.Is(err, ErrCorruptRecord) {
+			cause = err
+		}
+		l.mu.Lock()
+		l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
+		l.mu.Unlock()
+		c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: l.lostErr})
+		return l.lostErr
+	default:
+		err = fmt.Errorf("lock: release %q: %w", l.key, err)
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: err})
+		return err
+	}
+}

@@ -1,0 +1,147 @@
+package lock
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults for the zero values of Options.
+const (
+	// DefaultMaxDuration bounds a hold, and a wait, when Options.MaxDuration is 0.
+	DefaultMaxDuration = 5 * time.Minute
+	// DefaultLease is the TTL of a held record when Options.Lease is 0. The
+	// holder renews it every third of a lease while it runs, so a crashed
+	// holder frees the lock within one lease.
+	DefaultLease = 15 * time.Second
+	// DefaultPrefix is put before every lock name to make its key.
+	DefaultPrefix = "lock:"
+)
+
+// Options say how one acquisition behaves. The zero value tries once, holds for
+// at most DefaultMaxDuration with a renewed DefaultLease, and frees the lock at
+// once on release.
+type Options struct {
+	// Wait makes an acquisition that finds the lock held wait for it, until it is
+	// acquired, the lock enters a grace period, MaxDuration has passed, or the
+	// context ends. Without Wait, a held lock fails the call at once with ErrHeld.
+	Wait bool
+
+	// MaxDuration is the hard upper bound of a hold: renewal stops there and the
+	// holder is told the lock is lost. It also bounds a wait. Zero means
+	// DefaultMaxDuration.
+	MaxDuration time.Duration
+
+	// Lease is the TTL of the record while held; the holder renews it every
+	// Lease/3. A holder that crashes frees the lock within one lease. Zero means
+	// DefaultLease; a lease longer than MaxDuration is cut to it.
+	Lease time.Duration
+
+	// GracePeriod keeps the lock closed for this long after the holder releases
+	// it: every acquisition in that window fails with ErrGracePeriod, waiters
+	// included. It makes a job run at most once per window across replicas. Zero
+	// means none: the lock is freed at release.
+	GracePeriod time.Duration
+}
+
+// resolved returns o with defaults applied, or an error for bad values.
+func (o Options) resolved() (Options, error) {
+	switch {
+	case o.MaxDuration < 0:
+		return o, invalidf("negative MaxDuration %v", o.MaxDuration)
+	case o.Lease < 0:
+		return o, invalidf("negative Lease %v", o.Lease)
+	case o.GracePeriod < 0:
+		return o, invalidf("negative GracePeriod %v", o.GracePeriod)
+	}
+	if o.MaxDuration == 0 {
+		o.MaxDuration = DefaultMaxDuration
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease > o.MaxDuration {
+		o.Lease = o.MaxDuration
+	}
+	if o.Lease < 3*time.Millisecond {
+		return o, invalidf("Lease %v is less than 3ms", o.Lease)
+	}
+	return o, nil
+}
+
+// Clock tells the time. The memory provider measures TTLs with it and the
+// Client stamps events with it; tests can pass a fake one.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithPrefix sets the text put before every lock name to make its key. The
+// default is DefaultPrefix; "" is allowed.
+func WithPrefix(prefix string) ClientOption {
+	return func(c *Client) { c.prefix = prefix }
+}
+
+// WithLogger sends debug records about acquisitions, waits and releases to l.
+// The default discards them. Errors returned to the caller are not logged.
+func WithLogger(l *slog.Logger) ClientOption {
+	return func(c *Client) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
+
+// WithClock sets the clock that stamps events. The default is the system clock.
+func WithClock(clock Clock) ClientOption {
+	return func(c *Client) {
+		if clock != nil {
+			c.clock = clock
+		}
+	}
+}
+
+// WithEvents calls fn with every event of every lock of the Client, in order,
+// on the goroutine that caused it. fn must not block; it may be called from
+// several goroutines at once. Several WithEvents options add several hooks.
+func WithEvents(fn func(Event)) ClientOption {
+	return func(c *Client) {
+		if fn != nil {
+			c.hooks = append(c.hooks, fn)
+		}
+	}
+}
+
+// WithTopic sets where the Client listens for end-of-lock announcements. The
+// default is the provider itself when it implements Topic; with neither, waiters
+// poll.
+func WithTopic(t Topic) ClientOption {
+	return func(c *Client) { c.topic = t }
+}
+
+// WithPollInterval bounds how long a waiter sleeps between checks when no
+// announcement wakes it (a lost message, an expired lock, a provider without a
+// Topic). The default is one second.
+func WithPollInterval(d time.Duration) ClientOption {
+	return func(c *Client) {
+		if d > 0 {
+			c.poll = d
+		}
+	}
+}
+
+// WithReleaseTimeout bounds the release, renewal and grace-period writes, which
+// run on a context of their own so that a cancelled caller cannot leave a lock
+// held. The default is five seconds.
+func WithReleaseTimeout(d time.Duration) ClientOption {
+	return func(c *Client) {
+		if d > 0 {
+			c.releaseTimeout = d
+		}
+	}
+}

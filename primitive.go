@@ -1,0 +1,81 @@
+package lock
+
+import (
+	"context"
+	"reflect"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// PrimitiveOptions configure New. The zero value names the lock after the
+// handler, tries once, and frees the lock when the handler returns.
+type PrimitiveOptions[T any] struct {
+	// Name is the lock's name. When Name and NameFunc are empty, the name is the
+	// handler's function name (for a method value, "pkg.(*Type).Method"): stable
+	// across replicas of one binary, but set Name when versions must agree.
+	Name string
+	// NameFunc derives the name from Run's argument; it wins over Name.
+	NameFunc func(T) string
+	// GracePeriodFunc derives the grace period from Run's argument; it wins over
+	// Options.GracePeriod. A negative result fails the call with
+	// ErrInvalidArgument before the lock is taken.
+	GracePeriodFunc func(T) time.Duration
+	Options
+}
+
+// Primitive is a handler declared to run under a lock: in a service, a job that
+// must run in one replica at a time (no Wait), a migration that every replica
+// waits for and runs in turn (Wait), or a job that runs at most once per window
+// (GracePeriod). Create it with New; it is safe for concurrent use.
+type Primitive[T any] struct {
+	c       *Client
+	handler func(context.Context, T) error
+	name    func(T) string
+	opts    PrimitiveOptions[T]
+}
+
+// New declares handler as a Primitive on c. It returns an error
+// (ErrInvalidArgument) for a nil client or handler and for bad durations.
+func New[T any](c *Client, handler func(context.Context, T) error, opts PrimitiveOptions[T]) (*Primitive[T], error) {
+	name := opts.Name
+	if name == "" && opts.NameFunc == nil && handler != nil {
+		name = funcName(handler)
+	}
+	fn, err := namer(c, handler == nil, name, opts.NameFunc, opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	return &Primitive[T]{c: c, handler: handler, name: fn, opts: opts}, nil
+}
+
+// Name returns the name of the lock that Run(ctx, arg) takes.
+func (p *Primitive[T]) Name(arg T) string { return p.name(arg) }
+
+// Run runs the handler with arg under the lock, with a fresh owner; concurrent
+// Runs never both enter, in this process or any other that shares the
+// provider. It returns nil when the handler ran and succeeded, the handler's
+// error when it failed (the lock is released all the same), and a
+// *NotAcquiredError when it did not run: errors.Is tells ErrHeld (another run
+// held the lock, no Wait), ErrGracePeriod (a run ended within the grace
+// period), ErrTimeout (waited MaxDuration) or the context's error. A run whose
+// lock was lost returns a *LostError, joined to the handler's error.
+func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
+	o := p.opts.Options
+	if p.opts.GracePeriodFunc != nil {
+		o.GracePeriod = p.opts.GracePeriodFunc(arg)
+	}
+	return p.c.Do(ctx, p.name(arg), o, func(ctx context.Context) error {
+		return p.handler(ctx, arg)
+	})
+}
+
+// funcName returns the name of fn's function, without the "-fm" of a method
+// value.
+func funcName(fn any) string {
+	f := runtime.FuncForPC(reflect.ValueOf(fn).Pointer())
+	if f == nil {
+		return ""
+	}
+	return strings.TrimSuffix(f.Name(), "-fm")
+}

@@ -1,0 +1,131 @@
+package lock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Provider stores lock records. It is the one contract every backend implements;
+// the Client builds waiting, renewal, grace periods and events on top of it.
+//
+// A key holds at most one record. Every method is atomic with respect to the
+// others on the same key, on every process that shares the backend.
+type Provider interface {
+	// Acquire stores a new record for owner under key, with a fresh fencing token
+	// and the given time to live, when the key holds no record. It returns the
+	// record that holds the key after the call: the new one when it was stored,
+	// otherwise the existing one, left unchanged, with its remaining TTL. When the
+	// existing record is owner's own and not ended (an earlier attempt whose reply
+	// was lost), its TTL is reset to ttl and it is returned. The caller holds the
+	// lock iff the returned record's Owner is owner and Ended is false.
+	//
+	// A stored value that is not a record yields a *RecordError.
+	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error)
+
+	// Release deletes the record under key if owner holds it. It returns a
+	// *LostError when the key holds no record or another owner's, and changes
+	// nothing then. A provider that implements Topic announces the release on it
+	// after the record is gone.
+	Release(ctx context.Context, key, owner string) error
+
+	// Update sets the TTL of owner's record under key and, when ended is true,
+	// marks it ended: the holder has finished, and the key stays closed to every
+	// acquirer until the TTL runs out (the grace period). It returns a *LostError
+	// when the key holds no record, another owner's, or an ended one, and changes
+	// nothing then. A provider that implements Topic announces an update that ends
+	// the record on it.
+	Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error
+}
+
+// Record is the state stored under a key.
+type Record struct {
+	// Owner identifies one acquisition (one invocation, one Acquire call).
+	Owner string
+	// Token is the fencing token of the grant: strictly greater than the token of
+	// every earlier grant of the same key by the same backend.
+	Token uint64
+	// Ended is true during a grace period: the holder has finished and the key
+	// stays closed until the record expires.
+	Ended bool
+	// TTL is the time the record had left to live when it was read; zero when the
+	// provider does not know.
+	TTL time.Duration
+}
+
+// Limits on keys and owners, checked before anything is sent to a provider.
+const (
+	// MaxKeyLen is the longest key (prefix and name) accepted, in bytes.
+	MaxKeyLen = 1024
+	// MaxOwnerLen is the longest owner accepted, in bytes.
+	MaxOwnerLen = 128
+)
+
+const endedSuffix = ",ended"
+
+// encodeRecord returns the stored form of a record: "owner,token" while held,
+// "owner,token,ended" during a grace period. The Redis scripts parse the same
+// form; parseRecord is its inverse.
+func encodeRecord(owner string, token uint64, ended bool) string {
+	s := owner + "," + strconv.FormatUint(token, 10)
+	if ended {
+		s += endedSuffix
+	}
+	return s
+}
+
+// parseRecord decodes a stored value, or reports it as corrupt.
+func parseRecord(key, v string) (Record, error) {
+	ended := strings.HasSuffix(v, endedSuffix)
+	body := strings.TrimSuffix(v, endedSuffix)
+	owner, tok, ok := strings.Cut(body, ",")
+	if !ok || checkOwner(owner) != nil {
+		return Record{}, &RecordError{Key: key, Value: v}
+	}
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || token == 0 {
+		return Record{}, &RecordError{Key: key, Value: v}
+	}
+	return Record{Owner: owner, Token: token, Ended: ended}, nil
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return invalidf("empty lock name")
+	case len(key) > MaxKeyLen:
+		return invalidf("lock key is %d bytes, more than %d", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func checkOwner(owner string) error {
+	switch {
+	case owner == "":
+		return invalidf("empty owner")
+	case len(owner) > MaxOwnerLen:
+		return invalidf("owner is %d bytes, more than %d", len(owner), MaxOwnerLen)
+	case strings.ContainsAny(owner, ", \t\r\n"):
+		return invalidf("owner %q contains a comma or white space", owner)
+	}
+	return nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalidf("ttl %v is less than 1ms", ttl)
+	}
+	return nil
+}
+
+// checkArgs validates the arguments every provider method shares.
+func checkArgs(key, owner string, ttl time.Duration) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkOwner(owner); err != nil {
+		return err
+	}
+	return checkTTL(ttl)
+}

@@ -1,0 +1,233 @@
+package lock
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+)
+
+var (
+	_ Provider = (*MemoryProvider)(nil)
+	_ Topic    = (*MemoryProvider)(nil)
+)
+
+// MemoryProvider is a Provider and Topic that keeps records in this process. It
+// is the default for a single process and the test double for users' own tests:
+// it behaves as the Redis provider does, without a server.
+//
+// Expiry uses one heap of deadlines, checked on every call: no goroutine or timer
+// per key, and no TTL limit. Fencing tokens come from one counter, so they
+// strictly increase across all keys. The zero value is not usable; call
+// NewMemoryProvider. It is safe for concurrent use.
+type MemoryProvider struct {
+	clock Clock
+
+	mu      sync.Mutex
+	records map[string]*memRecord
+	expiry  expiryHeap
+	token   uint64
+	subs    map[int]func(string)
+	nextSub int
+}
+
+type memRecord struct {
+	key      string
+	owner    string
+	token    uint64
+	ended    bool
+	deadline time.Time
+	index    int // in the expiry heap
+}
+
+// MemoryOption configures a MemoryProvider.
+type MemoryOption func(*MemoryProvider)
+
+// MemoryClock makes the provider read time from c, so that tests can expire
+// records by moving a fake clock. The default is the system clock.
+func MemoryClock(c Clock) MemoryOption {
+	return func(m *MemoryProvider) {
+		if c != nil {
+			m.clock = c
+		}
+	}
+}
+
+// NewMemoryProvider returns an empty MemoryProvider.
+func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
+	m := &MemoryProvider{
+		clock:   systemClock{},
+		records: make(map[string]*memRecord),
+		subs:    make(map[int]func(string)),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Acquire implements Provider.
+func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.expire()
+	if r, ok := m.records[key]; ok {
+		if r.owner == owner && !r.ended {
+			m.setDeadline(r, now.Add(ttl))
+		}
+		return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now)}, nil
+	}
+	m.token++
+	r := &memRecord{key: key, owner: owner, token: m.token, deadline: now.Add(ttl)}
+	m.records[key] = r
+	heap.Push(&m.expiry, r)
+	return Record{Owner: owner, Token: r.token, TTL: ttl}, nil
+}
+
+// Release implements Provider.
+func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkOwner(owner); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	r, err := m.owned(key, owner, true)
+	if err == nil {
+		delete(m.records, key)
+		heap.Remove(&m.expiry, r.index)
+	}
+	notify := m.subscribers(err == nil)
+	m.mu.Unlock()
+	for _, fn := range notify {
+		fn(key)
+	}
+	return err
+}
+
+// Update implements Provider.
+func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	r, err := m.owned(key, owner, false)
+	if err == nil {
+		r.ended = ended
+		m.setDeadline(r, m.clock.Now().Add(ttl))
+	}
+	notify := m.subscribers(err == nil && ended)
+	m.mu.Unlock()
+	for _, fn := range notify {
+		fn(key)
+	}
+	return err
+}
+
+// Subscribe implements Topic: notify is called, outside the provider's lock,
+// with the key of every release and every update that ends a record.
+func (m *MemoryProvider) Subscribe(ctx context.Context, notify func(key string)) (func(), error) {
+	if notify == nil {
+		return nil, invalidf("nil notify function")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	id := m.nextSub
+	m.nextSub++
+	m.subs[id] = notify
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		delete(m.subs, id)
+		m.mu.Unlock()
+	}, nil
+}
+
+// Len returns the number of live records, so that tests can check that nothing
+// was left behind.
+func (m *MemoryProvider) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire()
+	return len(m.records)
+}
+
+// owned returns key's record if owner holds it; an ended record counts as held
+// only when endedOK. The caller holds m.mu.
+func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, error) {
+	m.expire()
+	r, ok := m.records[key]
+	if !ok || r.owner != owner || (r.ended && !endedOK) {
+		token := uint64(0)
+		if ok && r.owner == owner {
+			token = r.token
+		}
+		return nil, &LostError{Key: key, Token: token}
+	}
+	return r, nil
+}
+
+func (m *MemoryProvider) subscribers(announce bool) []func(string) {
+	if !announce || len(m.subs) == 0 {
+		return nil
+	}
+	fns := make([]func(string), 0, len(m.subs))
+	for _, fn := range m.subs {
+		fns = append(fns, fn)
+	}
+	return fns
+}
+
+// expire deletes every record whose deadline has passed and returns the time it
+// used. The caller holds m.mu.
+func (m *MemoryProvider) expire() time.Time {
+	now := m.clock.Now()
+	for len(m.expiry) > 0 && !now.Before(m.expiry[0].deadline) {
+		r := heap.Pop(&m.expiry).(*memRecord)
+		delete(m.records, r.key)
+	}
+	return now
+}
+
+func (m *MemoryProvider) setDeadline(r *memRecord, d time.Time) {
+	r.deadline = d
+	heap.Fix(&m.expiry, r.index)
+}
+
+// expiryHeap orders records by deadline, soonest first.
+type expiryHeap []*memRecord
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *expiryHeap) Push(x any) {
+	r := x.(*memRecord)
+	r.index = len(*h)
+	*h = append(*h, r)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return r
+}

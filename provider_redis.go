@@ -1,0 +1,196 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	_ Provider = (*RedisProvider)(nil)
+	_ Topic    = (*RedisProvider)(nil)
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed scripts/release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed scripts/update.lua
+	updateLua    string
+	updateScript = redis.NewScript(updateLua)
+)
+
+// RedisChannel is the pub/sub channel on which the Redis provider announces
+// the end of a lock; each message is the lock's key.
+const RedisChannel = "lock:end"
+
+// fenceTTL is how long a key's fencing counter outlives its last grant. Tokens
+// are also floored at the server's clock in microseconds, so they keep
+// increasing after the counter expires.
+const fenceTTL = time.Hour
+
+// RedisProvider is a Provider and Topic backed by Redis 6.2 or later, or Valkey.
+// It takes any redis.UniversalClient: single node, Sentinel (failover) or
+// Cluster. Each operation is one Lua script, one round trip.
+//
+// For a key K it writes the record at "{K}" and the fencing counter at
+// "{K}:fence" (one hash slot, so Cluster works); the record lives until it is
+// released or its TTL ends, the counter one hour past the last grant. Releases
+// and ended updates are published on RedisChannel by the same script.
+type RedisProvider struct {
+	client redis.UniversalClient
+}
+
+// NewRedisProvider returns a provider that uses client. The client stays the
+// caller's to close.
+func NewRedisProvider(client redis.UniversalClient) *RedisProvider {
+	return &RedisProvider{client: client}
+}
+
+func recordKey(key string) string { return "{" + key + "}" }
+func fenceKey(key string) string  { return "{" + key + "}:fence" }
+
+// Acquire implements Provider.
+func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
+	if err := p.check(); err != nil {
+		return Record{}, err
+	}
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return Record{}, err
+	}
+	res, err := acquireScript.Run(ctx, p.client,
+		[]string{recordKey(key), fenceKey(key)},
+		owner, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
+	if err != nil {
+		return Record{}, p.wrap(key, err)
+	}
+	if len(res) != 2 {
+		return Record{}, fmt.Errorf("lock: unexpected reply %v from acquire script", res)
+	}
+	v, _ := res[0].(string)
+	pttl, _ := res[1].(int64)
+	rec, err := parseRecord(key, v)
+	if err != nil {
+		return Record{}, err
+	}
+	if pttl > 0 {
+		rec.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	return rec, nil
+}
+
+// Release implements Provider.
+func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkOwner(owner); err != nil {
+		return err
+	}
+	res, err := releaseScript.Run(ctx, p.client, []string{recordKey(key)}, owner, RedisChannel, key).Slice()
+	return p.result(key, res, err)
+}
+
+// Update implements Provider.
+func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return err
+	}
+	flag := "0"
+	if ended {
+		flag = "1"
+	}
+	res, err := updateScript.Run(ctx, p.client, []string{recordKey(key)},
+		owner, ttl.Milliseconds(), flag, RedisChannel, key).Slice()
+	return p.result(key, res, err)
+}
+
+// Subscribe implements Topic. It returns once Redis has confirmed the
+// subscription; a connection that breaks is reconnected and resubscribed by
+// go-redis, and messages published meanwhile are lost (waiters fall back to
+// polling). stop closes the subscription and waits for its goroutine.
+func (p *RedisProvider) Subscribe(ctx context.Context, notify func(key string)) (func(), error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	if notify == nil {
+		return nil, invalidf("nil notify function")
+	}
+	ps := p.client.Subscribe(ctx, RedisChannel)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("lock: subscribe to %s: %w", RedisChannel, err)
+	}
+	ch := ps.Channel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for msg := range ch {
+			notify(msg.Payload)
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = ps.Close()
+			wg.Wait()
+		})
+	}, nil
+}
+
+func (p *RedisProvider) check() error {
+	if p == nil || p.client == nil {
+		return invalidf("nil redis client")
+	}
+	return nil
+}
+
+// result turns a release or update script's reply into an error.
+func (p *RedisProvider) result(key string, res []any, err error) error {
+	if err != nil {
+		return p.wrap(key, err)
+	}
+	if len(res) == 0 {
+		return fmt.Errorf("lock: empty reply from script for %q", key)
+	}
+	code, _ := res[0].(int64)
+	switch code {
+	case 1:
+		return nil
+	case 0, -1:
+		return &LostError{Key: key}
+	case -2:
+		v, _ := res[1].(string)
+		return &RecordError{Key: key, Value: v}
+	}
+	return fmt.Errorf("lock: unexpected reply %v from script for %q", res, key)
+}
+
+// wrap turns a Redis error about a value of another type into a RecordError.
+func (p *RedisProvider) wrap(key string, err error) error {
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return &RecordError{Key: key, Value: "(a value of another Redis type)"}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("lock: redis: %w", err)
+}
