@@ -48,9 +48,12 @@ type Client struct {
 	seq atomic.Uint64
 
 	waiters waiters
+	bg      sync.WaitGroup // cleanups of failed attempts
 
-	mu         sync.Mutex
-	closed     bool
+	mu     sync.Mutex
+	closed bool
+
+	subMu      sync.Mutex // serializes subscribing; never held with mu
 	subscribed bool
 	stopSub    func()
 }
@@ -79,19 +82,28 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 	return c, nil
 }
 
-// Close stops the Client's subscription to end-of-lock announcements. Locks
-// already held stay held until released; later acquisitions fail with
-// ErrClosed. Close is idempotent.
+// Close stops the Client's subscription to end-of-lock announcements and waits
+// for its background cleanups. Locks already held stay held until released;
+// later acquisitions fail with ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
+	c.mu.Unlock()
+	c.subMu.Lock()
 	stop := c.stopSub
 	c.stopSub = nil
-	c.mu.Unlock()
+	c.subMu.Unlock()
 	if stop != nil {
 		stop()
 	}
+	c.bg.Wait()
 	return nil
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // Key returns the key of the lock called name: the Client's prefix and name.
@@ -115,10 +127,7 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
 	return c.acquire(ctx, key, c.newOwner(), o)
@@ -244,16 +253,21 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 }
 
 // attempt asks the provider once. When the provider fails (the record may have
-// been stored with no reply), it removes any record of owner's before returning
-// the error, so that a failed acquisition leaves nothing held.
+// been stored with no reply), it removes any record of owner's in the
+// background (Close waits for it), so that a failed acquisition leaves nothing
+// held and the caller gets the error at once.
 func (c *Client) attempt(ctx context.Context, key, owner string, o Options) (Record, time.Time, error) {
 	sent := time.Now()
 	rec, err := c.provider.Acquire(ctx, key, owner, o.Lease)
 	if err != nil {
 		if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrCorruptRecord) {
-			rctx, cancel := c.detached(ctx)
-			_ = c.provider.Release(rctx, key, owner)
-			cancel()
+			c.bg.Add(1)
+			go func() {
+				defer c.bg.Done()
+				rctx, cancel := c.detached(ctx)
+				defer cancel()
+				_ = c.provider.Release(rctx, key, owner)
+			}()
 		}
 		return Record{}, sent, err
 	}
@@ -298,9 +312,9 @@ func (c *Client) skip(key, owner string, reason error, retryAfter time.Duration)
 // subscribe starts the Client's one subscription to end-of-lock announcements,
 // once. Without a topic, or if subscribing fails, waiters poll.
 func (c *Client) subscribe(ctx context.Context) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.subscribed || c.closed || c.topic == nil {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.subscribed || c.topic == nil || c.isClosed() {
 		return
 	}
 	stop, err := c.topic.Subscribe(ctx, c.waiters.notify)

@@ -69,8 +69,10 @@ func namer[A any](c *Client, nilHandler bool, name string, fn func(A) string, o 
 // the lock that name derives from it (for example from a path value). A request
 // that does not get the lock is answered 423 Locked with a Retry-After header;
 // a request that name gives "" is answered 400 Bad Request; one that fails for
-// another reason (the provider unreachable) is answered 503 Service
-// Unavailable. The request's context is cancelled if the lock is lost while
+// another reason (the provider unreachable, the request's context ended) is
+// answered 503 Service Unavailable. Retry-After is the time the blocking
+// record had left to live: the holder's lease (renewed while it runs) or the
+// rest of the grace period. The request's context is cancelled if the lock is lost while
 // the handler runs.
 func HTTPMiddleware(c *Client, name func(*http.Request) string, opts Options) (func(http.Handler) http.Handler, error) {
 	if name == nil {
@@ -92,7 +94,7 @@ func HTTPMiddleware(c *Client, name func(*http.Request) string, opts Options) (f
 			}
 			var na *NotAcquiredError
 			switch {
-			case errors.As(err, &na):
+			case errors.As(err, &na) && (errors.Is(err, ErrHeld) || errors.Is(err, ErrGracePeriod) || errors.Is(err, ErrTimeout)):
 				secs := int(math.Ceil(na.RetryAfter.Seconds()))
 				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 				http.Error(w, err.Error(), http.StatusLocked)

@@ -12,8 +12,10 @@ import (
 // handler, tries once, and frees the lock when the handler returns.
 type PrimitiveOptions[T any] struct {
 	// Name is the lock's name. When Name and NameFunc are empty, the name is the
-	// handler's function name (for a method value, "pkg.(*Type).Method"): stable
-	// across replicas of one binary, but set Name when versions must agree.
+	// handler's: "pkg.Func" for a top-level function, "pkg.(*Type).Method" for a
+	// method value with a pointer receiver; New refuses other handlers (closures,
+	// value receivers, interface methods) without a name. A derived name is the
+	// same across replicas of one binary; set Name when versions must agree.
 	Name string
 	// NameFunc derives the name from Run's argument; it wins over Name.
 	NameFunc func(T) string
@@ -41,6 +43,9 @@ func New[T any](c *Client, handler func(context.Context, T) error, opts Primitiv
 	name := opts.Name
 	if name == "" && opts.NameFunc == nil && handler != nil {
 		name = funcName(handler)
+		if name == "" {
+			return nil, invalidf("no lock name: set Name or NameFunc (the handler is a closure or a method value whose type cannot be told from its name)")
+		}
 	}
 	fn, err := namer(c, handler == nil, name, opts.NameFunc, opts.Options)
 	if err != nil {
@@ -70,12 +75,25 @@ func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
 	})
 }
 
-// funcName returns the name of fn's function, without the "-fm" of a method
-// value.
+// funcName returns a name for the lock of handler fn that is the same in every
+// replica of a binary and differs between handlers: the name of a top-level
+// function ("pkg.Func"), or of a method value with a pointer receiver
+// ("pkg.(*Type).Method"). It returns "" for the rest: a closure is named after
+// its position in its enclosing function, and a method value of a value
+// receiver is named like one taken from an interface, which every
+// implementation of the interface would share.
 func funcName(fn any) string {
 	f := runtime.FuncForPC(reflect.ValueOf(fn).Pointer())
 	if f == nil {
 		return ""
 	}
-	return strings.TrimSuffix(f.Name(), "-fm")
+	name := f.Name()
+	method, isMethod := strings.CutSuffix(name, "-fm")
+	switch {
+	case isMethod && strings.Contains(method, ".(*"):
+		return method
+	case isMethod, strings.Contains(name, ".func"):
+		return ""
+	}
+	return name
 }

@@ -73,7 +73,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 		[]string{recordKey(key), fenceKey(key)},
 		owner, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
 	if err != nil {
-		return Record{}, p.wrap(key, err)
+		return Record{}, p.wrap(ctx, key, err)
 	}
 	if len(res) != 2 {
 		return Record{}, fmt.Errorf("lock: unexpected reply %v from acquire script", res)
@@ -102,7 +102,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 		return err
 	}
 	res, err := releaseScript.Run(ctx, p.client, []string{recordKey(key)}, owner, RedisChannel, key).Slice()
-	return p.result(key, res, err)
+	return p.result(ctx, key, res, err)
 }
 
 // Update implements Provider.
@@ -119,7 +119,7 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	}
 	res, err := updateScript.Run(ctx, p.client, []string{recordKey(key)},
 		owner, ttl.Milliseconds(), flag, RedisChannel, key).Slice()
-	return p.result(key, res, err)
+	return p.result(ctx, key, res, err)
 }
 
 // Subscribe implements Topic. It returns once Redis has confirmed the
@@ -164,9 +164,9 @@ func (p *RedisProvider) check() error {
 }
 
 // result turns a release or update script's reply into an error.
-func (p *RedisProvider) result(key string, res []any, err error) error {
+func (p *RedisProvider) result(ctx context.Context, key string, res []any, err error) error {
 	if err != nil {
-		return p.wrap(key, err)
+		return p.wrap(ctx, key, err)
 	}
 	if len(res) == 0 {
 		return fmt.Errorf("lock: empty reply from script for %q", key)
@@ -184,12 +184,13 @@ func (p *RedisProvider) result(key string, res []any, err error) error {
 	return fmt.Errorf("lock: unexpected reply %v from script for %q", res, key)
 }
 
-// wrap turns a Redis error about a value of another type into a RecordError.
-func (p *RedisProvider) wrap(key string, err error) error {
+// wrap turns a Redis error about a value of another type into a RecordError,
+// and passes the caller's own context error through as it is.
+func (p *RedisProvider) wrap(ctx context.Context, key string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return &RecordError{Key: key, Value: "(a value of another Redis type)"}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err
 	}
 	return fmt.Errorf("lock: redis: %w", err)
