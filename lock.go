@@ -196,42 +196,59 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 	wctx, cancel := context.WithTimeout(ctx, o.MaxDuration)
 	defer cancel()
 	c.subscribe(wctx)
-	w := c.waiters.join(key)
-	granted := false
-	defer func() { c.waiters.leave(key, w, !granted) }()
+	w := c.waiters.join(key, owner, o.Lease)
 	c.log.Debug("lock: waiting", "key", key, "owner", owner)
 
-	timer := time.NewTimer(0) // the first look, once subscribed
-	defer timer.Stop()
 	var retryAfter time.Duration
-	ended := func() error {
+	// fail leaves the queue and returns err. A waiter that a releaser has
+	// claimed meanwhile takes the transfer's outcome, and frees a lock it was
+	// given.
+	fail := func(err error) (*Lock, error) {
+		if c.waiters.leave(key, w, true) {
+			if g := <-w.grantc; g.ok {
+				_ = c.granted(key, owner, o, g.rec, g.sent).Release(ctx)
+			}
+		}
+		return nil, err
+	}
+	ended := func() (*Lock, error) {
 		reason := ctx.Err()
 		if reason == nil {
 			reason = ErrTimeout
 		}
-		return c.skip(key, owner, reason, retryAfter)
+		return fail(c.skip(key, owner, reason, retryAfter))
 	}
+
+	timer := time.NewTimer(0) // the first look, once subscribed
+	defer timer.Stop()
 	for {
 		select {
+		case g := <-w.grantc:
+			if g.ok {
+				l := c.granted(key, owner, o, g.rec, g.sent)
+				l.chain = g.chain
+				return l, nil
+			}
+			// The transfer failed; w is back at the head: look for itself.
 		case <-w.wake:
 		case <-timer.C:
 		case <-wctx.Done():
-			return nil, ended()
+			return ended()
 		}
-		if c.waiters.head(key, w) {
+		if c.waiters.startAttempt(key, w) {
 			rec, sent, err := c.attempt(wctx, key, owner, o)
-			if err != nil {
-				if wctx.Err() != nil {
-					return nil, ended()
-				}
-				return nil, err
+			c.waiters.endAttempt(w)
+			switch {
+			case err != nil && wctx.Err() != nil:
+				return ended()
+			case err != nil:
+				return fail(err)
+			case rec.Ended:
+				return fail(c.skip(key, owner, ErrGracePeriod, rec.TTL))
 			}
 			if l := c.granted(key, owner, o, rec, sent); l != nil {
-				granted = true
+				c.waiters.leave(key, w, false)
 				return l, nil
-			}
-			if rec.Ended {
-				return nil, c.skip(key, owner, ErrGracePeriod, rec.TTL)
 			}
 			retryAfter = rec.TTL
 		}
@@ -361,6 +378,7 @@ type Lock struct {
 	acquiredAt  time.Time // by the Client's clock, for events
 	start       time.Time // monotonic, when the granting request was sent
 	maxDeadline time.Time // monotonic
+	chain       int       // transfers in a row in this process that led to this grant
 
 	renewMu  sync.Mutex // one renewal at a time
 	mu       sync.Mutex // guards what follows
@@ -548,6 +566,38 @@ func (l *Lock) loseLocked(cause error) error {
 	return l.lostErr
 }
 
+// maxChain bounds how many times in a row a process passes a lock straight to
+// its own next waiter before it frees the lock for every process to compete
+// for, so that waiters in other processes are not starved.
+const maxChain = 16
+
+// transfer passes the lock straight to the next waiter in this process, when
+// there is one, the provider is a Transferer and the chain of transfers is not
+// too long: one round trip, and the key is never free in between. It reports
+// whether the release is done (with the error to report); when it is not, the
+// caller frees the lock.
+func (l *Lock) transfer(ctx context.Context) (bool, error) {
+	c := l.c
+	tr, ok := c.provider.(Transferer)
+	if !ok || l.chain >= maxChain {
+		return false, nil
+	}
+	w := c.waiters.claim(l.key)
+	if w == nil {
+		return false, nil
+	}
+	sent := time.Now()
+	rec, err := tr.Transfer(ctx, l.key, l.owner, w.owner, w.lease)
+	c.waiters.settle(l.key, w, grant{ok: err == nil, rec: rec, sent: sent, chain: l.chain + 1})
+	var le *LostError
+	if err == nil || errors.As(err, &le) {
+		return true, err
+	}
+	// The transfer may or may not have happened: free the lock if it is still
+	// ours; the waiter, back at the head, finds out which.
+	return false, nil
+}
+
 // Release ends the hold: it deletes the record, or, with a GracePeriod, keeps
 // it closed for that long. It runs on a context of its own (bounded by the
 // release timeout) so that a cancelled ctx cannot leave the lock held. It
@@ -582,6 +632,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	var err error
 	if g := l.opts.GracePeriod; g > 0 {
 		err = c.provider.Update(rctx, l.key, l.owner, g, true)
+	} else if handed, herr := l.transfer(rctx); handed {
+		err = herr
 	} else {
 		err = c.provider.Release(rctx, l.key, l.owner)
 	}

@@ -39,7 +39,8 @@ type Options struct {
 	// GracePeriod keeps the lock closed for this long after the holder releases
 	// it: every acquisition in that window fails with ErrGracePeriod, waiters
 	// included. It makes a job run at most once per window across replicas. Zero
-	// means none: the lock is freed at release.
+	// means none: the lock is freed at release. Less than a millisecond is
+	// refused: providers store TTLs in milliseconds.
 	GracePeriod time.Duration
 }
 
@@ -52,6 +53,8 @@ func (o Options) resolved() (Options, error) {
 		return o, invalidf("negative Lease %v", o.Lease)
 	case o.GracePeriod < 0:
 		return o, invalidf("negative GracePeriod %v", o.GracePeriod)
+	case o.GracePeriod > 0 && o.GracePeriod < time.Millisecond:
+		return o, invalidf("GracePeriod %v is less than 1ms", o.GracePeriod)
 	}
 	if o.MaxDuration == 0 {
 		o.MaxDuration = DefaultMaxDuration

@@ -39,6 +39,18 @@ type Provider interface {
 	Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error
 }
 
+// Transferer is implemented by providers that can pass a held lock straight
+// from one owner to another. The Client uses it to hand a contended lock to
+// the next waiter in its own process in one round trip, without freeing the
+// key in between; without it, the lock is released and the waiter acquires it.
+type Transferer interface {
+	// Transfer replaces from's live record under key with a record of to's,
+	// with a fresh fencing token and the given TTL, and returns it. It returns a
+	// *LostError when the key holds no record, another owner's, or an ended
+	// one, and changes nothing then. It announces nothing: the lock never ends.
+	Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error)
+}
+
 // Record is the state stored under a key.
 type Record struct {
 	// Owner identifies one acquisition (one invocation, one Acquire call).

@@ -8,8 +8,9 @@ import (
 )
 
 var (
-	_ Provider = (*MemoryProvider)(nil)
-	_ Topic    = (*MemoryProvider)(nil)
+	_ Provider   = (*MemoryProvider)(nil)
+	_ Topic      = (*MemoryProvider)(nil)
+	_ Transferer = (*MemoryProvider)(nil)
 )
 
 // MemoryProvider is a Provider and Topic that keeps records in this process. It
@@ -27,8 +28,24 @@ type MemoryProvider struct {
 	records map[string]*memRecord
 	expiry  expiryHeap
 	token   uint64
-	subs    map[int]func(string)
+	subs    map[int]*memSub
 	nextSub int
+}
+
+// memSub is one subscription. Its lock is held for reading while notify runs,
+// so that stop, which takes it for writing, returns only when notify is done.
+type memSub struct {
+	mu      sync.RWMutex
+	stopped bool
+	notify  func(string)
+}
+
+func (s *memSub) send(key string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if !s.stopped {
+		s.notify(key)
+	}
 }
 
 type memRecord struct {
@@ -58,7 +75,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 	m := &MemoryProvider{
 		clock:   systemClock{},
 		records: make(map[string]*memRecord),
-		subs:    make(map[int]func(string)),
+		subs:    make(map[int]*memSub),
 	}
 	for _, o := range opts {
 		o(m)
@@ -109,8 +126,8 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 	}
 	notify := m.subscribers(err == nil)
 	m.mu.Unlock()
-	for _, fn := range notify {
-		fn(key)
+	for _, sub := range notify {
+		sub.send(key)
 	}
 	return err
 }
@@ -131,14 +148,38 @@ func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time
 	}
 	notify := m.subscribers(err == nil && ended)
 	m.mu.Unlock()
-	for _, fn := range notify {
-		fn(key)
+	for _, sub := range notify {
+		sub.send(key)
 	}
 	return err
 }
 
+// Transfer implements Transferer.
+func (m *MemoryProvider) Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error) {
+	if err := checkOwner(from); err != nil {
+		return Record{}, err
+	}
+	if err := checkArgs(key, to, ttl); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := m.owned(key, from, false)
+	if err != nil {
+		return Record{}, err
+	}
+	m.token++
+	r.owner, r.token = to, m.token
+	m.setDeadline(r, m.clock.Now().Add(ttl))
+	return Record{Owner: to, Token: r.token, TTL: ttl}, nil
+}
+
 // Subscribe implements Topic: notify is called, outside the provider's lock,
-// with the key of every release and every update that ends a record.
+// with the key of every release and every update that ends a record. stop
+// waits for a running notify, so notify must not call it.
 func (m *MemoryProvider) Subscribe(ctx context.Context, notify func(key string)) (func(), error) {
 	if notify == nil {
 		return nil, invalidf("nil notify function")
@@ -146,15 +187,19 @@ func (m *MemoryProvider) Subscribe(ctx context.Context, notify func(key string))
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	sub := &memSub{notify: notify}
 	m.mu.Lock()
 	id := m.nextSub
 	m.nextSub++
-	m.subs[id] = notify
+	m.subs[id] = sub
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
 		delete(m.subs, id)
 		m.mu.Unlock()
+		sub.mu.Lock()
+		sub.stopped = true
+		sub.mu.Unlock()
 	}, nil
 }
 
@@ -182,15 +227,15 @@ func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, err
 	return r, nil
 }
 
-func (m *MemoryProvider) subscribers(announce bool) []func(string) {
+func (m *MemoryProvider) subscribers(announce bool) []*memSub {
 	if !announce || len(m.subs) == 0 {
 		return nil
 	}
-	fns := make([]func(string), 0, len(m.subs))
-	for _, fn := range m.subs {
-		fns = append(fns, fn)
+	subs := make([]*memSub, 0, len(m.subs))
+	for _, sub := range m.subs {
+		subs = append(subs, sub)
 	}
-	return fns
+	return subs
 }
 
 // expire deletes every record whose deadline has passed and returns the time it

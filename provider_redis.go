@@ -13,14 +13,22 @@ import (
 )
 
 var (
-	_ Provider = (*RedisProvider)(nil)
-	_ Topic    = (*RedisProvider)(nil)
+	_ Provider   = (*RedisProvider)(nil)
+	_ Topic      = (*RedisProvider)(nil)
+	_ Transferer = (*RedisProvider)(nil)
 )
 
 var (
+	//go:embed scripts/grant.lua
+	grantLua string
+
 	//go:embed scripts/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(grantLua + acquireLua)
+
+	//go:embed scripts/transfer.lua
+	transferLua    string
+	transferScript = redis.NewScript(grantLua + transferLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
@@ -120,6 +128,29 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	res, err := updateScript.Run(ctx, p.client, []string{recordKey(key)},
 		owner, ttl.Milliseconds(), flag, RedisChannel, key).Slice()
 	return p.result(ctx, key, res, err)
+}
+
+// Transfer implements Transferer.
+func (p *RedisProvider) Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error) {
+	if err := p.check(); err != nil {
+		return Record{}, err
+	}
+	if err := checkOwner(from); err != nil {
+		return Record{}, err
+	}
+	if err := checkArgs(key, to, ttl); err != nil {
+		return Record{}, err
+	}
+	res, err := transferScript.Run(ctx, p.client,
+		[]string{recordKey(key), fenceKey(key)},
+		from, to, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
+	if err := p.result(ctx, key, res, err); err != nil {
+		return Record{}, err
+	}
+	v, _ := res[1].(string)
+	rec, err := parseRecord(key, v)
+	rec.TTL = ttl
+	return rec, err
 }
 
 // Subscribe implements Topic. It returns once Redis has confirmed the

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Topic carries end-of-lock announcements between processes, so that waiters
@@ -20,19 +21,36 @@ type Topic interface {
 // per key. Only the head of a queue asks the provider for the lock; an
 // announcement for the key wakes the head alone. So one process with many
 // waiters on a key sends one attempt per release, and its waiters are served in
-// arrival order.
+// arrival order. A local holder that releases may instead claim the head and
+// transfer the lock to it directly (see Lock.Release).
 type waiters struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
 }
 
 type waiter struct {
-	wake chan struct{} // buffered: a wake-up is never lost and never blocks
+	owner  string
+	lease  time.Duration
+	wake   chan struct{} // buffered: a wake-up is never lost and never blocks
+	grantc chan grant    // buffered: the outcome of a transfer to this waiter
+
+	// Guarded by waiters.mu.
+	attempting bool // asking the provider now: not to be claimed
+	claimed    bool // taken out of the queue by a releaser transferring to it
+	gone       bool // gave up while claimed: waits for the outcome, then frees it
+}
+
+// grant is the outcome of a transfer to a claimed waiter.
+type grant struct {
+	ok    bool
+	rec   Record
+	sent  time.Time // when the transfer was sent: the lease counts from here
+	chain int       // transfers in a row in this process, this one included
 }
 
 // join appends a new waiter to key's queue.
-func (ws *waiters) join(key string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1)}
+func (ws *waiters) join(key, owner string, lease time.Duration) *waiter {
+	w := &waiter{owner: owner, lease: lease, wake: make(chan struct{}, 1), grantc: make(chan grant, 1)}
 	ws.mu.Lock()
 	if ws.queues == nil {
 		ws.queues = make(map[string][]*waiter)
@@ -44,10 +62,15 @@ func (ws *waiters) join(key string) *waiter {
 
 // leave removes w from key's queue. When w was the head and passOn is true (w
 // leaves without the lock, so an announcement it consumed may be the next
-// waiter's), the new head is woken to look for itself.
-func (ws *waiters) leave(key string, w *waiter, passOn bool) {
+// waiter's), the new head is woken to look for itself. It returns true when a
+// releaser has claimed w: the caller must then take the outcome from w.grantc.
+func (ws *waiters) leave(key string, w *waiter, passOn bool) (claimed bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if w.claimed {
+		w.gone = true
+		return true
+	}
 	q := ws.queues[key]
 	for i, x := range q {
 		if x != w {
@@ -56,22 +79,68 @@ func (ws *waiters) leave(key string, w *waiter, passOn bool) {
 		q = append(q[:i], q[i+1:]...)
 		if len(q) == 0 {
 			delete(ws.queues, key)
-			return
+			return false
 		}
 		ws.queues[key] = q
 		if i == 0 && passOn {
 			signal(q[0])
 		}
-		return
+		return false
 	}
+	return false
 }
 
-// head reports whether w is first in key's queue.
-func (ws *waiters) head(key string, w *waiter) bool {
+// startAttempt reports whether w is first in key's queue, and if so marks it
+// as asking the provider, so that no releaser claims it meanwhile.
+func (ws *waiters) startAttempt(key string, w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[key]
-	return len(q) > 0 && q[0] == w
+	if len(q) == 0 || q[0] != w {
+		return false
+	}
+	w.attempting = true
+	return true
+}
+
+func (ws *waiters) endAttempt(w *waiter) {
+	ws.mu.Lock()
+	w.attempting = false
+	ws.mu.Unlock()
+}
+
+// claim takes the head of key's queue out of it for a transfer, unless there is
+// none or it is asking the provider itself.
+func (ws *waiters) claim(key string) *waiter {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[key]
+	if len(q) == 0 || q[0].attempting {
+		return nil
+	}
+	w := q[0]
+	if len(q) == 1 {
+		delete(ws.queues, key)
+	} else {
+		ws.queues[key] = q[1:]
+	}
+	w.claimed = true
+	return w
+}
+
+// settle delivers the outcome of a transfer to the claimed waiter w. A failed
+// transfer puts w back at the head of key's queue, unless it has given up.
+func (ws *waiters) settle(key string, w *waiter, g grant) {
+	ws.mu.Lock()
+	w.claimed = false
+	if !g.ok && !w.gone {
+		if ws.queues == nil {
+			ws.queues = make(map[string][]*waiter)
+		}
+		ws.queues[key] = append([]*waiter{w}, ws.queues[key]...)
+	}
+	ws.mu.Unlock()
+	w.grantc <- g
 }
 
 // queued reports whether anyone waits for key in this process.

@@ -12,14 +12,4 @@ if v then
   end
   return {v, redis.call('PTTL', KEYS[1])}
 end
--- The token is max(server time in microseconds, last token + 1): it strictly
--- increases while the counter lives, and keeps increasing after the counter
--- expires or the server restarts empty, as long as the server clock does.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local token = string.format('%d', math.max(now, last + 1))
-redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
-v = ARGV[1] .. ',' .. token
-redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
-return {v, tonumber(ARGV[2])}
+return {grant(ARGV[1], ARGV[2], ARGV[3]), tonumber(ARGV[2])}

@@ -1,0 +1,17 @@
+-- Transfer: pass ARGV[1]'s live record straight to ARGV[2], with a fresh
+-- fencing token, without freeing the key in between (and so without
+-- announcing anything).
+-- KEYS[1] record key, KEYS[2] fencing counter (same hash slot)
+-- ARGV[1] from, ARGV[2] to, ARGV[3] ttl ms, ARGV[4] fencing counter ttl ms
+-- Returns {1, value} when transferred, {0} when the key is empty, {-1, value}
+-- when another owner holds it or it has ended, {-2, value} when the value is
+-- not a record.
+local v = redis.call('GET', KEYS[1])
+if not v then return {0} end
+local owner = string.match(v, '^([^,]+),%d+$')
+if not owner then
+  if string.match(v, '^[^,]+,%d+,ended$') then return {-1, v} end
+  return {-2, v}
+end
+if owner ~= ARGV[1] then return {-1, v} end
+return {1, grant(ARGV[2], ARGV[3], ARGV[4])}
