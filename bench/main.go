@@ -1,0 +1,281 @@
+// Command bench measures this lock library against redsync and redislock on
+// one Redis server: uncontended acquire+release cycles, a contended lock with
+// a short critical section, and the Redis commands each handoff costs. See
+// README.md.
+//
+//	cd bench && go run .            # starts its own redis-server
+//	go run . -addr 127.0.0.1:6379   # uses an existing Redis
+//	go run . -quick                 # 1 s per scenario
+//	go run . -run 'c/'              # only scenario c
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Scenario shapes, fixed so that runs compare.
+const (
+	uncontendedWide = 32                     // goroutines on distinct keys, scenario b
+	contenders      = 16                     // goroutines on one key, scenarios c and d
+	busySection     = 100 * time.Microsecond // the critical section, busy
+	pauseBetween    = time.Millisecond       // scenario d's pause between a goroutine's locks
+)
+
+var manyWaiters = []int{16, 256} // scenario e
+
+func main() {
+	os.Exit(mainCode())
+}
+
+func mainCode() int {
+	addr := flag.String("addr", "", "host:port of an existing Redis to use; without it, start redis-server on a free loopback port")
+	redisBin := flag.String("redis-server", "redis-server", "the redis-server binary started when -addr is not given")
+	jsonPath := flag.String("json", "", "also write one JSON line per scenario and library to this file")
+	quick := flag.Bool("quick", false, "smoke run: 1 s per scenario")
+	dur := flag.Duration("d", 5*time.Second, "how long each scenario runs for each library")
+	only := flag.String("run", "", "run only the cells whose \"scenario/library\" matches this regular expression, e.g. 'c/lock$'")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process to this file")
+	flag.Parse()
+	match, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -run:", err)
+		return 2
+	}
+	if *quick {
+		*dur = time.Second
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	serverAddr, origin := *addr, "given by -addr"
+	if serverAddr == "" {
+		s, err := startServer(ctx, *redisBin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer s.stop()
+		serverAddr, origin = s.addr, "started by the harness"
+	}
+
+	m, err := describeMachine(ctx, serverAddr, origin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	fmt.Println(m.line())
+	fmt.Printf("each scenario runs %v per library; about %v in all\n\n", *dur, estimate(*dur, match).Round(time.Second))
+
+	var out *json.Encoder
+	if *jsonPath != "" {
+		f, err := os.Create(*jsonPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		out = json.NewEncoder(f)
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	results := make(map[string]result)
+	for _, sc := range scenarios(*dur) {
+		for _, lib := range sc.libs {
+			if !match.MatchString(sc.id + "/" + lib.name) {
+				continue
+			}
+			if ctx.Err() != nil {
+				fmt.Fprintln(os.Stderr, "bench: interrupted")
+				return 1
+			}
+			fmt.Fprintf(os.Stderr, "%-4s %-14s ", sc.id, lib.name)
+			prefix := "bench:" + runID + ":" + sc.id + ":" + strings.ReplaceAll(lib.name, " ", "-")
+			res, err := sc.run(ctx, serverAddr, prefix, lib)
+			if err != nil {
+				fmt.Fprintln(os.Stderr)
+				fmt.Fprintln(os.Stderr, "bench:", sc.id, lib.name+":", err)
+				return 1
+			}
+			res.Scenario = sc.id
+			fmt.Fprintf(os.Stderr, "%10.0f ops/s\n", res.OpsPerSec)
+			results[sc.id+"/"+lib.name] = res
+			if out != nil {
+				if err := out.Encode(jsonLine{m, res}); err != nil {
+					fmt.Fprintln(os.Stderr, "bench:", err)
+					return 1
+				}
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	printTable(os.Stdout, results, *dur)
+	fmt.Println()
+	fmt.Println(m.line())
+
+	// Two holders at once is a bug, not a slow result: fail the run (CI runs
+	// -quick).
+	code := 0
+	for _, sc := range scenarios(*dur) {
+		for _, lib := range sc.libs {
+			if r, ok := results[sc.id+"/"+lib.name]; ok && r.Violations > 0 {
+				fmt.Fprintf(os.Stderr, "bench: %s %s: %d mutual-exclusion violations\n", sc.id, lib.name, r.Violations)
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// scenario is one row group of the table.
+type scenario struct {
+	id, title string
+	libs      []library
+	run       func(ctx context.Context, addr, prefix string, lib library) (result, error)
+	rows      []row
+}
+
+var (
+	peers   = []library{libRedsync, libRedislockLinear, libRedislockExp}
+	columns = append([]library{libLock, libLockMulti}, peers...)
+)
+
+func scenarios(d time.Duration) []scenario {
+	withPeers := func(ours ...library) []library { return append(ours, peers...) }
+	unc := func(goroutines int) func(context.Context, string, string, library) (result, error) {
+		return func(ctx context.Context, addr, prefix string, lib library) (result, error) {
+			return uncontended(ctx, addr, prefix, lib, goroutines, d)
+		}
+	}
+	con := func(goroutines int, pause time.Duration) func(context.Context, string, string, library) (result, error) {
+		return func(ctx context.Context, addr, prefix string, lib library) (result, error) {
+			return contended(ctx, addr, prefix, lib, goroutines, busySection, pause, d)
+		}
+	}
+	scs := []scenario{
+		{id: "a", title: "(a) uncontended, 1 goroutine: acquire+release", libs: withPeers(libLock), run: unc(1), rows: uncontendedRows},
+		{id: "b", title: fmt.Sprintf("(b) uncontended, %d goroutines on distinct keys", uncontendedWide), libs: withPeers(libLock), run: unc(uncontendedWide), rows: uncontendedRows},
+		{id: "c", title: fmt.Sprintf("(c) %d goroutines, one key, %v busy section, no pause", contenders, busySection), libs: withPeers(libLock, libLockMulti), run: con(contenders, 0), rows: contendedRows},
+		{id: "d", title: fmt.Sprintf("(d) as (c) with a %v pause between a goroutine's locks", pauseBetween), libs: withPeers(libLock, libLockMulti), run: con(contenders, pauseBetween), rows: contendedRows},
+	}
+	for _, n := range manyWaiters {
+		scs = append(scs, scenario{
+			id:    "e" + strconv.Itoa(n),
+			title: fmt.Sprintf("(e) %d waiters on one key, %v busy section, no pause", n, busySection),
+			libs:  withPeers(libLock, libLockMulti),
+			run:   con(n, 0),
+			rows:  waitersRows,
+		})
+	}
+	return scs
+}
+
+// estimate is how long a run takes: each scenario's libraries, plus set-up.
+func estimate(d time.Duration, match *regexp.Regexp) time.Duration {
+	var total time.Duration
+	for _, sc := range scenarios(d) {
+		for _, lib := range sc.libs {
+			if match.MatchString(sc.id + "/" + lib.name) {
+				total += d + 100*time.Millisecond
+			}
+		}
+	}
+	return total
+}
+
+// machine describes where the run happened.
+type machine struct {
+	CPU          string `json:"cpu"`
+	Cores        int    `json:"cores"`
+	GOMAXPROCS   int    `json:"gomaxprocs"`
+	Go           string `json:"go"`
+	Redis        string `json:"redis"`
+	RedisOrigin  string `json:"redis_origin"`
+	LoadAvgStart string `json:"loadavg_at_start"`
+}
+
+func describeMachine(ctx context.Context, addr, origin string) (machine, error) {
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	v, err := serverVersion(ctx, rc)
+	if err != nil {
+		return machine{}, fmt.Errorf("redis at %s: %w", addr, err)
+	}
+	return machine{
+		CPU:          cpuModel(),
+		Cores:        runtime.NumCPU(),
+		GOMAXPROCS:   runtime.GOMAXPROCS(0),
+		Go:           runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
+		Redis:        v,
+		RedisOrigin:  addr + ", " + origin,
+		LoadAvgStart: loadAvg(),
+	}, nil
+}
+
+func (m machine) line() string {
+	s := fmt.Sprintf("machine: %s, %d cores (GOMAXPROCS %d), %s, Redis %s (%s)",
+		m.CPU, m.Cores, m.GOMAXPROCS, m.Go, m.Redis, m.RedisOrigin)
+	if m.LoadAvgStart != "" {
+		s += ", load average at start " + m.LoadAvgStart
+	}
+	return s
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// jsonLine is one line of the -json file.
+type jsonLine struct {
+	Machine machine `json:"machine"`
+	result
+}

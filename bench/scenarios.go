@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// result is what one library did in one scenario. Durations are in
+// microseconds; a zero means not measured.
+type result struct {
+	Scenario   string  `json:"scenario"`
+	Library    string  `json:"library"`
+	Goroutines int     `json:"goroutines"`
+	SectionUS  float64 `json:"section_us,omitempty"`
+	PauseUS    float64 `json:"pause_us,omitempty"`
+	Seconds    float64 `json:"seconds"`
+	// Ops is the number of acquire+release cycles (uncontended) or critical
+	// sections (contended) completed.
+	Ops       int64   `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	// LatencyP50/P99: one acquire+release cycle (uncontended).
+	LatencyP50 float64 `json:"latency_p50_us,omitempty"`
+	LatencyP99 float64 `json:"latency_p99_us,omitempty"`
+	// Handoffs: grants to a goroutine other than the one that released last;
+	// HandoffP50/P99 time from that release to the grant.
+	Handoffs   int64   `json:"handoffs"`
+	HandoffP50 float64 `json:"handoff_p50_us,omitempty"`
+	HandoffP99 float64 `json:"handoff_p99_us,omitempty"`
+	// ReleaseP50 is the median time of the release call (contended).
+	ReleaseP50 float64 `json:"release_p50_us,omitempty"`
+	// WonBack is the share of grants (after the first) that went to the
+	// goroutine that had just released.
+	WonBack   float64 `json:"won_back_share"`
+	MinGrants int64   `json:"min_grants_per_goroutine"`
+	MaxGrants int64   `json:"max_grants_per_goroutine"`
+	// LongestWait is the longest time a goroutine spent between wanting the
+	// lock and getting it, counting waits still unfinished at the end.
+	LongestWait float64 `json:"longest_wait_us"`
+	// RedisCommands: server-side command calls (INFO commandstats, including
+	// the commands scripts run) per op. ClientCommands: commands the go-redis
+	// client sent (round trips) per op.
+	RedisCommands  float64 `json:"redis_commands_per_op"`
+	ClientCommands float64 `json:"client_commands_per_op"`
+	// RedisCPU is the server's CPU time (user and system) per op.
+	RedisCPU   float64 `json:"redis_cpu_us_per_op"`
+	Violations int64   `json:"mutual_exclusion_violations"`
+	GaveUp     int64   `json:"gave_up"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+// cell is one library in one scenario: its own go-redis client and
+// lockers, and the counters read before and after.
+type cell struct {
+	rc      *redis.Client
+	sent    atomic.Int64
+	lockers []locker
+	free    func()
+}
+
+// openCell opens lib with n lockers and warms it up on a key of its own: a
+// pooled connection, and the scripts loaded in the server's cache.
+func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*cell, error) {
+	r := &cell{}
+	r.rc = newRedisClient(addr, &r.sent)
+	var err error
+	if r.lockers, r.free, err = lib.lockers(r.rc, n); err != nil {
+		_ = r.rc.Close()
+		return nil, fmt.Errorf("%s: %w", lib.name, err)
+	}
+	for range 3 {
+		release, err := r.lockers[0](ctx, prefix+":warmup")
+		if err == nil {
+			err = release(ctx)
+		}
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("%s: warm-up: %w", lib.name, err)
+		}
+	}
+	return r, nil
+}
+
+func (r *cell) close() {
+	r.free()
+	_ = r.rc.Close()
+}
+
+// counters are the server's and the client's counts at one moment.
+type counters struct {
+	server serverStats
+	client int64 // commands sent by the go-redis client
+}
+
+func (r *cell) counters(ctx context.Context) (counters, error) {
+	st, err := readServerStats(ctx, r.rc)
+	return counters{server: st, client: r.sent.Load()}, err
+}
+
+// perOp fills the per-op counts from the counters before and after.
+func (res *result) perOp(before, after counters) {
+	if res.Ops == 0 {
+		return
+	}
+	ops := float64(res.Ops)
+	res.RedisCommands = float64(after.server.calls-before.server.calls) / ops
+	res.RedisCPU = us(after.server.cpu-before.server.cpu) / ops
+	// The INFO that read the "after" server stats was sent by the client.
+	res.ClientCommands = float64(after.client-before.client-1) / ops
+}
+
+// errorCount counts errors and keeps the first.
+type errorCount struct {
+	mu    sync.Mutex
+	n     int64
+	first string
+}
+
+func (e *errorCount) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == 0 {
+		e.first = err.Error()
+	}
+	e.n++
+}
+
+// uncontended runs goroutines that each acquire and release a key of their
+// own, back to back, for d.
+func uncontended(ctx context.Context, addr, prefix string, lib library, goroutines int, d time.Duration) (result, error) {
+	res := result{Library: lib.name, Goroutines: goroutines}
+	r, err := openCell(ctx, addr, prefix, lib, goroutines)
+	if err != nil {
+		return res, err
+	}
+	defer r.close()
+	before, err := r.counters(ctx)
+	if err != nil {
+		return res, err
+	}
+
+	var errs errorCount
+	lat := make([][]time.Duration, goroutines)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	end := begin.Add(d)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk := r.lockers[g]
+			key := prefix + ":k" + strconv.Itoa(g)
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				release, err := lk(ctx, key)
+				if err != nil {
+					errs.add(err)
+					continue
+				}
+				if err := release(ctx); err != nil {
+					errs.add(err)
+					continue
+				}
+				lat[g] = append(lat[g], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	res.Seconds = time.Since(begin).Seconds()
+
+	after, err := r.counters(ctx)
+	if err != nil {
+		return res, err
+	}
+	all := slices.Concat(lat...)
+	res.Ops = int64(len(all))
+	res.OpsPerSec = float64(res.Ops) / res.Seconds
+	res.LatencyP50, res.LatencyP99 = percentiles(all)
+	res.perOp(before, after)
+	res.Errors, res.FirstError = errs.n, errs.first
+	return res, nil
+}
+
+// contended runs goroutines that take turns on one key: each acquires it
+// (waiting), busy-waits section inside it, releases it, sleeps pause, and
+// again, for d.
+func contended(ctx context.Context, addr, prefix string, lib library, goroutines int, section, pause, d time.Duration) (result, error) {
+	res := result{Library: lib.name, Goroutines: goroutines, SectionUS: us(section), PauseUS: us(pause)}
+	r, err := openCell(ctx, addr, prefix, lib, goroutines)
+	if err != nil {
+		return res, err
+	}
+	defer r.close()
+	before, err := r.counters(ctx)
+	if err != nil {
+		return res, err
+	}
+
+	type goroutineStats struct {
+		grants, wonBack, gaveUp int64
+		longest                 time.Duration
+		handoffs, releases      []time.Duration
+	}
+	var (
+		key        = prefix + ":one"
+		stats      = make([]goroutineStats, goroutines)
+		inside     atomic.Int32 // goroutines inside the critical section
+		violations atomic.Int64
+		errs       errorCount
+
+		lastMu      sync.Mutex // the last release: who, when
+		lastHolder  = -1
+		lastRelease time.Time
+	)
+	runCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	// Releases run on their own context so that the end of the run does not
+	// fail them.
+	relCtx := context.WithoutCancel(ctx)
+
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk, st := r.lockers[g], &stats[g]
+			for {
+				want := time.Now()
+				var release func(context.Context) error
+				for release == nil {
+					rel, err := lk(runCtx, key)
+					switch {
+					case err == nil:
+						release = rel
+					case runCtx.Err() != nil:
+						st.longest = max(st.longest, time.Since(want))
+						return
+					case gaveUp(err):
+						st.gaveUp++
+					default:
+						errs.add(err)
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+				granted := time.Now()
+				st.longest = max(st.longest, granted.Sub(want))
+				st.grants++
+				if inside.Add(1) != 1 {
+					violations.Add(1)
+				}
+				lastMu.Lock()
+				prev, prevAt := lastHolder, lastRelease
+				lastMu.Unlock()
+				switch prev {
+				case -1: // the first grant of the run
+				case g:
+					st.wonBack++
+				default:
+					st.handoffs = append(st.handoffs, granted.Sub(prevAt))
+				}
+
+				for time.Since(granted) < section {
+					// busy: the critical section uses the CPU
+				}
+
+				inside.Add(-1)
+				released := time.Now()
+				lastMu.Lock()
+				lastHolder, lastRelease = g, released
+				lastMu.Unlock()
+				if err := release(relCtx); err != nil {
+					errs.add(err)
+				}
+				st.releases = append(st.releases, time.Since(released))
+				if runCtx.Err() != nil {
+					return
+				}
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.Seconds = time.Since(begin).Seconds()
+
+	after, err := r.counters(ctx)
+	if err != nil {
+		return res, err
+	}
+	var handoffs, releases []time.Duration
+	var wonBack int64
+	res.MinGrants = -1
+	for _, st := range stats {
+		res.Ops += st.grants
+		wonBack += st.wonBack
+		res.GaveUp += st.gaveUp
+		handoffs = append(handoffs, st.handoffs...)
+		releases = append(releases, st.releases...)
+		res.LongestWait = max(res.LongestWait, us(st.longest))
+		res.MaxGrants = max(res.MaxGrants, st.grants)
+		if res.MinGrants < 0 || st.grants < res.MinGrants {
+			res.MinGrants = st.grants
+		}
+	}
+	res.OpsPerSec = float64(res.Ops) / res.Seconds
+	res.Handoffs = int64(len(handoffs))
+	res.HandoffP50, res.HandoffP99 = percentiles(handoffs)
+	res.ReleaseP50, _ = percentiles(releases)
+	if res.Ops > 1 {
+		res.WonBack = float64(wonBack) / float64(res.Ops-1)
+	}
+	res.Violations = violations.Load()
+	res.perOp(before, after)
+	res.Errors, res.FirstError = errs.n, errs.first
+	return res, nil
+}
+
+// percentiles returns the 50th and 99th percentiles of ds in microseconds
+// (nearest rank), or zeros for none.
+func percentiles(ds []time.Duration) (p50, p99 float64) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	rank := func(p float64) time.Duration {
+		i := int(p*float64(len(ds))+0.5) - 1
+		return ds[min(max(i, 0), len(ds)-1)]
+	}
+	return us(rank(0.50)), us(rank(0.99))
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

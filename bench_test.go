@@ -1,0 +1,148 @@
+package lock_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/seed05627090/lock"
+)
+
+// The benchmarks below measure the library's own overhead on the memory
+// provider, with sync.Mutex as the floor. Run them with
+//
+//	go test -bench . -benchmem -run '^$' .
+//
+// The bench module (bench/) measures the Redis provider against other
+// libraries.
+
+// benchClient returns a Client on a fresh memory provider, closed when b ends.
+func benchClient(b *testing.B) *lock.Client {
+	b.Helper()
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func BenchmarkMemoryProviderAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	p := lock.NewMemoryProvider()
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := p.Acquire(ctx, "lock:bench", "owner", lock.DefaultLease); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Release(ctx, "lock:bench", "owner"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkClientAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	c := benchClient(b)
+	b.ReportAllocs()
+	for range b.N {
+		l, err := c.Acquire(ctx, "bench", lock.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	ctx := context.Background()
+	handler := func(_ context.Context, n int) (int, error) { return n + 1, nil }
+	wrap := func(b *testing.B, opts lock.MiddlewareOptions[int]) func(context.Context, int) (int, error) {
+		h, err := lock.Middleware(benchClient(b), handler, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return h
+	}
+
+	b.Run("1goroutine", func(b *testing.B) {
+		h := wrap(b, lock.MiddlewareOptions[int]{Name: "bench"})
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := h(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("parallel-distinct", func(b *testing.B) {
+		// NameFunc turns the argument into the name; every goroutine passes its
+		// own number, so no two goroutines share a lock.
+		names := make([]string, 1024)
+		for i := range names {
+			names[i] = "bench:" + strconv.Itoa(i)
+		}
+		h := wrap(b, lock.MiddlewareOptions[int]{NameFunc: func(n int) string { return names[n%len(names)] }})
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			id := int(next.Add(1))
+			for pb.Next() {
+				if _, err := h(ctx, id); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func BenchmarkClientContended(b *testing.B) {
+	ctx := context.Background()
+	c := benchClient(b)
+	b.ReportAllocs()
+	b.SetParallelism(8) // 8 x GOMAXPROCS goroutines on one name
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := c.Acquire(ctx, "bench", lock.Options{Wait: true})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkSyncMutex(b *testing.B) {
+	b.Run("1goroutine", func(b *testing.B) {
+		var mu sync.Mutex
+		n := 0
+		b.ReportAllocs()
+		for range b.N {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+	})
+	b.Run("contended", func(b *testing.B) {
+		var mu sync.Mutex
+		n := 0
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		})
+	})
+}

@@ -1,0 +1,353 @@
+package faults_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/seed05627090/lock"
+)
+
+// roleEnv names the role of a child process: the test binary re-executed with
+// -test.run=^TestHelperProcess$ and this variable set runs that role instead
+// of the tests.
+const roleEnv = "FAULTS_ROLE"
+
+// knownBugsEnv enables the tests that are skipped because they fail on a
+// known library bug, to check a fix.
+const knownBugsEnv = "LOCK_KNOWN_BUGS"
+
+// stats are the figures of the summary line that TestMain prints.
+var stats struct {
+	grants      atomic.Int64 // locks granted, in this process and in children
+	processes   atomic.Int64 // child processes started
+	faults      atomic.Int64 // faults injected
+	violations  atomic.Int64 // failed checks of a property of the library
+	lostUpdates atomic.Int64 // updates lost under a lock
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) != "" {
+		// A child: run TestHelperProcess only, without the leak check (the
+		// parent may kill it at any point) and without a summary.
+		os.Exit(m.Run())
+	}
+	// go-redis logs every failed dial; the tests fail dials on purpose.
+	redis.SetLogger(quietLogger{})
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left after the tests: %v\n", err)
+			code = 1
+		}
+	}
+	fmt.Printf("faults: grants=%d processes=%d faults=%d violations=%d lost_updates=%d\n",
+		stats.grants.Load(), stats.processes.Load(), stats.faults.Load(),
+		stats.violations.Load(), stats.lostUpdates.Load())
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// expect checks a property of the library: when ok is false it counts a
+// violation and fails the test with the message.
+func expect(t testing.TB, ok bool, format string, args ...any) bool {
+	t.Helper()
+	if !ok {
+		stats.violations.Add(1)
+		t.Errorf("violation: "+format, args...)
+	}
+	return ok
+}
+
+// fault counts one injected fault.
+func fault(t testing.TB, what string) {
+	t.Helper()
+	stats.faults.Add(1)
+	t.Logf("fault: %s", what)
+}
+
+// newRedis returns a go-redis client of addr, closed at the end of the test.
+// ContextTimeoutEnabled makes the context's deadline bound the socket reads
+// and writes, so that a call on a dead connection ends with its context.
+func newRedis(t testing.TB, addr string, opts ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := &redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+	}
+	for _, fn := range opts {
+		fn(o)
+	}
+	rc := redis.NewClient(o)
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+// newClient returns a lock Client on a Redis provider over rc, closed at the
+// end of the test.
+func newClient(t testing.TB, rc redis.UniversalClient, opts ...lock.ClientOption) *lock.Client {
+	t.Helper()
+	c, err := lock.NewClient(lock.NewRedisProvider(rc), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recordKey is where the Redis provider stores the record of key.
+func recordKey(key string) string { return "{" + key + "}" }
+
+// record reads the record of key straight from Redis: its value ("" when
+// there is none) and its TTL.
+func record(t testing.TB, direct *redis.Client, key string) (string, time.Duration) {
+	t.Helper()
+	ctx := ctxTimeout(t, 5*time.Second)
+	v, err := direct.Get(ctx, recordKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", 0
+	}
+	require.NoError(t, err, "read the record of %q", key)
+	ttl, err := direct.PTTL(ctx, recordKey(key)).Result()
+	require.NoError(t, err)
+	return v, ttl
+}
+
+// recordOwner returns the owner in a stored record value, "" for none.
+func recordOwner(v string) string {
+	owner, _, _ := strings.Cut(v, ",")
+	return owner
+}
+
+// fencedWrite is the protected resource: it stores data only when token is
+// greater than every token it has seen, and records the token. Tokens are
+// compared as decimal strings (length, then bytes) so that no precision is
+// lost in Lua numbers. It returns 1 when the write was accepted, 0 when it was
+// rejected.
+var fencedWrite = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1]) or '0'
+local tok = ARGV[1]
+if #tok < #cur or (#tok == #cur and tok <= cur) then return 0 end
+redis.call('SET', KEYS[1], tok)
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+`)
+
+// fenced runs fencedWrite for resource name with token and data.
+func fenced(ctx context.Context, rc redis.UniversalClient, name string, token uint64, data string) (bool, error) {
+	n, err := fencedWrite.Run(ctx, rc, []string{name + ":fence-seen", name + ":data"},
+		strconv.FormatUint(token, 10), data).Int()
+	return n == 1, err
+}
+
+// child is a re-executed test binary running one role. It writes report
+// lines, "FAULTS <fields>", on its stdout, and reads commands on its stdin.
+type child struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string // the report lines, closed at the end of stdout
+	out    *lockedLog  // everything it printed
+	exited chan struct{}
+	err    error // of Wait, once exited is closed
+}
+
+// startChild starts the test binary as a child in role with the given extra
+// environment, and kills it at the end of the test if it is still running.
+func startChild(t testing.TB, role string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	out := &lockedLog{}
+	cmd.Stderr = out
+	require.NoError(t, cmd.Start(), "start child %s", role)
+	stats.processes.Add(1)
+	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), out: out, exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			out.add(line + "\n")
+			if rest, ok := strings.CutPrefix(line, "FAULTS "); ok {
+				c.lines <- rest
+			}
+		}
+		close(c.lines)
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-c.exited:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			<-c.exited
+		}
+	})
+	return c
+}
+
+// next returns the child's next report line, failing the test when none comes
+// before ctx ends or the child exits first.
+func (c *child) next(ctx context.Context) string {
+	c.t.Helper()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			<-c.exited
+			c.t.Fatalf("child exited (%v) before reporting; its output:\n%s", c.err, c.out.String())
+		}
+		return line
+	case <-ctx.Done():
+		c.t.Fatalf("no report from the child: %v; its output:\n%s", ctx.Err(), c.out.String())
+	}
+	return ""
+}
+
+// send writes one command line to the child's stdin.
+func (c *child) send(line string) {
+	c.t.Helper()
+	_, err := io.WriteString(c.stdin, line+"\n")
+	require.NoError(c.t, err, "write to child")
+}
+
+// wait waits for the child to exit and returns Wait's error.
+func (c *child) wait(ctx context.Context) error {
+	c.t.Helper()
+	select {
+	case <-c.exited:
+		return c.err
+	case <-ctx.Done():
+		c.t.Fatalf("child did not exit: %v; its output:\n%s", ctx.Err(), c.out.String())
+	}
+	return nil
+}
+
+// fields parses a report line "word k1=v1 k2=v2 ..." into its word and fields.
+// A value may be a Go quoted string (written with %q), spaces included.
+func fields(line string) (string, map[string]string) {
+	m := make(map[string]string)
+	word, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimSpace(rest) {
+		k, v, _ := strings.Cut(rest, "=")
+		rest = ""
+		if strings.HasPrefix(v, `"`) {
+			if q, err := strconv.QuotedPrefix(v); err == nil {
+				m[k], _ = strconv.Unquote(q)
+				rest = v[len(q):]
+				continue
+			}
+		}
+		v, rest, _ = strings.Cut(v, " ")
+		m[k] = v
+	}
+	return word, m
+}
+
+func atoi(t testing.TB, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err, "parse %q", s)
+	return n
+}
+
+func atou(t testing.TB, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	require.NoError(t, err, "parse %q", s)
+	return n
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) { l.add(string(p)); return len(p), nil }
+
+func (l *lockedLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() < 256<<10 {
+		l.b.WriteString(s)
+	}
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestHelperProcess is the entry point of the child processes: it runs the
+// role named by FAULTS_ROLE, and is skipped in a normal run.
+func TestHelperProcess(t *testing.T) {
+	role := os.Getenv(roleEnv)
+	if role == "" {
+		t.Skip("runs only as a child process of the fault tests")
+	}
+	fn, ok := roles[role]
+	if !ok {
+		t.Fatalf("unknown role %q", role)
+	}
+	fn(t)
+}
+
+// roles are the child processes' parts, by name.
+var roles = map[string]func(t *testing.T){
+	"counter": roleCounter,
+	"holder":  roleHolder,
+}
+
+// report writes one report line to the parent.
+func report(format string, args ...any) {
+	fmt.Printf("FAULTS "+format+"\n", args...)
+}
+
+// childEnv reads a variable the parent set for a child.
+func childEnv(t testing.TB, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("child: %s is not set", name)
+	}
+	return v
+}
+
+// readLine reads one command line from stdin.
+func readLine(r *bufio.Reader) string {
+	s, _ := r.ReadString('\n')
+	return strings.TrimSpace(s)
+}
+
+var stdin = sync.OnceValue(func() *bufio.Reader { return bufio.NewReader(os.Stdin) })

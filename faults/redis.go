@@ -1,0 +1,233 @@
+// Package faults holds the fault-injection tests of the lock library and their
+// helpers: a launcher for throwaway redis-server processes (Redis) and a TCP
+// proxy that can delay, pause and cut the traffic between a client and Redis
+// (Proxy). The tests, in package faults_test, kill and restart servers, cut
+// connections, and stop and kill the processes that hold locks, and check that
+// no lock is granted twice, no update is lost, and every holder is told when it
+// lost its lock.
+//
+// The helpers start processes and listen on loopback addresses only. They are
+// test helpers: they take a testing.TB and end the test when they cannot work.
+package faults
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RedisBinary is where the tests look for redis-server first; then on PATH.
+const RedisBinary = "/usr/bin/redis-server"
+
+// RedisPath returns the path of redis-server, or "" when there is none.
+func RedisPath() string {
+	if _, err := os.Stat(RedisBinary); err == nil {
+		return RedisBinary
+	}
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// RequireRedis returns the path of redis-server. Without one it skips the
+// test, or fails it when the environment variable CI is set.
+func RequireRedis(t testing.TB) string {
+	t.Helper()
+	p := RedisPath()
+	if p == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("redis-server is required in CI (looked at %s and on PATH)", RedisBinary)
+		}
+		t.Skipf("no redis-server (looked at %s and on PATH)", RedisBinary)
+	}
+	return p
+}
+
+// Redis is one redis-server process of a test, on a loopback port of its own,
+// without persistence: a restart starts it empty. Kill and Start may be called
+// in turn to crash and restart it on the same port. It is stopped when the
+// test ends.
+type Redis struct {
+	// Addr is the server's address, 127.0.0.1:port; it stays the same across
+	// restarts.
+	Addr string
+
+	t    testing.TB
+	bin  string
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	log    *boundedBuffer
+}
+
+// StartRedis starts a redis-server on a free loopback port and waits until it
+// answers PING. It skips or fails the test as RequireRedis does when there is
+// no redis-server, and stops the server at the end of the test.
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	r := &Redis{t: t, bin: RequireRedis(t), dir: t.TempDir()}
+	t.Cleanup(func() { _ = r.Kill() })
+	var err error
+	// A free port found by listening may be taken by someone else before the
+	// server binds it: try a few.
+	for range 5 {
+		r.port, err = FreePort()
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
+		if err = r.Start(); err == nil {
+			return r
+		}
+	}
+	t.Fatalf("start redis-server: %v", err)
+	return nil
+}
+
+// Start starts the server on its port (again, after Kill) and waits until it
+// answers PING. It returns an error when the server is already running or
+// does not come up within ten seconds.
+func (r *Redis) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return errors.New("redis-server is already running")
+	}
+	log := &boundedBuffer{max: 64 << 10}
+	cmd := exec.Command(r.bin,
+		"--port", strconv.Itoa(r.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", r.dir,
+		"--loglevel", "warning",
+	)
+	cmd.Stdout = log
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	r.cmd, r.exited, r.log = cmd, exited, log
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := ping(r.Addr); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			r.cmd = nil
+			return fmt.Errorf("redis-server on port %d exited: %s", r.port, strings.TrimSpace(log.String()))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			r.cmd = nil
+			return fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", r.port, strings.TrimSpace(log.String()))
+		}
+	}
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and waits until it is
+// gone: every connection to it is reset and everything it stored is lost. It
+// does nothing when the server is not running.
+func (r *Redis) Kill() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return nil
+	}
+	err := r.cmd.Process.Signal(syscall.SIGKILL)
+	<-r.exited
+	r.cmd = nil
+	if errors.Is(err, os.ErrProcessDone) {
+		err = nil
+	}
+	return err
+}
+
+// Log returns what the running (or last) server printed.
+func (r *Redis) Log() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log == nil {
+		return ""
+	}
+	return r.log.String()
+}
+
+// ping sends one PING in the inline protocol and wants +PONG.
+func ping(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// FreePort returns a loopback TCP port that nothing listened on a moment ago.
+func FreePort() (int, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// boundedBuffer keeps the first max bytes written to it; it is safe for
+// concurrent use.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
