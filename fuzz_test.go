@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,8 +120,8 @@ func fuzzSnapshot(t *testing.T, mr *miniredis.Miniredis, key string) fuzzStored 
 }
 
 // fuzzParseRecord parses a stored value as the library's record, by the rules of
-// its doc: "owner,token" or "owner,token,ended", owner valid, token a
-// non-zero uint64.
+// its doc: "owner,token" or "owner,token,ended", owner valid, token 1 to 19
+// digits without a leading zero.
 func fuzzParseRecord(v string) (owner string, token uint64, ended bool, ok bool) {
 	ended = strings.HasSuffix(v, ",ended")
 	owner, tok, found := strings.Cut(strings.TrimSuffix(v, ",ended"), ",")
@@ -131,21 +129,13 @@ func fuzzParseRecord(v string) (owner string, token uint64, ended bool, ok bool)
 		return "", 0, false, false
 	}
 	token, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil || token == 0 {
+	if err != nil || token == 0 || len(tok) > 19 || tok[0] == '0' {
 		return "", 0, false, false
 	}
 	return owner, token, ended, true
 }
 
-// fuzzLuaRecord is what the Lua scripts take for a record: any owner without a
-// comma, any run of digits.
-var fuzzLuaRecord = regexp.MustCompile(`^[^,]+,[0-9]+(,ended)?$`)
-
 const fuzzOwner = "me"
-
-// fuzzKnownBugsEnv, when set, makes the inputs of known library bugs fail instead
-// of being skipped, to check a fix.
-const fuzzKnownBugsEnv = "LOCK_KNOWN_BUGS"
 
 // FuzzRedisRecord stores a raw value under the record key "{K}" (a string, a
 // list, a hash, or nothing) in miniredis and runs Acquire, Release and Update
@@ -287,10 +277,6 @@ func FuzzRedisRecord(f *testing.F) {
 		if len(problems) == 0 {
 			return
 		}
-		if kind == 0 && fuzzLuaRecord.MatchString(raw) && !isRecord && os.Getenv(fuzzKnownBugsEnv) == "" {
-			t.Skipf("BUG: the Lua scripts (scripts/*.lua) take %q for a record, the Go parser (parseRecord, provider.go) does not; "+
-				"set LOCK_KNOWN_BUGS=1 to fail on it:\n%s", raw, strings.Join(problems, "\n"))
-		}
 		t.Fatal(strings.Join(problems, "\n"))
 	})
 }
@@ -355,25 +341,13 @@ func FuzzOptions(f *testing.F) {
 		require.True(t, ran, "Do did not run its handler with %+v", o)
 		// A very short MaxDuration may end the hold before the release.
 		if doErr != nil && !errors.Is(doErr, lock.ErrLost) {
-			fuzzFailOrKnownBug(t, o, "Do with %+v returned %v, want nil or ErrLost", o, doErr)
+			t.Fatalf("Do with %+v returned %v, want nil or ErrLost", o, doErr)
 		}
 		if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
-			fuzzFailOrKnownBug(t, o, "Release with %+v returned %v, want nil or ErrLost", o, err)
+			t.Fatalf("Release with %+v returned %v, want nil or ErrLost", o, err)
 		}
 		if o.GracePeriod == 0 {
 			require.Zero(t, p.Len(), "a record is left after the release with %+v", o)
 		}
 	})
-}
-
-// fuzzFailOrKnownBug fails the test, or skips it when o has the GracePeriod of a
-// known bug and LOCK_KNOWN_BUGS is not set.
-func fuzzFailOrKnownBug(t *testing.T, o lock.Options, format string, args ...any) {
-	t.Helper()
-	if o.GracePeriod > 0 && o.GracePeriod < time.Millisecond && os.Getenv(fuzzKnownBugsEnv) == "" {
-		t.Skipf("BUG: Options.resolved (options.go) accepts a GracePeriod under 1ms, which the release's "+
-			"Update then rejects (checkTTL): the release fails and the lock stays held for its lease; "+
-			"set LOCK_KNOWN_BUGS=1 to fail on it: "+format, args...)
-	}
-	t.Fatalf(format, args...)
 }

@@ -166,14 +166,16 @@ func (c *Client) newOwner() string {
 // acquire runs one acquisition: a first attempt, then, with o.Wait, a wait in
 // the key's local queue, woken by announcements and bounded polling.
 func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.skip(key, owner, err, 0)
+	}
 	// A waiter that arrives while others wait in this process queues behind them
 	// without trying, so that it cannot overtake them.
 	if !o.Wait || !c.waiters.queued(key) {
 		rec, sent, err := c.attempt(ctx, key, owner, o)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, c.skip(key, owner, ctx.Err(), 0)
-			}
+			// Not a NotAcquiredError, even if ctx ended meanwhile: nobody was
+			// seen holding the lock.
 			return nil, err
 		}
 		if l := c.granted(key, owner, o, rec, sent); l != nil {
@@ -309,7 +311,7 @@ func (c *Client) granted(key, owner string, o Options, rec Record, sent time.Tim
 		acquiredAt:  c.clock.Now(),
 		start:       sent,
 		maxDeadline: sent.Add(o.MaxDuration),
-		leaseEnd:    sent.Add(ttl),
+		leaseEnd:    leaseEnd(sent, ttl),
 		done:        make(chan struct{}),
 	}
 	l.mu.Lock()
@@ -383,7 +385,7 @@ type Lock struct {
 	renewMu  sync.Mutex // one renewal at a time
 	mu       sync.Mutex // guards what follows
 	state    lockState
-	leaseEnd time.Time // monotonic: the record expires no earlier than this
+	leaseEnd time.Time // monotonic: the record expires no earlier than this (see leaseEnd)
 	timer    *time.Timer
 	lostErr  *LostError
 	onLost   []func(error)
@@ -470,7 +472,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	now := time.Now()
 	left := l.maxDeadline.Sub(now)
 	var err error
-	if left <= 0 {
+	if !now.Before(leaseEnd(l.start, l.opts.MaxDuration)) {
 		err = &LostError{Key: l.key, Token: l.token, Cause: fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration)}
 	} else {
 		d = min(d, left)
@@ -484,7 +486,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	var le *LostError
 	switch {
 	case err == nil:
-		l.leaseEnd = now.Add(d)
+		l.leaseEnd = leaseEnd(now, d)
 		l.timer.Reset(l.nextRenewal(now, d))
 		return nil
 	case errors.As(err, &le):
@@ -512,14 +514,22 @@ func (l *Lock) heldErrLocked() error {
 	return nil
 }
 
+// leaseEnd returns until when a holder may count on a record granted or renewed
+// with ttl by a request sent at sent: the server's TTL starts later than sent,
+// and a margin of 1% + 1ms allows for the two clocks running at different
+// rates, so the holder is told of a loss before another can take the lock.
+func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - min(ttl/100+time.Millisecond, ttl/2))
+}
+
 // nextRenewal returns the delay until the next renewal of a lease of ttl
-// granted at now: a third of the lease, or the end of the hold when the lease
-// already reaches MaxDuration (then the timer finds the hold over).
+// granted at now: a third of the lease, or the end of the lease when it already
+// reaches MaxDuration (then the timer finds the hold over).
 func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
 	if now.Add(ttl).Before(l.maxDeadline) {
 		return ttl / 3
 	}
-	return l.maxDeadline.Sub(now)
+	return leaseEnd(now, ttl).Sub(now)
 }
 
 // renew runs on the lease timer: it renews the lease, declares the lock lost

@@ -76,18 +76,9 @@ const (
 
 const endedSuffix = ",ended"
 
-// encodeRecord returns the stored form of a record: "owner,token" while held,
-// "owner,token,ended" during a grace period. The Redis scripts parse the same
-// form; parseRecord is its inverse.
-func encodeRecord(owner string, token uint64, ended bool) string {
-	s := owner + "," + strconv.FormatUint(token, 10)
-	if ended {
-		s += endedSuffix
-	}
-	return s
-}
-
-// parseRecord decodes a stored value, or reports it as corrupt.
+// parseRecord decodes a stored value, or reports it as corrupt. A record is
+// "owner,token" while held and "owner,token,ended" during a grace period; the
+// parse function of scripts/record.lua is the same parser in Lua.
 func parseRecord(key, v string) (Record, error) {
 	ended := strings.HasSuffix(v, endedSuffix)
 	body := strings.TrimSuffix(v, endedSuffix)
@@ -95,8 +86,9 @@ func parseRecord(key, v string) (Record, error) {
 	if !ok || checkOwner(owner) != nil {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
+	// 1 to 19 digits without a leading zero, as the Lua parser takes them.
 	token, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil || token == 0 {
+	if err != nil || token == 0 || len(tok) > 19 || tok[0] == '0' {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
 	return Record{Owner: owner, Token: token, Ended: ended}, nil
@@ -118,7 +110,7 @@ func checkOwner(owner string) error {
 		return invalidf("empty owner")
 	case len(owner) > MaxOwnerLen:
 		return invalidf("owner is %d bytes, more than %d", len(owner), MaxOwnerLen)
-	case strings.ContainsAny(owner, ", \t\r\n"):
+	case strings.ContainsAny(owner, ", \t\r\n\v\f"):
 		return invalidf("owner %q contains a comma or white space", owner)
 	}
 	return nil

@@ -19,24 +19,24 @@ var (
 )
 
 var (
-	//go:embed scripts/grant.lua
-	grantLua string
+	//go:embed scripts/record.lua
+	recordLua string
 
 	//go:embed scripts/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(grantLua + acquireLua)
+	acquireScript = redis.NewScript(recordLua + acquireLua)
 
 	//go:embed scripts/transfer.lua
 	transferLua    string
-	transferScript = redis.NewScript(grantLua + transferLua)
+	transferScript = redis.NewScript(recordLua + transferLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = redis.NewScript(recordLua + releaseLua)
 
 	//go:embed scripts/update.lua
 	updateLua    string
-	updateScript = redis.NewScript(updateLua)
+	updateScript = redis.NewScript(recordLua + updateLua)
 )
 
 // RedisChannel is the pub/sub channel on which the Redis provider announces
@@ -61,7 +61,9 @@ type RedisProvider struct {
 }
 
 // NewRedisProvider returns a provider that uses client. The client stays the
-// caller's to close.
+// caller's to close. go-redis honours context deadlines on the socket only with
+// ContextTimeoutEnabled set in its options; without it, a call to an
+// unreachable server lasts up to the client's own read and write timeouts.
 func NewRedisProvider(client redis.UniversalClient) *RedisProvider {
 	return &RedisProvider{client: client}
 }
@@ -218,8 +220,11 @@ func (p *RedisProvider) result(ctx context.Context, key string, res []any, err e
 // wrap turns a Redis error about a value of another type into a RecordError,
 // and passes the caller's own context error through as it is.
 func (p *RedisProvider) wrap(ctx context.Context, key string, err error) error {
-	if strings.Contains(err.Error(), "WRONGTYPE") {
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "WRONGTYPE"):
 		return &RecordError{Key: key, Value: "(a value of another Redis type)"}
+	case strings.Contains(msg, "LOCKCORRUPT"):
+		return &RecordError{Key: fenceKey(key), Value: "(a fencing counter that is not an integer)"}
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err

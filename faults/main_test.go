@@ -28,10 +28,6 @@ import (
 // of the tests.
 const roleEnv = "FAULTS_ROLE"
 
-// knownBugsEnv enables the tests that are skipped because they fail on a
-// known library bug, to check a fix.
-const knownBugsEnv = "LOCK_KNOWN_BUGS"
-
 // stats are the figures of the summary line that TestMain prints.
 var stats struct {
 	grants      atomic.Int64 // locks granted, in this process and in children

@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -79,12 +78,6 @@ func TestRedisUnreachable(t *testing.T) {
 	t.Run("deadline-before-refused", func(t *testing.T) {
 		// go-redis retries the dial (5 dials x 100ms, 3 retries: about 2s)
 		// past the caller's deadline, and returns the bare context error.
-		if os.Getenv(knownBugsEnv) == "" {
-			t.Skip("BUG: Client.acquire (lock.go) returns a *NotAcquiredError (ErrNotAcquired) whenever the first attempt " +
-				"failed and ctx has ended, instead of the provider's error: with Redis unreachable and a deadline shorter " +
-				"than go-redis's dial retries, Acquire says \"could not acquire\" although nobody holds the lock, and a " +
-				"caller that reads ErrNotAcquired as \"another replica has it\" skips its work; set " + knownBugsEnv + "=1 to run")
-		}
 		rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rc.Close()
 		check(t, rc, time.Second, func(err error) bool {

@@ -2,14 +2,17 @@
 -- holds the key after the call with its remaining TTL.
 -- KEYS[1] record key, KEYS[2] fencing counter (same hash slot)
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms
--- Returns {value, pttl}. A value that is not a record is returned as it is;
--- the caller reports it. Records: "owner,token" or "owner,token,ended".
+-- Returns {value, pttl}. A value that is not a record is returned as it is,
+-- unchanged; the caller reports it.
 local v = redis.call('GET', KEYS[1])
 if v then
-  if string.match(v, '^([^,]+),%d+$') == ARGV[1] then
+  local owner, _, ended = parse(v)
+  if owner == ARGV[1] and not ended then
     -- Our own record from an attempt whose reply was lost: renew it.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   return {v, redis.call('PTTL', KEYS[1])}
 end
-return {grant(ARGV[1], ARGV[2], ARGV[3]), tonumber(ARGV[2])}
+v = grant(ARGV[1], ARGV[2], ARGV[3])
+if type(v) == 'table' then return v end
+return {v, tonumber(ARGV[2])}

@@ -4,7 +4,7 @@
 -- another owner holds it, {-2, value} when the value is not a record.
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local owner = string.match(v, '^([^,]+),%d+$') or string.match(v, '^([^,]+),%d+,ended$')
+local owner = parse(v)
 if not owner then return {-2, v} end
 if owner ~= ARGV[1] then return {-1, v} end
 redis.call('DEL', KEYS[1])

@@ -8,10 +8,9 @@
 -- not a record.
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local owner = string.match(v, '^([^,]+),%d+$')
-if not owner then
-  if string.match(v, '^[^,]+,%d+,ended$') then return {-1, v} end
-  return {-2, v}
-end
-if owner ~= ARGV[1] then return {-1, v} end
-return {1, grant(ARGV[2], ARGV[3], ARGV[4])}
+local owner, _, ended = parse(v)
+if not owner then return {-2, v} end
+if owner ~= ARGV[1] or ended then return {-1, v} end
+v = grant(ARGV[2], ARGV[3], ARGV[4])
+if type(v) == 'table' then return v end
+return {1, v}

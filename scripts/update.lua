@@ -6,12 +6,9 @@
 -- owner holds it or it has ended, {-2, value} when the value is not a record.
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local owner, token = string.match(v, '^([^,]+),(%d+)$')
-if not owner then
-  if string.match(v, '^[^,]+,%d+,ended$') then return {-1, v} end
-  return {-2, v}
-end
-if owner ~= ARGV[1] then return {-1, v} end
+local owner, _, ended = parse(v)
+if not owner then return {-2, v} end
+if owner ~= ARGV[1] or ended then return {-1, v} end
 if ARGV[3] == '1' then
   redis.call('SET', KEYS[1], v .. ',ended', 'PX', ARGV[2])
   redis.call('PUBLISH', ARGV[4], ARGV[5])
