@@ -41,6 +41,7 @@ type Client struct {
 	log            *slog.Logger
 	clock          Clock
 	hooks          []func(Event)
+	debug          bool // log is enabled at debug level
 	poll           time.Duration
 	releaseTimeout time.Duration
 
@@ -79,6 +80,7 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	c.debug = c.log.Enabled(context.Background(), slog.LevelDebug)
 	return c, nil
 }
 
@@ -308,7 +310,6 @@ func (c *Client) granted(key, owner string, o Options, rec Record, sent time.Tim
 		owner:       owner,
 		token:       rec.Token,
 		opts:        o,
-		acquiredAt:  c.clock.Now(),
 		start:       sent,
 		maxDeadline: sent.Add(o.MaxDuration),
 		leaseEnd:    leaseEnd(sent, ttl),
@@ -317,7 +318,9 @@ func (c *Client) granted(key, owner string, o Options, rec Record, sent time.Tim
 	l.mu.Lock()
 	l.timer = time.AfterFunc(l.nextRenewal(sent, ttl), l.renew)
 	l.mu.Unlock()
-	c.log.Debug("lock: acquired", "key", key, "owner", owner, "token", rec.Token)
+	if c.debug {
+		c.log.Debug("lock: acquired", "key", key, "owner", owner, "token", rec.Token)
+	}
 	c.emit(Event{Kind: EventAcquired, Key: key, Owner: owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease})
 	return l
 }
@@ -377,7 +380,6 @@ type Lock struct {
 	key, owner  string
 	token       uint64
 	opts        Options
-	acquiredAt  time.Time // by the Client's clock, for events
 	start       time.Time // monotonic, when the granting request was sent
 	maxDeadline time.Time // monotonic
 	chain       int       // transfers in a row in this process that led to this grant
@@ -470,31 +472,37 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	now := time.Now()
-	left := l.maxDeadline.Sub(now)
-	var err error
 	if !now.Before(leaseEnd(l.start, l.opts.MaxDuration)) {
-		err = &LostError{Key: l.key, Token: l.token, Cause: fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration)}
-	} else {
-		d = min(d, left)
-		err = l.c.provider.Update(ctx, l.key, l.owner, d, false)
+		return l.lose(fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration))
+	}
+	d = min(d, l.maxDeadline.Sub(now))
+	err := l.c.provider.Update(ctx, l.key, l.owner, d, false)
+	switch {
+	case errors.Is(err, ErrLost):
+		return l.lose(nil) // found gone or taken
+	case errors.Is(err, ErrCorruptRecord):
+		return l.lose(err)
+	case err != nil:
+		return fmt.Errorf("lock: renew %q: %w", l.key, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
 		return l.heldErrLocked()
 	}
-	var le *LostError
-	switch {
-	case err == nil:
-		l.leaseEnd = leaseEnd(now, d)
-		l.timer.Reset(l.nextRenewal(now, d))
-		return nil
-	case errors.As(err, &le):
-		return l.loseLocked(le.Cause)
-	case errors.Is(err, ErrCorruptRecord):
-		return l.loseLocked(err)
+	l.leaseEnd = leaseEnd(now, d)
+	l.timer.Reset(l.nextRenewal(now, d))
+	return nil
+}
+
+// lose marks the lock lost with cause, unless it was released meanwhile.
+func (l *Lock) lose(cause error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == released {
+		return l.heldErrLocked()
 	}
-	return fmt.Errorf("lock: renew %q: %w", l.key, err)
+	return l.loseLocked(cause)
 }
 
 // heldErr returns nil while the lock is held, and why it is not otherwise.
@@ -572,7 +580,7 @@ func (l *Lock) loseLocked(cause error) error {
 	}
 	l.onLost = nil
 	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
-	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: l.c.clock.Now().Sub(l.acquiredAt), Err: l.lostErr})
+	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
 	return l.lostErr
 }
 
@@ -599,8 +607,7 @@ func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	sent := time.Now()
 	rec, err := tr.Transfer(ctx, l.key, l.owner, w.owner, w.lease)
 	c.waiters.settle(l.key, w, grant{ok: err == nil, rec: rec, sent: sent, chain: l.chain + 1})
-	var le *LostError
-	if err == nil || errors.As(err, &le) {
+	if err == nil || errors.Is(err, ErrLost) {
 		return true, err
 	}
 	// The transfer may or may not have happened: free the lock if it is still
@@ -648,14 +655,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		err = c.provider.Release(rctx, l.key, l.owner)
 	}
 	c.announce(l.key)
-	heldFor := c.clock.Now().Sub(l.acquiredAt)
-	var le *LostError
+	heldFor := time.Since(l.start)
 	switch {
 	case err == nil:
-		c.log.Debug("lock: released", "key", l.key, "token", l.token)
+		if c.debug {
+			c.log.Debug("lock: released", "key", l.key, "token", l.token)
+		}
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: l.opts.GracePeriod})
 		return nil
-	case errors.As(err, &le) || errors.Is(err, ErrCorruptRecord):
+	case errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord):
 		cause := error(nil)
 		if errors.Is(err, ErrCorruptRecord) {
 			cause = err
