@@ -324,7 +324,7 @@ func TestProviderConformance(t *testing.T) {
 			}
 			k1, k2, k3 := uniqueName(t)+":1", uniqueName(t)+":2", uniqueName(t)+":3"
 			msgs := make(chan string, 64)
-			stop, err := tp.Subscribe(ctx, func(key string) {
+			stop, err := tp.Subscribe(ctx, func(key, _ string) {
 				if key == k1 || key == k2 || key == k3 {
 					select {
 					case msgs <- key:
@@ -394,7 +394,7 @@ func TestProviderConformance(t *testing.T) {
 			key, a := uniqueName(t), newOwner()
 			entered := make(chan struct{}, 1)
 			var finished atomic.Bool
-			stop, err := tp.Subscribe(ctx, func(k string) {
+			stop, err := tp.Subscribe(ctx, func(k, _ string) {
 				if k != key {
 					return
 				}
@@ -471,7 +471,7 @@ func TestProviderConformance(t *testing.T) {
 				// the release of k2 is the first announcement seen.
 				k2 := key + ":2"
 				msgs := make(chan string, 16)
-				stop, err := tp.Subscribe(ctx, func(k string) {
+				stop, err := tp.Subscribe(ctx, func(k, _ string) {
 					if k == key || k == k2 {
 						select {
 						case msgs <- k:

@@ -171,9 +171,13 @@ func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lo
 	if err := ctx.Err(); err != nil {
 		return nil, c.skip(key, owner, err, 0)
 	}
+	if _, ok := c.provider.(Queuer); o.Fair && !ok {
+		return nil, invalidf("Options.Fair needs a provider that keeps a wait queue (a Queuer)")
+	}
 	// A waiter that arrives while others wait in this process queues behind them
-	// without trying, so that it cannot overtake them.
-	if !o.Wait || !c.waiters.queued(key) {
+	// without trying, so that it cannot overtake them. A fair waiter asks at
+	// once: the provider's queue keeps the order.
+	if !o.Wait || o.Fair || !c.waiters.queued(key) {
 		rec, sent, err := c.attempt(ctx, key, owner, o)
 		if err != nil {
 			// Not a NotAcquiredError, even if ctx ended meanwhile: nobody was
@@ -213,6 +217,9 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 				_ = c.granted(key, owner, o, g.rec, g.sent).Release(ctx)
 			}
 		}
+		if q, ok := c.provider.(Queuer); ok && o.Fair {
+			c.background(ctx, func(ctx context.Context) { _ = q.Dequeue(ctx, key, owner) })
+		}
 		return nil, err
 	}
 	ended := func() (*Lock, error) {
@@ -239,7 +246,9 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 		case <-wctx.Done():
 			return ended()
 		}
-		if c.waiters.startAttempt(key, w) {
+		// Only the head of this process's queue asks, unless the provider's
+		// queue keeps the order.
+		if o.Fair || c.waiters.startAttempt(key, w) {
 			rec, sent, err := c.attempt(wctx, key, owner, o)
 			c.waiters.endAttempt(w)
 			switch {
@@ -279,20 +288,35 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 // held and the caller gets the error at once.
 func (c *Client) attempt(ctx context.Context, key, owner string, o Options) (Record, time.Time, error) {
 	sent := time.Now()
-	rec, err := c.provider.Acquire(ctx, key, owner, o.Lease)
+	var rec Record
+	var err error
+	if q, ok := c.provider.(Queuer); ok && o.Fair {
+		wait := time.Duration(0)
+		if o.Wait {
+			wait = 3 * c.poll // a waiter looks again at least every poll interval
+		}
+		rec, err = q.AcquireQueued(ctx, key, owner, o.Lease, wait)
+	} else {
+		rec, err = c.provider.Acquire(ctx, key, owner, o.Lease)
+	}
 	if err != nil {
 		if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrCorruptRecord) {
-			c.bg.Add(1)
-			go func() {
-				defer c.bg.Done()
-				rctx, cancel := c.detached(ctx)
-				defer cancel()
-				_ = c.provider.Release(rctx, key, owner)
-			}()
+			c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
 		}
 		return Record{}, sent, err
 	}
 	return rec, sent, nil
+}
+
+// background runs fn on a detached context in a goroutine that Close waits for.
+func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		dctx, cancel := c.detached(ctx)
+		defer cancel()
+		fn(dctx)
+	}()
 }
 
 // granted returns the held Lock when rec says owner holds key, else nil.
@@ -368,7 +392,7 @@ func (c *Client) emit(e Event) {
 // topic does it.
 func (c *Client) announce(key string) {
 	if c.topic == nil {
-		c.waiters.notify(key)
+		c.waiters.notify(key, "")
 	}
 }
 
@@ -597,7 +621,7 @@ const maxChain = 16
 func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	c := l.c
 	tr, ok := c.provider.(Transferer)
-	if !ok || l.chain >= maxChain {
+	if !ok || l.chain >= maxChain || l.opts.Fair {
 		return false, nil
 	}
 	w := c.waiters.claim(l.key)

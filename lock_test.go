@@ -956,7 +956,7 @@ func TestWithoutTopic(t *testing.T) {
 // go-redis's Receive does on a half-open connection.
 type blockingTopic struct{ entered chan struct{} }
 
-func (b *blockingTopic) Subscribe(ctx context.Context, notify func(string)) (func(), error) {
+func (b *blockingTopic) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
 	select {
 	case b.entered <- struct{}{}:
 	default:

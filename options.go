@@ -36,6 +36,17 @@ type Options struct {
 	// DefaultLease; a lease longer than MaxDuration is cut to it.
 	Lease time.Duration
 
+	// Fair grants the lock to waiters in arrival order across every process,
+	// through a wait queue that the provider keeps (it must be a Queuer, as
+	// both built-in providers are), and wakes only the waiter whose turn it is.
+	// A fair call that does not wait still never overtakes a queued waiter.
+	// The cost: a handoff is always a release and an acquisition (two round
+	// trips), never a direct transfer to a waiter in the same process. Every
+	// acquisition of a name should agree on Fair. Without it, waiters are
+	// served in arrival order within a process; across processes, each release
+	// wakes one waiter per process and they race.
+	Fair bool
+
 	// GracePeriod keeps the lock closed for this long after the holder releases
 	// it: every acquisition in that window fails with ErrGracePeriod, waiters
 	// included. It makes a job run at most once per window across replicas. Zero

@@ -84,7 +84,7 @@ func (p *primCountingProvider) Acquire(ctx context.Context, key, owner string, t
 	return p.Provider.Acquire(ctx, key, owner, ttl)
 }
 
-func (p *primCountingProvider) Subscribe(ctx context.Context, notify func(string)) (func(), error) {
+func (p *primCountingProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
 	return p.Provider.(lock.Topic).Subscribe(ctx, notify)
 }
 
@@ -909,7 +909,7 @@ type primSlowTopic struct {
 	delay time.Duration
 }
 
-func (p primSlowTopic) Subscribe(ctx context.Context, notify func(string)) (func(), error) {
+func (p primSlowTopic) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
 	select {
 	case <-time.After(p.delay):
 	case <-ctx.Done():

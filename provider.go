@@ -51,6 +51,23 @@ type Transferer interface {
 	Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error)
 }
 
+// Queuer is implemented by providers that keep a wait queue per key, so that
+// waiters with Options.Fair are granted the lock in arrival order across
+// processes. Both built-in providers implement it.
+type Queuer interface {
+	// AcquireQueued is Acquire in arrival order: a free key is granted only to
+	// the first owner of its queue, or to anyone when the queue is empty. With
+	// wait > 0, an owner that is not granted the lock joins the back of the
+	// queue, or keeps its place, for wait more; owners that stop asking drop
+	// out after that. With wait 0 it does not join. A free key that is another
+	// owner's turn is returned as a Record with no Owner.
+	AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (Record, error)
+
+	// Dequeue takes owner out of key's queue and, when the key is free,
+	// announces it, so that the next owner in the queue looks.
+	Dequeue(ctx context.Context, key, owner string) error
+}
+
 // Record is the state stored under a key.
 type Record struct {
 	// Owner identifies one acquisition (one invocation, one Acquire call).

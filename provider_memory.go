@@ -11,6 +11,7 @@ var (
 	_ Provider   = (*MemoryProvider)(nil)
 	_ Topic      = (*MemoryProvider)(nil)
 	_ Transferer = (*MemoryProvider)(nil)
+	_ Queuer     = (*MemoryProvider)(nil)
 )
 
 // MemoryProvider is a Provider and Topic that keeps records in this process. It
@@ -28,8 +29,15 @@ type MemoryProvider struct {
 	records map[string]*memRecord
 	expiry  expiryHeap
 	token   uint64
+	queues  map[string][]memWaiter // wait queues of Queuer, in arrival order
 	subs    map[int]*memSub
 	nextSub int
+}
+
+// memWaiter is an owner in a wait queue, dropped after its deadline.
+type memWaiter struct {
+	owner    string
+	deadline time.Time
 }
 
 // memSub is one subscription. Its lock is held for reading while notify runs,
@@ -37,14 +45,17 @@ type MemoryProvider struct {
 type memSub struct {
 	mu      sync.RWMutex
 	stopped bool
-	notify  func(string)
+	notify  func(key, next string)
 }
 
-func (s *memSub) send(key string) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if !s.stopped {
-		s.notify(key)
+// publish calls every subscription in subs, outside the provider's lock.
+func publish(subs []*memSub, key, next string) {
+	for _, s := range subs {
+		s.mu.RLock()
+		if !s.stopped {
+			s.notify(key, next)
+		}
+		s.mu.RUnlock()
 	}
 }
 
@@ -75,6 +86,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 	m := &MemoryProvider{
 		clock:   systemClock{},
 		records: make(map[string]*memRecord),
+		queues:  make(map[string][]memWaiter),
 		subs:    make(map[int]*memSub),
 	}
 	for _, o := range opts {
@@ -85,6 +97,18 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 
 // Acquire implements Provider.
 func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
+	return m.acquire(ctx, key, owner, ttl, false, 0)
+}
+
+// AcquireQueued implements Queuer.
+func (m *MemoryProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (Record, error) {
+	if wait < 0 {
+		return Record{}, invalidf("negative queue wait %v", wait)
+	}
+	return m.acquire(ctx, key, owner, ttl, true, wait)
+}
+
+func (m *MemoryProvider) acquire(ctx context.Context, key, owner string, ttl time.Duration, inOrder bool, wait time.Duration) (Record, error) {
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
@@ -95,16 +119,49 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 	defer m.mu.Unlock()
 	now := m.expire()
 	if r, ok := m.records[key]; ok {
-		if r.owner == owner && !r.ended {
+		switch {
+		case r.owner == owner && !r.ended:
 			m.setDeadline(r, now.Add(ttl))
+		case inOrder && !r.ended && wait > 0:
+			m.enqueue(key, owner, now.Add(wait))
 		}
 		return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now)}, nil
+	}
+	if inOrder {
+		if next := m.queueHead(key, now); next != "" && next != owner {
+			if wait > 0 {
+				m.enqueue(key, owner, now.Add(wait))
+			}
+			return Record{}, nil
+		}
+		m.dequeue(key, owner)
 	}
 	m.token++
 	r := &memRecord{key: key, owner: owner, token: m.token, deadline: now.Add(ttl)}
 	m.records[key] = r
 	heap.Push(&m.expiry, r)
 	return Record{Owner: owner, Token: r.token, TTL: ttl}, nil
+}
+
+// Dequeue implements Queuer.
+func (m *MemoryProvider) Dequeue(ctx context.Context, key, owner string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkOwner(owner); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.dequeue(key, owner)
+	now := m.expire()
+	_, held := m.records[key]
+	subs, next := m.announcement(!held, key, now)
+	m.mu.Unlock()
+	publish(subs, key, next)
+	return nil
 }
 
 // Release implements Provider.
@@ -124,11 +181,9 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 		delete(m.records, key)
 		heap.Remove(&m.expiry, r.index)
 	}
-	notify := m.subscribers(err == nil)
+	subs, next := m.announcement(err == nil, key, m.clock.Now())
 	m.mu.Unlock()
-	for _, sub := range notify {
-		sub.send(key)
-	}
+	publish(subs, key, next)
 	return err
 }
 
@@ -146,11 +201,9 @@ func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time
 		r.ended = ended
 		m.setDeadline(r, m.clock.Now().Add(ttl))
 	}
-	notify := m.subscribers(err == nil && ended)
+	subs := m.subscribers(err == nil && ended)
 	m.mu.Unlock()
-	for _, sub := range notify {
-		sub.send(key)
-	}
+	publish(subs, key, "") // a grace period: news for every waiter
 	return err
 }
 
@@ -180,7 +233,7 @@ func (m *MemoryProvider) Transfer(ctx context.Context, key, from, to string, ttl
 // Subscribe implements Topic: notify is called, outside the provider's lock,
 // with the key of every release and every update that ends a record. stop
 // waits for a running notify, so notify must not call it.
-func (m *MemoryProvider) Subscribe(ctx context.Context, notify func(key string)) (func(), error) {
+func (m *MemoryProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
 	if notify == nil {
 		return nil, invalidf("nil notify function")
 	}
@@ -236,6 +289,63 @@ func (m *MemoryProvider) subscribers(announce bool) []*memSub {
 		subs = append(subs, sub)
 	}
 	return subs
+}
+
+// announcement returns, when announce is true, the subscriptions to tell that
+// key has ended and the owner whose turn it is. The caller holds m.mu.
+func (m *MemoryProvider) announcement(announce bool, key string, now time.Time) ([]*memSub, string) {
+	subs := m.subscribers(announce)
+	if len(subs) == 0 {
+		return nil, ""
+	}
+	return subs, m.queueHead(key, now)
+}
+
+// queueHead drops the owners of key's queue whose deadline has passed and
+// returns the first one left, or "". The caller holds m.mu.
+func (m *MemoryProvider) queueHead(key string, now time.Time) string {
+	q := m.queues[key]
+	live := q[:0]
+	for _, w := range q {
+		if now.Before(w.deadline) {
+			live = append(live, w)
+		}
+	}
+	if len(live) == 0 {
+		delete(m.queues, key)
+		return ""
+	}
+	m.queues[key] = live
+	return live[0].owner
+}
+
+// enqueue puts owner at the back of key's queue, or keeps its place, until
+// deadline. The caller holds m.mu.
+func (m *MemoryProvider) enqueue(key, owner string, deadline time.Time) {
+	q := m.queues[key]
+	for i := range q {
+		if q[i].owner == owner {
+			q[i].deadline = deadline
+			return
+		}
+	}
+	m.queues[key] = append(q, memWaiter{owner: owner, deadline: deadline})
+}
+
+// dequeue takes owner out of key's queue. The caller holds m.mu.
+func (m *MemoryProvider) dequeue(key, owner string) {
+	q := m.queues[key]
+	for i := range q {
+		if q[i].owner == owner {
+			q = append(q[:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(m.queues, key)
+	} else {
+		m.queues[key] = q
+	}
 }
 
 // expire deletes every record whose deadline has passed and returns the time it

@@ -16,6 +16,7 @@ var (
 	_ Provider   = (*RedisProvider)(nil)
 	_ Topic      = (*RedisProvider)(nil)
 	_ Transferer = (*RedisProvider)(nil)
+	_ Queuer     = (*RedisProvider)(nil)
 )
 
 var (
@@ -29,6 +30,10 @@ var (
 	//go:embed scripts/transfer.lua
 	transferLua    string
 	transferScript = redis.NewScript(recordLua + transferLua)
+
+	//go:embed scripts/dequeue.lua
+	dequeueLua    string
+	dequeueScript = redis.NewScript(recordLua + dequeueLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
@@ -52,10 +57,13 @@ const fenceTTL = time.Hour
 // It takes any redis.UniversalClient: single node, Sentinel (failover) or
 // Cluster. Each operation is one Lua script, one round trip.
 //
-// For a key K it writes the record at "{K}" and the fencing counter at
-// "{K}:fence" (one hash slot, so Cluster works); the record lives until it is
-// released or its TTL ends, the counter one hour past the last grant. Releases
-// and ended updates are published on RedisChannel by the same script.
+// For a key K it writes the record at "{K}", the fencing counter at
+// "{K}:fence" and, for Options.Fair, the wait queue at "{K}:q" and "{K}:qt":
+// one hash slot, so Cluster works. The record lives until it is released or
+// its TTL ends, the counter one hour past the last grant, the queue as long as
+// its waiters keep looking. Releases and ended updates are published on
+// RedisChannel by the same script, as "K\nnext", next being the first owner
+// in the wait queue, if any.
 type RedisProvider struct {
 	client redis.UniversalClient
 }
@@ -71,24 +79,50 @@ func NewRedisProvider(client redis.UniversalClient) *RedisProvider {
 func recordKey(key string) string { return "{" + key + "}" }
 func fenceKey(key string) string  { return "{" + key + "}:fence" }
 
+// keys returns every key of one lock, in the order the scripts take them: the
+// record, the fencing counter, and the wait queue's order and expiry sets.
+func keys(key string) []string {
+	k := recordKey(key)
+	return []string{k, k + ":fence", k + ":q", k + ":qt"}
+}
+
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
+	return p.acquire(ctx, key, owner, ttl, 0)
+}
+
+// AcquireQueued implements Queuer.
+func (p *RedisProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (Record, error) {
+	if wait < 0 {
+		return Record{}, invalidf("negative queue wait %v", wait)
+	}
+	q := wait.Milliseconds()
+	if q == 0 {
+		q = -1 // in order, without joining the queue
+	}
+	return p.acquire(ctx, key, owner, ttl, q)
+}
+
+// acquire runs the acquire script; queue is its ARGV[4].
+func (p *RedisProvider) acquire(ctx context.Context, key, owner string, ttl time.Duration, queue int64) (Record, error) {
 	if err := p.check(); err != nil {
 		return Record{}, err
 	}
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
-	res, err := acquireScript.Run(ctx, p.client,
-		[]string{recordKey(key), fenceKey(key)},
-		owner, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
+	res, err := acquireScript.Run(ctx, p.client, keys(key),
+		owner, ttl.Milliseconds(), fenceTTL.Milliseconds(), queue).Slice()
 	if err != nil {
 		return Record{}, p.wrap(ctx, key, err)
 	}
 	if len(res) != 2 {
 		return Record{}, fmt.Errorf("lock: unexpected reply %v from acquire script", res)
 	}
-	v, _ := res[0].(string)
+	v, ok := res[0].(string)
+	if !ok {
+		return Record{}, nil // free, but another owner's turn
+	}
 	pttl, _ := res[1].(int64)
 	rec, err := parseRecord(key, v)
 	if err != nil {
@@ -98,6 +132,24 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 		rec.TTL = time.Duration(pttl) * time.Millisecond
 	}
 	return rec, nil
+}
+
+// Dequeue implements Queuer.
+func (p *RedisProvider) Dequeue(ctx context.Context, key, owner string) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkOwner(owner); err != nil {
+		return err
+	}
+	err := dequeueScript.Run(ctx, p.client, keys(key), owner, RedisChannel, key).Err()
+	if err != nil {
+		return p.wrap(ctx, key, err)
+	}
+	return nil
 }
 
 // Release implements Provider.
@@ -111,7 +163,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err := checkOwner(owner); err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, []string{recordKey(key)}, owner, RedisChannel, key).Slice()
+	res, err := releaseScript.Run(ctx, p.client, keys(key), owner, RedisChannel, key).Slice()
 	return p.result(ctx, key, res, err)
 }
 
@@ -127,7 +179,7 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	if ended {
 		flag = "1"
 	}
-	res, err := updateScript.Run(ctx, p.client, []string{recordKey(key)},
+	res, err := updateScript.Run(ctx, p.client, keys(key),
 		owner, ttl.Milliseconds(), flag, RedisChannel, key).Slice()
 	return p.result(ctx, key, res, err)
 }
@@ -143,8 +195,7 @@ func (p *RedisProvider) Transfer(ctx context.Context, key, from, to string, ttl 
 	if err := checkArgs(key, to, ttl); err != nil {
 		return Record{}, err
 	}
-	res, err := transferScript.Run(ctx, p.client,
-		[]string{recordKey(key), fenceKey(key)},
+	res, err := transferScript.Run(ctx, p.client, keys(key),
 		from, to, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
 	if err := p.result(ctx, key, res, err); err != nil {
 		return Record{}, err
@@ -159,7 +210,7 @@ func (p *RedisProvider) Transfer(ctx context.Context, key, from, to string, ttl 
 // subscription; a connection that breaks is reconnected and resubscribed by
 // go-redis, and messages published meanwhile are lost (waiters fall back to
 // polling). stop closes the subscription and waits for its goroutine.
-func (p *RedisProvider) Subscribe(ctx context.Context, notify func(key string)) (func(), error) {
+func (p *RedisProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
@@ -177,7 +228,12 @@ func (p *RedisProvider) Subscribe(ctx context.Context, notify func(key string)) 
 	go func() {
 		defer wg.Done()
 		for msg := range ch {
-			notify(msg.Payload)
+			// "key\nnext": the owner has no white space, the key may have any.
+			i := strings.LastIndexByte(msg.Payload, '\n')
+			if i < 0 {
+				continue // not ours
+			}
+			notify(msg.Payload[:i], msg.Payload[i+1:])
 		}
 	}()
 	var once sync.Once

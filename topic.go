@@ -11,10 +11,12 @@ import (
 // implement it and announce, after the change, every release and every update
 // that starts a grace period.
 type Topic interface {
-	// Subscribe calls notify with the key of every announcement made after
-	// Subscribe returns, until stop is called. notify must not block. stop
-	// waits until notify is no longer running.
-	Subscribe(ctx context.Context, notify func(key string)) (stop func(), err error)
+	// Subscribe calls notify for every announcement made after Subscribe
+	// returns, until stop is called, with the lock's key and the owner whose
+	// turn it is in the key's wait queue ("" when the queue is empty, and for
+	// a grace period). notify must not block. stop waits until notify is no
+	// longer running.
+	Subscribe(ctx context.Context, notify func(key, next string)) (stop func(), err error)
 }
 
 // waiters is a Client's registry of goroutines waiting for locks: one FIFO queue
@@ -24,8 +26,9 @@ type Topic interface {
 // arrival order. A local holder that releases may instead claim the head and
 // transfer the lock to it directly (see Lock.Release).
 type waiters struct {
-	mu     sync.Mutex
-	queues map[string][]*waiter
+	mu      sync.Mutex
+	queues  map[string][]*waiter
+	byOwner map[string]*waiter
 }
 
 type waiter struct {
@@ -54,8 +57,10 @@ func (ws *waiters) join(key, owner string, lease time.Duration) *waiter {
 	ws.mu.Lock()
 	if ws.queues == nil {
 		ws.queues = make(map[string][]*waiter)
+		ws.byOwner = make(map[string]*waiter)
 	}
 	ws.queues[key] = append(ws.queues[key], w)
+	ws.byOwner[owner] = w
 	ws.mu.Unlock()
 	return w
 }
@@ -67,6 +72,7 @@ func (ws *waiters) join(key, owner string, lease time.Duration) *waiter {
 func (ws *waiters) leave(key string, w *waiter, passOn bool) (claimed bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	delete(ws.byOwner, w.owner)
 	if w.claimed {
 		w.gone = true
 		return true
@@ -119,6 +125,7 @@ func (ws *waiters) claim(key string) *waiter {
 		return nil
 	}
 	w := q[0]
+	delete(ws.byOwner, w.owner)
 	if len(q) == 1 {
 		delete(ws.queues, key)
 	} else {
@@ -134,10 +141,8 @@ func (ws *waiters) settle(key string, w *waiter, g grant) {
 	ws.mu.Lock()
 	w.claimed = false
 	if !g.ok && !w.gone {
-		if ws.queues == nil {
-			ws.queues = make(map[string][]*waiter)
-		}
 		ws.queues[key] = append([]*waiter{w}, ws.queues[key]...)
+		ws.byOwner[w.owner] = w
 	}
 	ws.mu.Unlock()
 	w.grantc <- g
@@ -150,13 +155,21 @@ func (ws *waiters) queued(key string) bool {
 	return len(ws.queues[key]) > 0
 }
 
-// notify wakes the head of key's queue, if any.
-func (ws *waiters) notify(key string) {
+// notify handles an announcement that key has ended: it wakes the waiter
+// whose turn it is when that waiter is in this process, nobody when it is in
+// another, and the head of key's queue when it is nobody's in particular.
+func (ws *waiters) notify(key, next string) {
 	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if next != "" {
+		if w := ws.byOwner[next]; w != nil {
+			signal(w)
+		}
+		return
+	}
 	if q := ws.queues[key]; len(q) > 0 {
 		signal(q[0])
 	}
-	ws.mu.Unlock()
 }
 
 func signal(w *waiter) {

@@ -34,3 +34,47 @@ local function grant(owner, ttl, fencettl)
   redis.call('SET', KEYS[1], v, 'PX', ttl)
   return v
 end
+
+-- The wait queue of Options.Fair: KEYS[3] orders owners by arrival, KEYS[4]
+-- holds the server time (ms) after which an owner that has not looked again
+-- is dropped. Both expire with their last owner.
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- queuehead drops the owners that stopped looking and returns the first one
+-- left, or nil.
+local function queuehead()
+  if redis.call('EXISTS', KEYS[3]) == 0 then return nil end
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', nowms())
+  for _, o in ipairs(gone) do
+    redis.call('ZREM', KEYS[3], o)
+    redis.call('ZREM', KEYS[4], o)
+  end
+  return redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
+
+-- enqueue puts owner at the back of the queue, or keeps it where it is, and
+-- keeps it there for ttl ms more.
+local function enqueue(owner, ttl)
+  if not redis.call('ZSCORE', KEYS[3], owner) then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), owner)
+  end
+  redis.call('ZADD', KEYS[4], nowms() + ttl, owner)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+
+-- dequeue takes owner out of the queue.
+local function dequeue(owner)
+  redis.call('ZREM', KEYS[3], owner)
+  redis.call('ZREM', KEYS[4], owner)
+end
+
+-- announce publishes "key\nnext" on channel: the lock has ended, and it is
+-- next's turn (empty: anyone's).
+local function announce(channel, key)
+  redis.call('PUBLISH', channel, key .. '\n' .. (queuehead() or ''))
+end

@@ -1,7 +1,7 @@
 -- Transfer: pass ARGV[1]'s live record straight to ARGV[2], with a fresh
 -- fencing token, without freeing the key in between (and so without
 -- announcing anything).
--- KEYS[1] record key, KEYS[2] fencing counter (same hash slot)
+-- KEYS[1] record key, KEYS[2] fencing counter, KEYS[3], KEYS[4] wait queue
 -- ARGV[1] from, ARGV[2] to, ARGV[3] ttl ms, ARGV[4] fencing counter ttl ms
 -- Returns {1, value} when transferred, {0} when the key is empty, {-1, value}
 -- when another owner holds it or it has ended, {-2, value} when the value is
