@@ -174,32 +174,31 @@ func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lo
 	if _, ok := c.provider.(Queuer); o.Fair && !ok {
 		return nil, invalidf("Options.Fair needs a provider that keeps a wait queue (a Queuer)")
 	}
-	// A waiter that arrives while others wait in this process queues behind them
-	// without trying, so that it cannot overtake them. A fair waiter asks at
-	// once: the provider's queue keeps the order.
-	if !o.Wait || o.Fair || !c.waiters.queued(key) {
-		rec, sent, err := c.attempt(ctx, key, owner, o)
-		if err != nil {
-			// Not a NotAcquiredError, even if ctx ended meanwhile: nobody was
-			// seen holding the lock.
-			return nil, err
-		}
-		if l := c.granted(key, owner, o, rec, sent); l != nil {
-			return l, nil
-		}
-		if rec.Ended {
-			return nil, c.skip(key, owner, ErrGracePeriod, rec.TTL)
-		}
-		c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
-		if !o.Wait {
-			return nil, c.skip(key, owner, ErrHeld, rec.TTL)
-		}
-	} else {
-		c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+	if o.Wait {
+		return c.wait(ctx, key, owner, o)
 	}
-	return c.wait(ctx, key, owner, o)
+	rec, sent, err := c.attempt(ctx, key, owner, o)
+	if err != nil {
+		// Not a NotAcquiredError, even if ctx ended meanwhile: nobody was seen
+		// holding the lock.
+		return nil, err
+	}
+	if l := c.granted(key, owner, o, rec, sent); l != nil {
+		return l, nil
+	}
+	if rec.Ended {
+		return nil, c.skip(key, owner, ErrGracePeriod, rec.TTL)
+	}
+	c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+	return nil, c.skip(key, owner, ErrHeld, rec.TTL)
 }
 
+// wait acquires with o.Wait. It subscribes to announcements and joins the
+// key's local queue before it first asks, so that every release after that
+// reaches it: only the head of the queue asks (all of them with o.Fair, whose
+// order the provider keeps), again when an announcement or the fallback poll
+// wakes it. A waiter that arrives while others wait in this process queues
+// behind them without asking.
 func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, o.MaxDuration)
 	defer cancel()
@@ -208,6 +207,7 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 	c.log.Debug("lock: waiting", "key", key, "owner", owner)
 
 	var retryAfter time.Duration
+	looked := false // whether the first look is done
 	// fail leaves the queue and returns err. A waiter that a releaser has
 	// claimed meanwhile takes the transfer's outcome, and frees a lock it was
 	// given.
@@ -230,7 +230,7 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 		return fail(c.skip(key, owner, reason, retryAfter))
 	}
 
-	timer := time.NewTimer(0) // the first look, once subscribed
+	timer := time.NewTimer(0) // the first look
 	defer timer.Stop()
 	for {
 		select {
@@ -252,10 +252,10 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 			rec, sent, err := c.attempt(wctx, key, owner, o)
 			c.waiters.endAttempt(w)
 			switch {
-			case err != nil && wctx.Err() != nil:
+			case err != nil && looked && wctx.Err() != nil:
 				return ended()
 			case err != nil:
-				return fail(err)
+				return fail(err) // as without Wait: nobody was seen holding it
 			case rec.Ended:
 				return fail(c.skip(key, owner, ErrGracePeriod, rec.TTL))
 			}
@@ -264,6 +264,13 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 				return l, nil
 			}
 			retryAfter = rec.TTL
+			if !looked {
+				c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+			}
+			looked = true
+		} else if !looked {
+			c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+			looked = true
 		}
 		// Poll no later than the holder's expiry and the poll interval, with
 		// jitter so that processes do not poll in step.
@@ -589,7 +596,7 @@ func (l *Lock) renew() {
 	_ = l.loseLocked(err)
 }
 
-// loseLocked marks the lock lost with cause, tells everyone who asked, and
+// loseLocked marks the lock lost with cause, tells everyone who looked, and
 // returns the *LostError. The caller holds l.mu.
 func (l *Lock) loseLocked(cause error) error {
 	if l.state == lost {

@@ -33,12 +33,17 @@ var (
 	libLock = library{
 		name:    "lock",
 		detail:  "this library: one lock.Client on lock.NewRedisProvider, Acquire with Options{Wait: true}, Lock.Release",
-		lockers: ourLockers(false),
+		lockers: ourLockers(false, false),
 	}
 	libLockMulti = library{
 		name:    "lock multi",
 		detail:  "this library with one lock.Client per goroutine (as separate processes would have), on the same go-redis client",
-		lockers: ourLockers(true),
+		lockers: ourLockers(true, false),
+	}
+	libLockFair = library{
+		name:    "lock fair",
+		detail:  "as lock multi with Options{Wait: true, Fair: true}: one wait queue in Redis, arrival order across clients",
+		lockers: ourLockers(true, true),
 	}
 	libRedsync = library{
 		name:    "redsync",
@@ -59,7 +64,7 @@ var (
 	}
 )
 
-func ourLockers(clientPerGoroutine bool) func(rc *redis.Client, n int) ([]locker, func(), error) {
+func ourLockers(clientPerGoroutine, fair bool) func(rc *redis.Client, n int) ([]locker, func(), error) {
 	return func(rc *redis.Client, n int) ([]locker, func(), error) {
 		p := lock.NewRedisProvider(rc)
 		var clients []*lock.Client
@@ -81,7 +86,7 @@ func ourLockers(clientPerGoroutine bool) func(rc *redis.Client, n int) ([]locker
 			}
 			clients = append(clients, c)
 			ls[i] = func(ctx context.Context, key string) (func(context.Context) error, error) {
-				l, err := c.Acquire(ctx, key, lock.Options{Wait: true})
+				l, err := c.Acquire(ctx, key, lock.Options{Wait: true, Fair: fair})
 				if err != nil {
 					return nil, err
 				}

@@ -165,7 +165,7 @@ type scenario struct {
 
 var (
 	peers   = []library{libRedsync, libRedislockLinear, libRedislockExp}
-	columns = append([]library{libLock, libLockMulti}, peers...)
+	columns = append([]library{libLock, libLockMulti, libLockFair}, peers...)
 )
 
 func scenarios(d time.Duration) []scenario {
@@ -183,14 +183,14 @@ func scenarios(d time.Duration) []scenario {
 	scs := []scenario{
 		{id: "a", title: "(a) uncontended, 1 goroutine: acquire+release", libs: withPeers(libLock), run: unc(1), rows: uncontendedRows},
 		{id: "b", title: fmt.Sprintf("(b) uncontended, %d goroutines on distinct keys", uncontendedWide), libs: withPeers(libLock), run: unc(uncontendedWide), rows: uncontendedRows},
-		{id: "c", title: fmt.Sprintf("(c) %d goroutines, one key, %v busy section, no pause", contenders, busySection), libs: withPeers(libLock, libLockMulti), run: con(contenders, 0), rows: contendedRows},
-		{id: "d", title: fmt.Sprintf("(d) as (c) with a %v pause between a goroutine's locks", pauseBetween), libs: withPeers(libLock, libLockMulti), run: con(contenders, pauseBetween), rows: contendedRows},
+		{id: "c", title: fmt.Sprintf("(c) %d goroutines, one key, %v busy section, no pause", contenders, busySection), libs: withPeers(libLock, libLockMulti, libLockFair), run: con(contenders, 0), rows: contendedRows},
+		{id: "d", title: fmt.Sprintf("(d) as (c) with a %v pause between a goroutine's locks", pauseBetween), libs: withPeers(libLock, libLockMulti, libLockFair), run: con(contenders, pauseBetween), rows: contendedRows},
 	}
 	for _, n := range manyWaiters {
 		scs = append(scs, scenario{
 			id:    "e" + strconv.Itoa(n),
 			title: fmt.Sprintf("(e) %d waiters on one key, %v busy section, no pause", n, busySection),
-			libs:  withPeers(libLock, libLockMulti),
+			libs:  withPeers(libLock, libLockMulti, libLockFair),
 			run:   con(n, 0),
 			rows:  waitersRows,
 		})
