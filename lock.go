@@ -55,7 +55,7 @@ type Client struct {
 	closed bool
 
 	subMu      sync.Mutex // serializes subscribing; never held with mu
-	subscribed bool
+	subscribed atomic.Bool
 	stopSub    func()
 }
 
@@ -165,8 +165,7 @@ func (c *Client) newOwner() string {
 	return c.id + "-" + strconv.FormatUint(c.seq.Add(1), 36)
 }
 
-// acquire runs one acquisition: a first attempt, then, with o.Wait, a wait in
-// the key's local queue, woken by announcements and bounded polling.
+// acquire runs one acquisition: one attempt, or with o.Wait a wait.
 func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.skip(key, owner, err, 0)
@@ -174,8 +173,10 @@ func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lo
 	if _, ok := c.provider.(Queuer); o.Fair && !ok {
 		return nil, invalidf("Options.Fair needs a provider that keeps a wait queue (a Queuer)")
 	}
-	if o.Wait {
-		return c.wait(ctx, key, owner, o)
+	// A waiter asks once before it waits only while the Client has no
+	// subscription yet: an uncontended Client never subscribes.
+	if o.Wait && c.subscribed.Load() {
+		return c.wait(ctx, key, owner, o, false)
 	}
 	rec, sent, err := c.attempt(ctx, key, owner, o)
 	if err != nil {
@@ -190,16 +191,20 @@ func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lo
 		return nil, c.skip(key, owner, ErrGracePeriod, rec.TTL)
 	}
 	c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
+	if o.Wait {
+		return c.wait(ctx, key, owner, o, true)
+	}
 	return nil, c.skip(key, owner, ErrHeld, rec.TTL)
 }
 
 // wait acquires with o.Wait. It subscribes to announcements and joins the
-// key's local queue before it first asks, so that every release after that
-// reaches it: only the head of the queue asks (all of them with o.Fair, whose
-// order the provider keeps), again when an announcement or the fallback poll
+// key's local queue before it asks, so that every release after that reaches
+// it: only the head of the queue asks (all of them with o.Fair, whose order the
+// provider keeps), at once and again when an announcement or the fallback poll
 // wakes it. A waiter that arrives while others wait in this process queues
-// behind them without asking.
-func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+// behind them without asking. looked says whether the caller has asked once
+// already (and reported the contention).
+func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked bool) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, o.MaxDuration)
 	defer cancel()
 	c.subscribe(wctx)
@@ -207,7 +212,6 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 	c.log.Debug("lock: waiting", "key", key, "owner", owner)
 
 	var retryAfter time.Duration
-	looked := false // whether the first look is done
 	// fail leaves the queue and returns err. A waiter that a releaser has
 	// claimed meanwhile takes the transfer's outcome, and frees a lock it was
 	// given.
@@ -367,7 +371,7 @@ func (c *Client) skip(key, owner string, reason error, retryAfter time.Duration)
 func (c *Client) subscribe(ctx context.Context) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	if c.subscribed || c.topic == nil || c.isClosed() {
+	if c.subscribed.Load() || c.topic == nil || c.isClosed() {
 		return
 	}
 	stop, err := c.topic.Subscribe(ctx, c.waiters.notify)
@@ -375,7 +379,7 @@ func (c *Client) subscribe(ctx context.Context) {
 		c.log.Debug("lock: subscribe failed; waiters poll", "err", err)
 		return
 	}
-	c.subscribed = true
+	c.subscribed.Store(true)
 	c.stopSub = stop
 }
 

@@ -853,9 +853,9 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		entered := make(chan struct{})
 		holder, err := lock.New(holderClient, func(context.Context, struct{}) error {
 			close(entered)
-			// Hold on until the waiter has made its first attempt (made once it
-			// is subscribed and queued).
-			primWaitUntil(func() bool { return counted.acquires.Load() >= 1 }, 5*time.Second)
+			// Hold on until the waiter has made its first attempt and the
+			// first look of its wait (made once it is subscribed).
+			primWaitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
 			holderEnd = time.Now()
 			return nil
 		}, lock.PrimitiveOptions[struct{}]{Name: name})
@@ -876,8 +876,8 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		require.NoError(t, err, "the waiter should get the lock once the holder releases it")
 		handoff := waiterStart.Sub(holderEnd)
 		assert.Less(t, handoff, time.Second, "the announcement, not the %v poll, should wake the waiter", poll)
-		assert.EqualValues(t, 2, counted.acquires.Load(),
-			"the waiter should try once, subscribed and queued, and get the lock on the attempt the announcement causes")
+		assert.EqualValues(t, 3, counted.acquires.Load(),
+			"the waiter (on a Client not yet subscribed) should try once, look once when it starts waiting, and get the lock on the attempt the announcement causes")
 	})
 }
 
