@@ -48,9 +48,9 @@ var (
 // the end of a lock; each message is the lock's key.
 const RedisChannel = "lock:end"
 
-// fenceTTL is how long a key's fencing counter outlives its last grant. Tokens
-// are also floored at the server's clock in microseconds, so they keep
-// increasing after the counter expires.
+// fenceTTL is how long a key's fencing counter lives from its first grant;
+// the next counter starts at the server's clock in microseconds, above every
+// token the old one gave, so tokens keep increasing across counters.
 const fenceTTL = time.Hour
 
 // RedisProvider is a Provider and Topic backed by Redis 6.2 or later, or Valkey.
@@ -60,7 +60,7 @@ const fenceTTL = time.Hour
 // For a key K it writes the record at "{K}", the fencing counter at
 // "{K}:fence" and, for Options.Fair, the wait queue at "{K}:q" and "{K}:qt":
 // one hash slot, so Cluster works. The record lives until it is released or
-// its TTL ends, the counter one hour past the last grant, the queue as long as
+// its TTL ends, the counter one hour from its first grant, the queue as long as
 // its waiters keep looking. Releases and ended updates are published on
 // RedisChannel by the same script, as "K\nnext", next being the first owner
 // in the wait queue, if any.

@@ -16,8 +16,11 @@ end
 
 -- grant stores a new record for owner under KEYS[1] with a fresh fencing
 -- token from the counter KEYS[2], and returns it. A new counter starts at the
--- server's time in microseconds, so tokens keep increasing after a counter
--- expires or the server restarts empty, as long as the server clock does.
+-- server's time in microseconds and lives for fencettl (INCR keeps its TTL);
+-- the next one starts at the time then, which is higher than any token the
+-- old one gave (that would take a grant a microsecond). So tokens keep
+-- increasing across counters, and after the server restarts empty, as long as
+-- the server clock does.
 local function grant(owner, ttl, fencettl)
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) ~= 'number' then
@@ -27,8 +30,6 @@ local function grant(owner, ttl, fencettl)
     local t = redis.call('TIME')
     token = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('SET', KEYS[2], string.format('%d', token), 'PX', fencettl)
-  else
-    redis.call('PEXPIRE', KEYS[2], fencettl)
   end
   local v = owner .. ',' .. string.format('%d', token)
   redis.call('SET', KEYS[1], v, 'PX', ttl)
