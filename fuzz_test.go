@@ -28,7 +28,7 @@ func (c fuzzClock) Now() time.Time { return c.t }
 func fuzzValidKey(key string) bool { return key != "" && len(key) <= lock.MaxKeyLen }
 
 func fuzzValidOwner(owner string) bool {
-	return owner != "" && len(owner) <= lock.MaxOwnerLen && !strings.ContainsAny(owner, ", \t\r\n")
+	return owner != "" && len(owner) <= lock.MaxOwnerLen && !strings.ContainsAny(owner, ", \t\r\n\v\f")
 }
 
 // FuzzMemoryProvider feeds keys, owners and TTLs to the memory provider:
@@ -44,6 +44,8 @@ func FuzzMemoryProvider(f *testing.F) {
 	f.Add("k", "a b", sec)
 	f.Add("k", "a\tb", sec)
 	f.Add("k", "a\r\nb", sec)
+	f.Add("k", "\f", sec)
+	f.Add("k", "a\vb", sec)
 	f.Add("k", "ünïcödé\x00\xff", sec)
 	f.Add(strings.Repeat("k", lock.MaxKeyLen), "o", sec)
 	f.Add(strings.Repeat("k", lock.MaxKeyLen+1), "o", sec)

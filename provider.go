@@ -140,12 +140,17 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// checkArgs validates the arguments every provider method shares.
-func checkArgs(key, owner string, ttl time.Duration) error {
+// checkKeyOwner validates the key and owner every provider method takes.
+func checkKeyOwner(key, owner string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	if err := checkOwner(owner); err != nil {
+	return checkOwner(owner)
+}
+
+// checkArgs validates the arguments of the provider methods that set a TTL.
+func checkArgs(key, owner string, ttl time.Duration) error {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return checkTTL(ttl)

@@ -145,10 +145,7 @@ func (m *MemoryProvider) acquire(ctx context.Context, key, owner string, ttl tim
 
 // Dequeue implements Queuer.
 func (m *MemoryProvider) Dequeue(ctx context.Context, key, owner string) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	if err := checkOwner(owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -166,10 +163,7 @@ func (m *MemoryProvider) Dequeue(ctx context.Context, key, owner string) error {
 
 // Release implements Provider.
 func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	if err := checkOwner(owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -139,10 +139,7 @@ func (p *RedisProvider) Dequeue(ctx context.Context, key, owner string) error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	if err := checkOwner(owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	err := dequeueScript.Run(ctx, p.client, keys(key), owner, RedisChannel, key).Err()
@@ -157,10 +154,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	if err := checkOwner(owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	res, err := releaseScript.Run(ctx, p.client, keys(key), owner, RedisChannel, key).Slice()
