@@ -159,3 +159,65 @@ func TestFairNeedsQueuer(t *testing.T) {
 	_, err := c.Acquire(ctx, uniqueName(t), lock.Options{Fair: true})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument)
 }
+
+// TestLongWaiterIsNotOvertaken: a waiter that has waited a poll interval
+// joins the provider's queue, so that when the holder releases, even a faster
+// caller in the holder's own process cannot take the lock before it. This is
+// what bounds how long a waiter in a slower process can be passed over.
+func TestLongWaiterIsNotOvertaken(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 30*time.Second)
+		const poll = 100 * time.Millisecond
+		name := uniqueName(t)
+		fast := newClient(t, b.replica(t), lock.WithPollInterval(poll))
+		rec := newRecorder()
+		slow := newClient(t, &slowProvider{Provider: b.replica(t), delay: 20 * time.Millisecond},
+			lock.WithPollInterval(poll), rec.option())
+
+		held, err := fast.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			l, err := slow.Acquire(ctx, name, lock.Options{Wait: true})
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		waitEvent(t, rec, lock.EventContended)
+		time.Sleep(4 * poll) // long enough to have joined the queue
+
+		require.NoError(t, held.Release(ctx))
+		l, err := fast.Acquire(ctx, name, lock.Options{})
+		assert.ErrorIs(t, err, lock.ErrHeld, "the fast caller, right after the release, must not overtake the queued waiter")
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		require.NoError(t, <-got, "the queued waiter gets the lock")
+	})
+}
+
+// slowProvider delays every acquisition attempt, so that its Client loses
+// every race for a lock to a faster one.
+type slowProvider struct {
+	lock.Provider
+	delay time.Duration
+}
+
+func (p *slowProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	time.Sleep(p.delay)
+	return p.Provider.Acquire(ctx, key, owner, ttl)
+}
+
+func (p *slowProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Record, error) {
+	time.Sleep(p.delay)
+	return p.Provider.(lock.Queuer).AcquireQueued(ctx, key, owner, ttl, wait)
+}
+
+func (p *slowProvider) Dequeue(ctx context.Context, key, owner string) error {
+	return p.Provider.(lock.Queuer).Dequeue(ctx, key, owner)
+}
+
+func (p *slowProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
+	return p.Provider.(lock.Topic).Subscribe(ctx, notify)
+}

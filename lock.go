@@ -178,7 +178,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, o Options) (*Lo
 	if o.Wait && c.subscribed.Load() {
 		return c.wait(ctx, key, owner, o, false)
 	}
-	rec, sent, err := c.attempt(ctx, key, owner, o)
+	rec, sent, err := c.attempt(ctx, key, owner, o, o.Wait && o.Fair)
 	if err != nil {
 		// Not a NotAcquiredError, even if ctx ended meanwhile: nobody was seen
 		// holding the lock.
@@ -212,7 +212,12 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 	c.log.Debug("lock: waiting", "key", key, "owner", owner)
 
 	var retryAfter time.Duration
-	// fail leaves the queue and returns err. A waiter that a releaser has
+	start := time.Now()
+	// joined: w is in the provider's wait queue (if it keeps one): at once
+	// with o.Fair, after a poll interval of waiting otherwise. From then on
+	// nobody overtakes it, and it asks whenever it is woken.
+	joined := o.Fair
+	// fail leaves the queues and returns err. A waiter that a releaser has
 	// claimed meanwhile takes the transfer's outcome, and frees a lock it was
 	// given.
 	fail := func(err error) (*Lock, error) {
@@ -221,7 +226,7 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 				_ = c.granted(key, owner, o, g.rec, g.sent).Release(ctx)
 			}
 		}
-		if q, ok := c.provider.(Queuer); ok && o.Fair {
+		if q, ok := c.provider.(Queuer); ok && joined {
 			c.background(ctx, func(ctx context.Context) { _ = q.Dequeue(ctx, key, owner) })
 		}
 		return nil, err
@@ -250,10 +255,11 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 		case <-wctx.Done():
 			return ended()
 		}
-		// Only the head of this process's queue asks, unless the provider's
-		// queue keeps the order.
-		if o.Fair || c.waiters.startAttempt(key, w) {
-			rec, sent, err := c.attempt(wctx, key, owner, o)
+		joined = joined || time.Since(start) >= c.poll
+		// Only the head of this process's queue asks, unless w is in the
+		// provider's queue, which keeps the order.
+		if c.waiters.startAttempt(key, w, joined) {
+			rec, sent, err := c.attempt(wctx, key, owner, o, joined)
 			c.waiters.endAttempt(w)
 			switch {
 			case err != nil && looked && wctx.Err() != nil:
@@ -293,17 +299,19 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 	}
 }
 
-// attempt asks the provider once. When the provider fails (the record may have
+// attempt asks the provider once, in the order of the provider's wait queue if
+// it keeps one, joining it when join is true. When the provider fails (the record may have
 // been stored with no reply), it removes any record of owner's in the
 // background (Close waits for it), so that a failed acquisition leaves nothing
 // held and the caller gets the error at once.
-func (c *Client) attempt(ctx context.Context, key, owner string, o Options) (Record, time.Time, error) {
+func (c *Client) attempt(ctx context.Context, key, owner string, o Options, join bool) (Record, time.Time, error) {
 	sent := time.Now()
 	var rec Record
 	var err error
-	if q, ok := c.provider.(Queuer); ok && o.Fair {
+	if q, ok := c.provider.(Queuer); ok {
+		// Never overtake the provider's queue; join it when asked to.
 		wait := time.Duration(0)
-		if o.Wait {
+		if join {
 			wait = 3 * c.poll // a waiter looks again at least every poll interval
 		}
 		rec, err = q.AcquireQueued(ctx, key, owner, o.Lease, wait)
@@ -632,7 +640,7 @@ const maxChain = 16
 func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	c := l.c
 	tr, ok := c.provider.(Transferer)
-	if !ok || l.chain >= maxChain || l.opts.Fair {
+	if !ok || l.chain >= maxChain {
 		return false, nil
 	}
 	w := c.waiters.claim(l.key)
@@ -641,7 +649,10 @@ func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	}
 	sent := time.Now()
 	rec, err := tr.Transfer(ctx, l.key, l.owner, w.owner, w.lease)
-	c.waiters.settle(l.key, w, grant{ok: err == nil, rec: rec, sent: sent, chain: l.chain + 1})
+	// A record with no owner: released for the first waiter of the provider's
+	// queue, in another process; w waits for its own turn.
+	ok = err == nil && rec.Owner == w.owner
+	c.waiters.settle(l.key, w, grant{ok: ok, rec: rec, sent: sent, chain: l.chain + 1})
 	if err == nil || errors.Is(err, ErrLost) {
 		return true, err
 	}

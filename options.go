@@ -38,13 +38,14 @@ type Options struct {
 
 	// Fair grants the lock to waiters in arrival order across every process,
 	// through a wait queue that the provider keeps (it must be a Queuer, as
-	// both built-in providers are), and wakes only the waiter whose turn it is.
-	// A fair call that does not wait still never overtakes a queued waiter.
-	// The cost: a handoff is always a release and an acquisition (two round
-	// trips), never a direct transfer to a waiter in the same process. Every
-	// acquisition of a name should agree on Fair. Without it, waiters are
-	// served in arrival order within a process; across processes, each release
-	// wakes one waiter per process and they race.
+	// both built-in providers are): a waiter joins it on its first attempt, and
+	// each release wakes only the waiter whose turn it is. Without Fair,
+	// waiters are served in arrival order within a process and race across
+	// processes, and a waiter joins the provider's queue only once it has
+	// waited a poll interval (see WithPollInterval): from then on nobody
+	// overtakes it, which bounds how long any waiter can be passed over. No
+	// acquisition, fair or not, overtakes a waiter in the queue. Every
+	// acquisition of a name should agree on Fair.
 	Fair bool
 
 	// GracePeriod keeps the lock closed for this long after the holder releases

@@ -45,9 +45,12 @@ type Provider interface {
 // key in between; without it, the lock is released and the waiter acquires it.
 type Transferer interface {
 	// Transfer replaces from's live record under key with a record of to's,
-	// with a fresh fencing token and the given TTL, and returns it. It returns a
-	// *LostError when the key holds no record, another owner's, or an ended
-	// one, and changes nothing then. It announces nothing: the lock never ends.
+	// with a fresh fencing token and the given TTL, and returns it; it
+	// announces nothing: the lock never ends. When another owner than to is
+	// first in key's wait queue (see Queuer), it releases the record instead,
+	// announces that it is that owner's turn, and returns a Record with no
+	// Owner. It returns a *LostError when the key holds no record, another
+	// owner's, or an ended one, and changes nothing then.
 	Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error)
 }
 

@@ -213,14 +213,25 @@ func (m *MemoryProvider) Transfer(ctx context.Context, key, from, to string, ttl
 		return Record{}, err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r, err := m.owned(key, from, false)
 	if err != nil {
+		m.mu.Unlock()
 		return Record{}, err
 	}
+	now := m.clock.Now()
+	if next := m.queueHead(key, now); next != "" && next != to {
+		delete(m.records, key)
+		heap.Remove(&m.expiry, r.index)
+		subs := m.subscribers(true)
+		m.mu.Unlock()
+		publish(subs, key, next)
+		return Record{}, nil
+	}
+	m.dequeue(key, to)
 	m.token++
 	r.owner, r.token = to, m.token
-	m.setDeadline(r, m.clock.Now().Add(ttl))
+	m.setDeadline(r, now.Add(ttl))
+	m.mu.Unlock()
 	return Record{Owner: to, Token: r.token, TTL: ttl}, nil
 }
 

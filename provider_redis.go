@@ -190,7 +190,10 @@ func (p *RedisProvider) Transfer(ctx context.Context, key, from, to string, ttl 
 		return Record{}, err
 	}
 	res, err := transferScript.Run(ctx, p.client, keys(key),
-		from, to, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
+		from, to, ttl.Milliseconds(), fenceTTL.Milliseconds(), RedisChannel, key).Slice()
+	if err == nil && len(res) == 1 && res[0] == int64(2) {
+		return Record{}, nil // released for the first owner of the queue
+	}
 	if err := p.result(ctx, key, res, err); err != nil {
 		return Record{}, err
 	}

@@ -96,13 +96,14 @@ func (ws *waiters) leave(key string, w *waiter, passOn bool) (claimed bool) {
 	return false
 }
 
-// startAttempt reports whether w is first in key's queue, and if so marks it
-// as asking the provider, so that no releaser claims it meanwhile.
-func (ws *waiters) startAttempt(key string, w *waiter) bool {
+// startAttempt reports whether w may ask the provider now: when it is first in
+// key's queue, or anywhere in it when any is true. If so it marks w as asking,
+// so that no releaser claims it meanwhile.
+func (ws *waiters) startAttempt(key string, w *waiter, any bool) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[key]
-	if len(q) == 0 || q[0] != w {
+	if !any && (len(q) == 0 || q[0] != w) {
 		return false
 	}
 	w.attempting = true
