@@ -243,13 +243,10 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 	defer timer.Stop()
 	for {
 		select {
-		case g := <-w.grantc:
-			if g.ok {
-				l := c.granted(key, owner, o, g.rec, g.sent)
-				l.chain = g.chain
-				return l, nil
-			}
-			// The transfer failed; w is back at the head: look for itself.
+		case g := <-w.grantc: // only a grant: w has not given up
+			l := c.granted(key, owner, o, g.rec, g.sent)
+			l.chain = g.chain
+			return l, nil
 		case <-w.wake:
 		case <-timer.C:
 		case <-wctx.Done():

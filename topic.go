@@ -35,12 +35,13 @@ type waiter struct {
 	owner  string
 	lease  time.Duration
 	wake   chan struct{} // buffered: a wake-up is never lost and never blocks
-	grantc chan grant    // buffered: the outcome of a transfer to this waiter
+	grantc chan grant    // buffered: a transfer's outcome (see settle)
 
 	// Guarded by waiters.mu.
 	attempting bool // asking the provider now: not to be claimed
 	claimed    bool // taken out of the queue by a releaser transferring to it
-	gone       bool // gave up while claimed: waits for the outcome, then frees it
+	granted    bool // a transfer's grant waits in grantc
+	gone       bool // gave up while claimed or granted: takes the outcome, then frees it
 }
 
 // grant is the outcome of a transfer to a claimed waiter.
@@ -68,12 +69,13 @@ func (ws *waiters) join(key, owner string, lease time.Duration) *waiter {
 // leave removes w from key's queue. When w was the head and passOn is true (w
 // leaves without the lock, so an announcement it consumed may be the next
 // waiter's), the new head is woken to look for itself. It returns true when a
-// releaser has claimed w: the caller must then take the outcome from w.grantc.
+// releaser has claimed w or granted it the lock: the caller must then take the
+// outcome from w.grantc.
 func (ws *waiters) leave(key string, w *waiter, passOn bool) (claimed bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	delete(ws.byOwner, w.owner)
-	if w.claimed {
+	if w.claimed || w.granted {
 		w.gone = true
 		return true
 	}
@@ -136,17 +138,23 @@ func (ws *waiters) claim(key string) *waiter {
 	return w
 }
 
-// settle delivers the outcome of a transfer to the claimed waiter w. A failed
-// transfer puts w back at the head of key's queue, unless it has given up.
+// settle delivers the outcome of a transfer to the claimed waiter w: on
+// w.grantc when w got the lock or has given up (it waits for the outcome, and
+// then leaves for good), so that w.grantc holds at most one outcome; otherwise
+// by putting w back at the head of key's queue and waking it to look.
 func (ws *waiters) settle(key string, w *waiter, g grant) {
 	ws.mu.Lock()
 	w.claimed = false
-	if !g.ok && !w.gone {
-		ws.queues[key] = append([]*waiter{w}, ws.queues[key]...)
-		ws.byOwner[w.owner] = w
+	if g.ok || w.gone {
+		w.granted = g.ok
+		ws.mu.Unlock()
+		w.grantc <- g
+		return
 	}
+	ws.queues[key] = append([]*waiter{w}, ws.queues[key]...)
+	ws.byOwner[w.owner] = w
+	signal(w)
 	ws.mu.Unlock()
-	w.grantc <- g
 }
 
 // queued reports whether anyone waits for key in this process.
