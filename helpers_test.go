@@ -79,6 +79,17 @@ func backends(t *testing.T) []backend {
 		}},
 	}
 	real := realRedis(t)
+	// Leave nothing in the shared Redis: every key a test writes contains its
+	// name (see uniqueName), fencing counters and grace periods included.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pattern := "*" + strings.ReplaceAll(t.Name(), "/", ":") + "*"
+		iter := real.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			_ = real.Del(ctx, iter.Val()).Err()
+		}
+	})
 	bs = append(bs, backend{name: "redis", raw: real, replica: func(t testing.TB) lock.Provider {
 		rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
 		t.Cleanup(func() { _ = rc.Close() })

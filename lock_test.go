@@ -587,7 +587,7 @@ func TestAcquireBadInput(t *testing.T) {
 		require.NoError(t, err, "the name is free after the rejected calls")
 		assert.NoError(t, l.Release(ctx))
 
-		exact := strings.Repeat("n", lock.MaxKeyLen-len(lock.DefaultPrefix))
+		exact := name + strings.Repeat("n", lock.MaxKeyLen-len(lock.DefaultPrefix)-len(name))
 		l, err = c.Acquire(ctx, exact, lock.Options{})
 		require.NoError(t, err, "a key of exactly MaxKeyLen bytes works")
 		assert.NoError(t, l.Release(ctx))
