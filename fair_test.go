@@ -167,12 +167,12 @@ func TestFairNeedsQueuer(t *testing.T) {
 func TestLongWaiterIsNotOvertaken(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxTimeout(t, 30*time.Second)
-		const poll = 100 * time.Millisecond
+		const poll = 300 * time.Millisecond
 		name := uniqueName(t)
 		fast := newClient(t, b.replica(t), lock.WithPollInterval(poll))
 		rec := newRecorder()
-		slow := newClient(t, &slowProvider{Provider: b.replica(t), delay: 20 * time.Millisecond},
-			lock.WithPollInterval(poll), rec.option())
+		sp := &slowProvider{Provider: b.replica(t), delay: 20 * time.Millisecond}
+		slow := newClient(t, sp, lock.WithPollInterval(poll), rec.option())
 
 		held, err := fast.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
@@ -185,7 +185,8 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 			got <- err
 		}()
 		waitEvent(t, rec, lock.EventContended)
-		time.Sleep(4 * poll) // long enough to have joined the queue
+		require.Eventually(t, sp.joined.Load, 10*time.Second, time.Millisecond,
+			"the waiter joins the provider's queue after a poll interval of waiting")
 
 		require.NoError(t, held.Release(ctx))
 		l, err := fast.Acquire(ctx, name, lock.Options{})
@@ -201,7 +202,8 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 // every race for a lock to a faster one.
 type slowProvider struct {
 	lock.Provider
-	delay time.Duration
+	delay  time.Duration
+	joined atomic.Bool // an attempt has asked to join the queue
 }
 
 func (p *slowProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
@@ -211,7 +213,11 @@ func (p *slowProvider) Acquire(ctx context.Context, key, owner string, ttl time.
 
 func (p *slowProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Record, error) {
 	time.Sleep(p.delay)
-	return p.Provider.(lock.Queuer).AcquireQueued(ctx, key, owner, ttl, wait)
+	rec, err := p.Provider.(lock.Queuer).AcquireQueued(ctx, key, owner, ttl, wait)
+	if err == nil && wait > 0 {
+		p.joined.Store(true)
+	}
+	return rec, err
 }
 
 func (p *slowProvider) Dequeue(ctx context.Context, key, owner string) error {

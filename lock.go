@@ -221,10 +221,15 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 	// claimed meanwhile takes the transfer's outcome, and frees a lock it was
 	// given.
 	fail := func(err error) (*Lock, error) {
-		if c.waiters.leave(key, w, true) {
+		outcome, unsure := c.waiters.leave(key, w, true)
+		if outcome {
 			if g := <-w.grantc; g.ok {
 				_ = c.granted(key, owner, o, g.rec, g.sent).Release(ctx)
 			}
+		}
+		if unsure {
+			// A transfer to w may have happened with no reply.
+			c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
 		}
 		if q, ok := c.provider.(Queuer); ok && joined {
 			c.background(ctx, func(ctx context.Context) { _ = q.Dequeue(ctx, key, owner) })
@@ -267,7 +272,7 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 				return fail(c.skip(key, owner, ErrGracePeriod, rec.TTL))
 			}
 			if l := c.granted(key, owner, o, rec, sent); l != nil {
-				c.waiters.leave(key, w, false)
+				_, _ = c.waiters.leave(key, w, false)
 				return l, nil
 			}
 			retryAfter = rec.TTL
@@ -297,10 +302,11 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 }
 
 // attempt asks the provider once, in the order of the provider's wait queue if
-// it keeps one, joining it when join is true. When the provider fails (the record may have
-// been stored with no reply), it removes any record of owner's in the
-// background (Close waits for it), so that a failed acquisition leaves nothing
-// held and the caller gets the error at once.
+// it keeps one, joining it when join is true. When the provider fails (the
+// record or the queue entry may have been stored with no reply), it removes
+// any record and queue entry of owner's in the background (Close waits for
+// it), so that a failed acquisition leaves nothing behind and the caller gets
+// the error at once.
 func (c *Client) attempt(ctx context.Context, key, owner string, o Options, join bool) (Record, time.Time, error) {
 	sent := time.Now()
 	var rec Record
@@ -317,16 +323,31 @@ func (c *Client) attempt(ctx context.Context, key, owner string, o Options, join
 	}
 	if err != nil {
 		if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrCorruptRecord) {
-			c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+			c.background(ctx, func(ctx context.Context) {
+				_ = c.provider.Release(ctx, key, owner)
+				if q, ok := c.provider.(Queuer); ok && join {
+					_ = q.Dequeue(ctx, key, owner)
+				}
+			})
 		}
 		return Record{}, sent, err
 	}
 	return rec, sent, nil
 }
 
-// background runs fn on a detached context in a goroutine that Close waits for.
+// background runs fn on a detached context in a goroutine that Close waits
+// for; after Close, it runs fn at once.
 func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		dctx, cancel := c.detached(ctx)
+		defer cancel()
+		fn(dctx)
+		return
+	}
 	c.bg.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.bg.Done()
 		dctx, cancel := c.detached(ctx)
@@ -494,35 +515,45 @@ func (l *Lock) onLoss(fn func(error)) {
 // Extend sets the lease to d from now (cut to what is left of MaxDuration) and
 // goes on renewing with the configured lease. It returns a *LostError when the
 // lock is no longer held, and the provider's error otherwise (the lock is then
-// still held until its current lease ends).
+// still held until its current lease ends). It gives up at the end of the
+// current lease: a renewal that arrives later is too late.
 func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return invalidf("Extend duration %v is not positive", d)
 	}
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
 	return l.refresh(ctx, d)
 }
 
-// refresh renews the record to ttl d (cut to MaxDuration) and schedules the
-// next renewal. Renewals run one at a time, outside l.mu, so that Release and
-// Err never wait for the network.
+// refresh renews the record to ttl d (cut to MaxDuration), before the current
+// lease ends, and schedules the next renewal. The caller holds l.renewMu:
+// renewals run one at a time, outside l.mu, so that Release and Err never
+// wait for the network.
 func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
-	l.renewMu.Lock()
-	defer l.renewMu.Unlock()
-	if err := l.heldErr(); err != nil {
+	l.mu.Lock()
+	err, end := l.heldErrLocked(), l.leaseEnd
+	l.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	now := time.Now()
 	if !now.Before(leaseEnd(l.start, l.opts.MaxDuration)) {
-		return l.lose(fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration))
+		return l.lose(l.heldTooLong())
 	}
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
 	d = min(d, l.maxDeadline.Sub(now))
-	err := l.c.provider.Update(ctx, l.key, l.owner, d, false)
+	err = l.c.provider.Update(ctx, l.key, l.owner, d, false)
 	switch {
 	case errors.Is(err, ErrLost):
 		return l.lose(nil) // found gone or taken
 	case errors.Is(err, ErrCorruptRecord):
 		return l.lose(err)
 	case err != nil:
+		if herr := l.heldErr(); herr != nil {
+			return herr // lost meanwhile (the lease ran out), or released
+		}
 		return fmt.Errorf("lock: renew %q: %w", l.key, err)
 	}
 	l.mu.Lock()
@@ -535,14 +566,31 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// lose marks the lock lost with cause, unless it was released meanwhile.
+// lose marks the lock lost with cause, unless it was released meanwhile, and
+// then tells everyone who asked (outside l.mu, so that they may call the
+// Lock's methods).
 func (l *Lock) lose(cause error) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == released {
+	if l.state != held {
+		defer l.mu.Unlock()
 		return l.heldErrLocked()
 	}
-	return l.loseLocked(cause)
+	l.state = lost
+	l.timer.Stop()
+	l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
+	onLost := l.onLost
+	l.onLost = nil
+	l.mu.Unlock()
+	// The event first, then Done and the contexts: whoever they wake finds
+	// the event delivered. Only this call moved the state to lost, so only it
+	// closes done.
+	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
+	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
+	close(l.done)
+	for _, fn := range onLost {
+		fn(l.lostErr)
+	}
+	return l.lostErr
 }
 
 // heldErr returns nil while the lock is held, and why it is not otherwise.
@@ -580,48 +628,49 @@ func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
 	return leaseEnd(now, ttl).Sub(now)
 }
 
-// renew runs on the lease timer: it renews the lease, declares the lock lost
-// when the record is gone or the lease ran out before a renewal succeeded, and
-// retries soon after a transient failure.
+// renew runs on the lease timer. It declares the lock lost once the lease has
+// run out without a renewal, even while an Extend hangs; otherwise it renews
+// the lease, and retries soon after a transient failure.
 func (l *Lock) renew() {
 	l.mu.Lock()
-	end := l.leaseEnd
+	state, end := l.state, l.leaseEnd
 	l.mu.Unlock()
-	ctx, cancel := context.WithDeadline(context.Background(), end)
-	defer cancel()
-	err := l.refresh(ctx, l.opts.Lease)
-	if err == nil || errors.Is(err, ErrLost) {
+	if state != held {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != held {
+	switch now := time.Now(); {
+	case !now.Before(leaseEnd(l.start, l.opts.MaxDuration)):
+		_ = l.lose(l.heldTooLong())
+		return
+	case !now.Before(end):
+		_ = l.lose(errors.New("the lease ran out before it was renewed"))
 		return
 	}
-	if left := time.Until(l.leaseEnd); left > 0 {
-		l.timer.Reset(min(l.opts.Lease/10, left))
+	if !l.renewMu.TryLock() {
+		// An Extend is under way; look again when the lease would end.
+		l.resetTimer(time.Until(end))
 		return
 	}
-	_ = l.loseLocked(err)
+	err := l.refresh(context.Background(), l.opts.Lease)
+	l.renewMu.Unlock()
+	if err != nil && !errors.Is(err, ErrLost) {
+		// A transient failure: try again soon; the lease end is checked first.
+		l.resetTimer(min(l.opts.Lease/10, time.Until(end)))
+	}
 }
 
-// loseLocked marks the lock lost with cause, tells everyone who looked, and
-// returns the *LostError. The caller holds l.mu.
-func (l *Lock) loseLocked(cause error) error {
-	if l.state == lost {
-		return l.lostErr
+func (l *Lock) heldTooLong() error {
+	return fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration)
+}
+
+// resetTimer fires the lease timer after d (at least a millisecond), while
+// the lock is held.
+func (l *Lock) resetTimer(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == held {
+		l.timer.Reset(max(d, time.Millisecond))
 	}
-	l.state = lost
-	l.timer.Stop()
-	l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
-	close(l.done)
-	for _, fn := range l.onLost {
-		fn(l.lostErr)
-	}
-	l.onLost = nil
-	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
-	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
-	return l.lostErr
 }
 
 // maxChain bounds how many times in a row a process passes a lock straight to
@@ -632,8 +681,9 @@ const maxChain = 16
 // transfer passes the lock straight to the next waiter in this process, when
 // there is one, the provider is a Transferer and the chain of transfers is not
 // too long: one round trip, and the key is never free in between. It reports
-// whether the release is done (with the error to report); when it is not, the
-// caller frees the lock.
+// whether the release is done (with the error to report: never a *LostError
+// for a transfer whose outcome is unknown); when it is not, the caller frees
+// the lock.
 func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	c := l.c
 	tr, ok := c.provider.(Transferer)
@@ -649,13 +699,18 @@ func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	// A record with no owner: released for the first waiter of the provider's
 	// queue, in another process; w waits for its own turn.
 	ok = err == nil && rec.Owner == w.owner
-	c.waiters.settle(l.key, w, grant{ok: ok, rec: rec, sent: sent, chain: l.chain + 1})
-	if err == nil || errors.Is(err, ErrLost) {
+	known := err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrCorruptRecord)
+	c.waiters.settle(l.key, w, grant{ok: ok, unsure: !known, rec: rec, sent: sent, chain: l.chain + 1})
+	if known {
 		return true, err
 	}
-	// The transfer may or may not have happened: free the lock if it is still
-	// ours; the waiter, back at the head, finds out which.
-	return false, nil
+	// The transfer may or may not have happened. Free the lock if it is still
+	// ours; the waiter, back at the head, finds out whether it is its own (or
+	// frees it if it gives up). Either way the outcome is not known here.
+	if rerr := c.provider.Release(ctx, l.key, l.owner); rerr == nil {
+		return true, nil
+	}
+	return true, fmt.Errorf("handing over to a waiter: %w", err)
 }
 
 // Release ends the hold: it deletes the record, or, with a GracePeriod, keeps
@@ -666,7 +721,7 @@ func (l *Lock) transfer(ctx context.Context) (bool, error) {
 // record then expires within its lease). Release after Release returns nil.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
-	state := l.state
+	state, lostErr := l.state, l.lostErr
 	if state == held {
 		l.state = released
 		l.timer.Stop()
@@ -677,6 +732,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	c := l.c
 	switch state {
 	case released:
+		if lostErr != nil {
+			return lostErr // the first Release found the lock lost
+		}
 		return nil
 	case lost:
 		// The lease ran out without a renewal; the record may still be ours.

@@ -96,9 +96,9 @@ func (p *RedisProvider) AcquireQueued(ctx context.Context, key, owner string, tt
 	if wait < 0 {
 		return Record{}, invalidf("negative queue wait %v", wait)
 	}
-	q := wait.Milliseconds()
-	if q == 0 {
-		q = -1 // in order, without joining the queue
+	q := int64(-1) // in order, without joining the queue
+	if wait > 0 {
+		q = max(wait.Milliseconds(), 1)
 	}
 	return p.acquire(ctx, key, owner, ttl, q)
 }

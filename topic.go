@@ -41,15 +41,17 @@ type waiter struct {
 	attempting bool // asking the provider now: not to be claimed
 	claimed    bool // taken out of the queue by a releaser transferring to it
 	granted    bool // a transfer's grant waits in grantc
+	unsure     bool // a transfer to it failed with no reply: it may hold the record
 	gone       bool // gave up while claimed or granted: takes the outcome, then frees it
 }
 
 // grant is the outcome of a transfer to a claimed waiter.
 type grant struct {
-	ok    bool
-	rec   Record
-	sent  time.Time // when the transfer was sent: the lease counts from here
-	chain int       // transfers in a row in this process, this one included
+	ok     bool
+	unsure bool // failed with no reply: the transfer may have happened
+	rec    Record
+	sent   time.Time // when the transfer was sent: the lease counts from here
+	chain  int       // transfers in a row in this process, this one included
 }
 
 // join appends a new waiter to key's queue.
@@ -68,16 +70,17 @@ func (ws *waiters) join(key, owner string, lease time.Duration) *waiter {
 
 // leave removes w from key's queue. When w was the head and passOn is true (w
 // leaves without the lock, so an announcement it consumed may be the next
-// waiter's), the new head is woken to look for itself. It returns true when a
+// waiter's), the new head is woken to look for itself. outcome is true when a
 // releaser has claimed w or granted it the lock: the caller must then take the
-// outcome from w.grantc.
-func (ws *waiters) leave(key string, w *waiter, passOn bool) (claimed bool) {
+// outcome from w.grantc. unsure is true when a transfer to w failed with no
+// reply: w's owner may hold the record.
+func (ws *waiters) leave(key string, w *waiter, passOn bool) (outcome, unsure bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	delete(ws.byOwner, w.owner)
 	if w.claimed || w.granted {
 		w.gone = true
-		return true
+		return true, w.unsure
 	}
 	q := ws.queues[key]
 	for i, x := range q {
@@ -87,15 +90,15 @@ func (ws *waiters) leave(key string, w *waiter, passOn bool) (claimed bool) {
 		q = append(q[:i], q[i+1:]...)
 		if len(q) == 0 {
 			delete(ws.queues, key)
-			return false
+		} else {
+			ws.queues[key] = q
+			if i == 0 && passOn {
+				signal(q[0])
+			}
 		}
-		ws.queues[key] = q
-		if i == 0 && passOn {
-			signal(q[0])
-		}
-		return false
+		break
 	}
-	return false
+	return false, w.unsure
 }
 
 // startAttempt reports whether w may ask the provider now: when it is first in
@@ -145,6 +148,7 @@ func (ws *waiters) claim(key string) *waiter {
 func (ws *waiters) settle(key string, w *waiter, g grant) {
 	ws.mu.Lock()
 	w.claimed = false
+	w.unsure = w.unsure || g.unsure
 	if g.ok || w.gone {
 		w.granted = g.ok
 		ws.mu.Unlock()

@@ -43,7 +43,7 @@ func TestWaitersLeaveAfterGrant(t *testing.T) {
 	w := ws.join("k", "o", time.Second)
 	ws.claim("k")
 	ws.settle("k", w, grant{ok: true})
-	if !ws.leave("k", w, true) {
+	if outcome, _ := ws.leave("k", w, true); !outcome {
 		t.Fatal("leave must report the pending grant")
 	}
 	if g := <-w.grantc; !g.ok {

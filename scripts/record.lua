@@ -64,8 +64,11 @@ local function enqueue(owner, ttl)
     redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), owner)
   end
   redis.call('ZADD', KEYS[4], nowms() + ttl, owner)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
+  -- The queue lives as long as its longest-lived owner.
+  if redis.call('PTTL', KEYS[3]) < tonumber(ttl) then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+    redis.call('PEXPIRE', KEYS[4], ttl)
+  end
 end
 
 -- dequeue takes owner out of the queue.
