@@ -550,9 +550,11 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		return l.lose(nil) // found gone or taken
 	case errors.Is(err, ErrCorruptRecord):
 		return l.lose(err)
+	case err != nil && !time.Now().Before(end):
+		return l.lose(fmt.Errorf("the lease ran out before it was renewed: %w", err))
 	case err != nil:
 		if herr := l.heldErr(); herr != nil {
-			return herr // lost meanwhile (the lease ran out), or released
+			return herr // lost meanwhile, or released
 		}
 		return fmt.Errorf("lock: renew %q: %w", l.key, err)
 	}
