@@ -229,7 +229,11 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 		}
 		if unsure {
 			// A transfer to w may have happened with no reply.
-			c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+			c.background(ctx, func(ctx context.Context) {
+				if c.provider.Release(ctx, key, owner) == nil {
+					c.announce(key)
+				}
+			})
 		}
 		if q, ok := c.provider.(Queuer); ok && joined {
 			c.background(ctx, func(ctx context.Context) { _ = q.Dequeue(ctx, key, owner) })
@@ -324,7 +328,9 @@ func (c *Client) attempt(ctx context.Context, key, owner string, o Options, join
 	if err != nil {
 		if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrCorruptRecord) {
 			c.background(ctx, func(ctx context.Context) {
-				_ = c.provider.Release(ctx, key, owner)
+				if c.provider.Release(ctx, key, owner) == nil {
+					c.announce(key)
+				}
 				if q, ok := c.provider.(Queuer); ok && join {
 					_ = q.Dequeue(ctx, key, owner)
 				}
@@ -564,7 +570,9 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		return l.heldErrLocked()
 	}
 	l.leaseEnd = leaseEnd(now, d)
-	l.timer.Reset(l.nextRenewal(now, d))
+	// Timed from when the renewal was sent, as the lease is: a slow reply
+	// must not push the next renewal past the lease end.
+	l.timer.Reset(max(time.Until(now.Add(l.nextRenewal(now, d))), 0))
 	return nil
 }
 
@@ -649,8 +657,9 @@ func (l *Lock) renew() {
 		return
 	}
 	if !l.renewMu.TryLock() {
-		// An Extend is under way; look again when the lease would end.
-		l.resetTimer(time.Until(end))
+		// An Extend is under way; look again soon, as after a failed renewal
+		// (and at the lease end at the latest).
+		l.resetTimer(min(l.opts.Lease/10, time.Until(end)))
 		return
 	}
 	err := l.refresh(context.Background(), l.opts.Lease)
@@ -701,10 +710,13 @@ func (l *Lock) transfer(ctx context.Context) (bool, error) {
 	// A record with no owner: released for the first waiter of the provider's
 	// queue, in another process; w waits for its own turn.
 	ok = err == nil && rec.Owner == w.owner
-	known := err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrCorruptRecord)
-	c.waiters.settle(l.key, w, grant{ok: ok, unsure: !known, rec: rec, sent: sent, chain: l.chain + 1})
+	known := err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord)
+	c.waiters.settle(l.key, w, grant{ok: ok, unsure: !known && !errors.Is(err, ErrInvalidArgument), rec: rec, sent: sent, chain: l.chain + 1})
 	if known {
 		return true, err
+	}
+	if errors.Is(err, ErrInvalidArgument) {
+		return false, nil // refused: nothing changed; the caller frees the lock
 	}
 	// The transfer may or may not have happened. Free the lock if it is still
 	// ours; the waiter, back at the head, finds out whether it is its own (or

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,4 +156,95 @@ func TestTransferWithLostReplyIsNotALoss(t *testing.T) {
 	require.NotNil(t, l2, "the waiter finds the lock is its own")
 	assert.NoError(t, l2.Release(ctx))
 	assert.Zero(t, mem.Len(), "nothing left held")
+}
+
+// An Extend that fails with a transient error while the lease timer is due
+// must not leave the lease unrenewed until it runs out: the timer retries as
+// after any failed renewal.
+func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	var failing atomic.Bool
+	p := &hookedProvider{MemoryProvider: mem}
+	p.update = func(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+		if failing.Load() {
+			time.Sleep(150 * time.Millisecond) // slow, then a transient error
+			return errors.New("connection reset")
+		}
+		return mem.Update(ctx, key, owner, ttl, ended)
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := newClient(t, p)
+	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 600 * time.Millisecond})
+	require.NoError(t, err)
+	time.Sleep(120 * time.Millisecond)
+	failing.Store(true)
+	err = l.Extend(ctx, time.Second) // spans the renewal due at 200ms
+	failing.Store(false)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, lock.ErrLost)
+	select {
+	case <-l.Done():
+		t.Fatalf("the lock was lost (%v) although renewals succeed again", l.Err())
+	case <-time.After(1500 * time.Millisecond):
+	}
+	assert.NoError(t, l.Release(ctx))
+}
+
+// Renewals whose replies are slow (but which the provider applies at once)
+// must not lose the lock: the next renewal is timed from when the last one
+// was sent, as the lease is.
+func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	p := &hookedProvider{MemoryProvider: mem}
+	p.update = func(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+		if err := mem.Update(ctx, key, owner, ttl, ended); err != nil {
+			return err
+		}
+		select { // applied; the reply takes 200ms
+		case <-time.After(200 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := newClient(t, p)
+	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 500 * time.Millisecond})
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+		t.Fatalf("the lock was lost (%v) although every renewal was applied", l.Err())
+	case <-time.After(2 * time.Second):
+	}
+	assert.NoError(t, l.Release(ctx))
+}
+
+// A transfer that the provider refuses (ErrInvalidArgument: nothing changed)
+// must not leave the released lock held until its lease runs out.
+func TestRefusedTransferStillReleases(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	p := &hookedProvider{MemoryProvider: mem}
+	p.transfer = func(ctx context.Context, key, from, to string, ttl time.Duration) (lock.Record, error) {
+		return lock.Record{}, fmt.Errorf("unsupported: %w", lock.ErrInvalidArgument)
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	name := uniqueName(t)
+	rec := newRecorder()
+	c := newClient(t, p, rec.option())
+	l, err := c.Acquire(ctx, name, lock.Options{Lease: 5 * time.Second})
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, name, lock.Options{Wait: true})
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	waitEvent(t, rec, lock.EventContended)
+	released := time.Now()
+	assert.NoError(t, l.Release(ctx), "the release frees the lock when the transfer is refused")
+	require.NoError(t, <-got)
+	assert.Less(t, time.Since(released), 2*time.Second, "the waiter gets the lock at once, not after the 5s lease")
+	assert.Zero(t, mem.Len())
 }
