@@ -227,17 +227,8 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 				_ = c.granted(key, owner, o, g.rec, g.sent).Release(ctx)
 			}
 		}
-		if unsure {
-			// A transfer to w may have happened with no reply.
-			c.background(ctx, func(ctx context.Context) {
-				if c.provider.Release(ctx, key, owner) == nil {
-					c.announce(key)
-				}
-			})
-		}
-		if q, ok := c.provider.(Queuer); ok && joined {
-			c.background(ctx, func(ctx context.Context) { _ = q.Dequeue(ctx, key, owner) })
-		}
+		// A transfer to w may have happened with no reply (unsure).
+		c.forget(ctx, key, owner, unsure, joined)
 		return nil, err
 	}
 	ended := func() (*Lock, error) {
@@ -280,11 +271,8 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options, looked 
 				return l, nil
 			}
 			retryAfter = rec.TTL
-			if !looked {
-				c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
-			}
-			looked = true
-		} else if !looked {
+		}
+		if !looked {
 			c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
 			looked = true
 		}
@@ -327,18 +315,30 @@ func (c *Client) attempt(ctx context.Context, key, owner string, o Options, join
 	}
 	if err != nil {
 		if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrCorruptRecord) {
-			c.background(ctx, func(ctx context.Context) {
-				if c.provider.Release(ctx, key, owner) == nil {
-					c.announce(key)
-				}
-				if q, ok := c.provider.(Queuer); ok && join {
-					_ = q.Dequeue(ctx, key, owner)
-				}
-			})
+			c.forget(ctx, key, owner, true, join)
 		}
 		return Record{}, sent, err
 	}
 	return rec, sent, nil
+}
+
+// forget removes, in the background, what an acquisition that ended without
+// the lock may have left: owner's record when release is true (announcing the
+// release), its place in the provider's queue when dequeue is true.
+func (c *Client) forget(ctx context.Context, key, owner string, release, dequeue bool) {
+	q, queued := c.provider.(Queuer)
+	dequeue = dequeue && queued
+	if !release && !dequeue {
+		return
+	}
+	c.background(ctx, func(ctx context.Context) {
+		if release && c.provider.Release(ctx, key, owner) == nil {
+			c.announce(key)
+		}
+		if dequeue {
+			_ = q.Dequeue(ctx, key, owner)
+		}
+	})
 }
 
 // background runs fn on a detached context in a goroutine that Close waits
@@ -544,7 +544,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	now := time.Now()
-	if !now.Before(leaseEnd(l.start, l.opts.MaxDuration)) {
+	if l.overMax(now) {
 		return l.lose(l.heldTooLong())
 	}
 	ctx, cancel := context.WithDeadline(ctx, end)
@@ -557,7 +557,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	case errors.Is(err, ErrCorruptRecord):
 		return l.lose(err)
 	case err != nil && !time.Now().Before(end):
-		return l.lose(fmt.Errorf("the lease ran out before it was renewed: %w", err))
+		return l.lose(fmt.Errorf("%w: %w", errLeaseRanOut, err))
 	case err != nil:
 		if herr := l.heldErr(); herr != nil {
 			return herr // lost meanwhile, or released
@@ -649,11 +649,11 @@ func (l *Lock) renew() {
 		return
 	}
 	switch now := time.Now(); {
-	case !now.Before(leaseEnd(l.start, l.opts.MaxDuration)):
+	case l.overMax(now):
 		_ = l.lose(l.heldTooLong())
 		return
 	case !now.Before(end):
-		_ = l.lose(errors.New("the lease ran out before it was renewed"))
+		_ = l.lose(errLeaseRanOut)
 		return
 	}
 	if !l.renewMu.TryLock() {
@@ -668,6 +668,15 @@ func (l *Lock) renew() {
 		// A transient failure: try again soon; the lease end is checked first.
 		l.resetTimer(min(l.opts.Lease/10, time.Until(end)))
 	}
+}
+
+// errLeaseRanOut is the cause of a loss found by the holder's own clock.
+var errLeaseRanOut = errors.New("the lease ran out before it was renewed")
+
+// overMax reports whether the hold has reached its MaxDuration (with the same
+// margin as a lease).
+func (l *Lock) overMax(now time.Time) bool {
+	return !now.Before(leaseEnd(l.start, l.opts.MaxDuration))
 }
 
 func (l *Lock) heldTooLong() error {
@@ -732,7 +741,8 @@ func (l *Lock) transfer(ctx context.Context) (bool, error) {
 // release timeout) so that a cancelled ctx cannot leave the lock held. It
 // returns nil after a clean release, the *LostError if the lock was lost
 // before (or found gone or taken now), and the provider's error otherwise (the
-// record then expires within its lease). Release after Release returns nil.
+// record then expires within its lease). Release after Release returns what
+// the first returned if it was a *LostError, and nil otherwise.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	state, lostErr := l.state, l.lostErr

@@ -172,8 +172,7 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 	m.mu.Lock()
 	r, err := m.owned(key, owner, true)
 	if err == nil {
-		delete(m.records, key)
-		heap.Remove(&m.expiry, r.index)
+		m.remove(r)
 	}
 	subs, next := m.announcement(err == nil, key, m.clock.Now())
 	m.mu.Unlock()
@@ -220,8 +219,7 @@ func (m *MemoryProvider) Transfer(ctx context.Context, key, from, to string, ttl
 	}
 	now := m.clock.Now()
 	if next := m.queueHead(key, now); next != "" && next != to {
-		delete(m.records, key)
-		heap.Remove(&m.expiry, r.index)
+		m.remove(r)
 		subs := m.subscribers(true)
 		m.mu.Unlock()
 		publish(subs, key, next)
@@ -362,6 +360,12 @@ func (m *MemoryProvider) expire() time.Time {
 		delete(m.records, r.key)
 	}
 	return now
+}
+
+// remove deletes record r. The caller holds m.mu.
+func (m *MemoryProvider) remove(r *memRecord) {
+	delete(m.records, r.key)
+	heap.Remove(&m.expiry, r.index)
 }
 
 func (m *MemoryProvider) setDeadline(r *memRecord, d time.Time) {
