@@ -66,7 +66,7 @@ func ExampleClient_Acquire() {
 	}
 	// Output:
 	// held, with a token: true
-	// again: lock: could not acquire "lock:report": held by another owner
+	// again: lock: could not acquire "lock:{report}": held by another owner
 	// not acquired: true held: true
 	// after release, a greater token: true
 }
@@ -154,7 +154,7 @@ func ExampleMiddleware() {
 	close(finish)
 	wg.Wait()
 	// Output:
-	// second request: lock: could not acquire "lock:order:42": held by another owner
+	// second request: lock: could not acquire "lock:{order:42}": held by another owner
 	// not acquired: true
 	// other order: processed order 7 <nil>
 	// first request: processed order 42 <nil>

@@ -13,79 +13,6 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// TestQueuerConformance checks the wait queue that Options.Fair uses, on every
-// backend, through the Queuer interface.
-func TestQueuerConformance(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p := b.replica(t)
-		q, ok := p.(lock.Queuer)
-		require.True(t, ok, "the built-in providers keep a wait queue")
-		key := "lock:" + uniqueName(t)
-		a, bo, c, d := newOwner(), newOwner(), newOwner(), newOwner()
-
-		type note struct{ key, next string }
-		notes := make(chan note, 16)
-		stop, err := p.(lock.Topic).Subscribe(ctx, func(key, next string) { notes <- note{key, next} })
-		require.NoError(t, err)
-		defer stop()
-		nextNote := func() note {
-			select {
-			case n := <-notes:
-				return n
-			case <-time.After(5 * time.Second):
-				t.Fatal("no announcement within 5s")
-				return note{}
-			}
-		}
-
-		acq := func(owner string, wait time.Duration) lock.Record {
-			t.Helper()
-			rec, err := q.AcquireQueued(ctx, key, owner, time.Minute, wait)
-			require.NoError(t, err)
-			return rec
-		}
-		assert.Equal(t, a, acq(a, time.Minute).Owner, "an empty queue lets anyone in")
-		assert.Equal(t, a, acq(bo, time.Minute).Owner, "B waits behind the holder")
-		assert.Equal(t, a, acq(c, time.Minute).Owner, "C waits behind B")
-
-		require.NoError(t, p.Release(ctx, key, a))
-		assert.Equal(t, note{key, bo}, nextNote(), "the release names the first waiter")
-		assert.Empty(t, acq(c, time.Minute).Owner, "C may not overtake B")
-		assert.Empty(t, acq(d, 0).Owner, "a caller that does not wait may not overtake B either")
-		rec := acq(bo, time.Minute)
-		assert.Equal(t, bo, rec.Owner, "B's turn")
-		assert.Positive(t, rec.Token)
-
-		require.NoError(t, p.Release(ctx, key, bo))
-		assert.Equal(t, note{key, c}, nextNote(), "then C's")
-		require.NoError(t, q.Dequeue(ctx, key, c))
-		assert.Equal(t, note{key, ""}, nextNote(), "C leaving a free key announces it, now nobody's turn")
-		assert.Equal(t, d, acq(d, 0).Owner, "D did not join the queue, which is empty now")
-		require.NoError(t, p.Release(ctx, key, d))
-		nextNote()
-
-		// A waiter that stops asking drops out after its wait.
-		e, f := newOwner(), newOwner()
-		assert.Equal(t, a, acq(a, time.Minute).Owner)
-		assert.Equal(t, a, acq(e, 100*time.Millisecond).Owner)
-		require.NoError(t, p.Release(ctx, key, a))
-		assert.Equal(t, note{key, e}, nextNote())
-		assert.Eventually(t, func() bool { return acq(f, 0).Owner == f }, 5*time.Second, 20*time.Millisecond,
-			"E, which stopped asking, no longer blocks the queue")
-		require.NoError(t, p.Release(ctx, key, f))
-		nextNote()
-
-		if b.raw != nil {
-			n, err := b.raw.Exists(ctx, "{"+key+"}", "{"+key+"}:q", "{"+key+"}:qt").Result()
-			require.NoError(t, err)
-			assert.Zero(t, n, "no record and no queue left behind")
-		}
-		_, err = q.AcquireQueued(ctx, key, a, time.Minute, -time.Second)
-		assert.ErrorIs(t, err, lock.ErrInvalidArgument)
-	})
-}
-
 // TestFairOrderAcrossClients: waiters on several Clients (replicas) are
 // granted the lock in the order they arrived, and each release wakes only the
 // waiter whose turn it is.
@@ -140,30 +67,15 @@ type countingQueuer struct {
 	attempts *atomic.Int64
 }
 
-func (p *countingQueuer) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Record, error) {
+func (p *countingQueuer) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 	p.attempts.Add(1)
-	return p.Provider.(lock.Queuer).AcquireQueued(ctx, key, owner, ttl, wait)
+	return p.Provider.Queue(ctx, key, w)
 }
 
-func (p *countingQueuer) Dequeue(ctx context.Context, key, owner string) error {
-	return p.Provider.(lock.Queuer).Dequeue(ctx, key, owner)
-}
-
-func (p *countingQueuer) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
-	return p.Provider.(lock.Topic).Subscribe(ctx, notify)
-}
-
-func TestFairNeedsQueuer(t *testing.T) {
-	ctx := ctxTimeout(t, 5*time.Second)
-	c := newClient(t, struct{ lock.Provider }{lock.NewMemoryProvider()})
-	_, err := c.Acquire(ctx, uniqueName(t), lock.Options{Fair: true})
-	assert.ErrorIs(t, err, lock.ErrInvalidArgument)
-}
-
-// TestLongWaiterIsNotOvertaken: a waiter that has waited a poll interval
-// joins the provider's queue, so that when the holder releases, even a faster
-// caller in the holder's own process cannot take the lock before it. This is
-// what bounds how long a waiter in a slower process can be passed over.
+// TestLongWaiterIsNotOvertaken: a waiter joins the provider's queue, so that
+// when the holder releases, the lock is handed to it: even a faster caller in
+// the holder's own process cannot take the lock before it. This is what
+// bounds how long a waiter in a slower process can be passed over.
 func TestLongWaiterIsNotOvertaken(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxTimeout(t, 30*time.Second)
@@ -177,16 +89,18 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 		held, err := fast.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
 		got := make(chan error, 1)
+		checked := make(chan struct{})
 		go func() {
 			l, err := slow.Acquire(ctx, name, lock.Options{Wait: true})
 			if err == nil {
+				<-checked // hold it while the fast caller tries
 				err = l.Release(ctx)
 			}
 			got <- err
 		}()
 		waitEvent(t, rec, lock.EventContended)
 		require.Eventually(t, sp.joined.Load, 10*time.Second, time.Millisecond,
-			"the waiter joins the provider's queue after a poll interval of waiting")
+			"the waiter joins the provider's queue")
 
 		require.NoError(t, held.Release(ctx))
 		l, err := fast.Acquire(ctx, name, lock.Options{})
@@ -194,6 +108,7 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 		if err == nil {
 			_ = l.Release(ctx)
 		}
+		close(checked)
 		require.NoError(t, <-got, "the queued waiter gets the lock")
 	})
 }
@@ -211,19 +126,11 @@ func (p *slowProvider) Acquire(ctx context.Context, key, owner string, ttl time.
 	return p.Provider.Acquire(ctx, key, owner, ttl)
 }
 
-func (p *slowProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Record, error) {
+func (p *slowProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 	time.Sleep(p.delay)
-	rec, err := p.Provider.(lock.Queuer).AcquireQueued(ctx, key, owner, ttl, wait)
-	if err == nil && wait > 0 {
+	rec, err := p.Provider.Queue(ctx, key, w)
+	if err == nil && rec.Queued {
 		p.joined.Store(true)
 	}
 	return rec, err
-}
-
-func (p *slowProvider) Dequeue(ctx context.Context, key, owner string) error {
-	return p.Provider.(lock.Queuer).Dequeue(ctx, key, owner)
-}
-
-func (p *slowProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
-	return p.Provider.(lock.Topic).Subscribe(ctx, notify)
 }

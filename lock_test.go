@@ -24,7 +24,7 @@ func TestAcquireRelease(t *testing.T) {
 
 		l, err := c.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
-		assert.Equal(t, lock.DefaultPrefix+name, l.Key(), "the key is the default prefix and the name")
+		assert.Equal(t, lock.DefaultPrefix+"{"+name+"}", l.Key(), "the key is the default prefix and the name in braces")
 		assert.Equal(t, c.Key(name), l.Key())
 		assert.NotZero(t, l.Token(), "a grant carries a fencing token")
 		assert.NotEmpty(t, l.Owner())
@@ -587,7 +587,7 @@ func TestAcquireBadInput(t *testing.T) {
 		require.NoError(t, err, "the name is free after the rejected calls")
 		assert.NoError(t, l.Release(ctx))
 
-		exact := name + strings.Repeat("n", lock.MaxKeyLen-len(lock.DefaultPrefix)-len(name))
+		exact := name + strings.Repeat("n", lock.MaxKeyLen-len(c.Key(name)))
 		l, err = c.Acquire(ctx, exact, lock.Options{})
 		require.NoError(t, err, "a key of exactly MaxKeyLen bytes works")
 		assert.NoError(t, l.Release(ctx))
@@ -755,17 +755,26 @@ func TestPrefix(t *testing.T) {
 		for _, prefix := range []string{"p:", ""} {
 			c := newClient(t, b.replica(t), lock.WithPrefix(prefix))
 			name := uniqueName(t)
-			assert.Equal(t, prefix+name, c.Key(name))
+			key := prefix + "{" + name + "}"
+			assert.Equal(t, key, c.Key(name))
 			l, err := c.Acquire(ctx, name, lock.Options{})
 			require.NoError(t, err)
-			assert.Equal(t, prefix+name, l.Key(), "the key is the prefix and the name")
-			h := holder(t, b.replica(t), prefix+name)
-			assert.Equal(t, l.Owner(), h.Owner, "the record is stored under %q", prefix+name)
+			assert.Equal(t, key, l.Key(), "the key is the prefix and the name in braces")
+			h := holder(t, b.replica(t), key)
+			assert.Equal(t, l.Owner(), h.Owner, "the record is stored under %q", key)
 			assert.Equal(t, l.Token(), h.Token)
 			if b.raw != nil {
-				n, err := b.raw.Exists(ctx, rawKey(prefix+name)).Result()
+				n, err := b.raw.Exists(ctx, key).Result()
 				require.NoError(t, err)
-				assert.EqualValues(t, 1, n, "the Redis record is at {%s}", prefix+name)
+				assert.EqualValues(t, 1, n, "the Redis record is at the key itself, %s", key)
+				pttl, err := b.raw.PTTL(ctx, l.Key()).Result()
+				require.NoError(t, err)
+				assert.Positive(t, pttl, "PTTL of Lock.Key finds the record")
+				keys, err := b.raw.Keys(ctx, globEscape(prefix)+"*"+globEscape(name)+"*").Result()
+				require.NoError(t, err)
+				for _, k := range keys {
+					assert.True(t, strings.HasPrefix(k, prefix), "every stored key starts with the prefix: %q", k)
+				}
 			}
 			require.NoError(t, l.Release(ctx))
 		}
@@ -911,52 +920,53 @@ func assertClosed(t testing.TB, ch <-chan struct{}, msg string) {
 	}
 }
 
-func TestWithoutTopic(t *testing.T) {
-	// With no topic, a local release still wakes local waiters at once, and
-	// waiters in other processes find the lock by polling.
+// noListen is a provider whose Listen fails, as a pub/sub connection that
+// cannot be opened.
+type noListen struct{ lock.Provider }
+
+func (noListen) Listen(context.Context, string, func(lock.Grant)) (func(), error) {
+	return nil, errors.New("no pub/sub")
+}
+
+func TestWithoutListen(t *testing.T) {
+	// Without grants delivered to its inbox, a waiter finds the lock by
+	// looking again every poll interval.
 	ctx := ctxTimeout(t, 30*time.Second)
 	m := lock.NewMemoryProvider()
-	c := newClient(t, m, lock.WithTopic(nil), lock.WithPollInterval(time.Hour))
-	other := newClient(t, m, lock.WithTopic(nil), lock.WithPollInterval(100*time.Millisecond))
+	c := newClient(t, noListen{m})
+	other := newClient(t, noListen{m}, lock.WithPollInterval(100*time.Millisecond))
 	name := uniqueName(t)
 
-	for _, tc := range []struct {
-		what          string
-		owner, waiter *lock.Client
-	}{
-		// c polls once an hour: only the local announcement can wake it.
-		{"local release", c, c},
-		{"release in another process (polled)", c, other},
-	} {
-		waiter := tc.waiter
-		l, err := tc.owner.Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			l, err := waiter.Acquire(ctx, name, lock.Options{Wait: true})
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(150 * time.Millisecond) // the waiter is waiting
-		require.NoError(t, l.Release(ctx))
-		start := time.Now()
-		select {
-		case err := <-got:
-			assert.NoError(t, err, tc.what)
-			assert.Less(t, time.Since(start), 2*time.Second, "%s: the waiter gets the lock soon", tc.what)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the waiter did not get the lock within 10s", tc.what)
+	l, err := c.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := other.Acquire(ctx, name, lock.Options{Wait: true})
+		if err == nil {
+			err = l.Release(ctx)
 		}
+		got <- err
+	}()
+	time.Sleep(150 * time.Millisecond) // the waiter is waiting
+	require.NoError(t, l.Release(ctx))
+	start := time.Now()
+	select {
+	case err := <-got:
+		assert.NoError(t, err)
+		assert.Less(t, time.Since(start), 2*time.Second, "the waiter gets the lock soon")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock within 10s")
 	}
 }
 
-// blockingTopic is a Topic whose Subscribe hangs until its context ends, as
+// blockingListen is a provider whose Listen hangs until its context ends, as
 // go-redis's Receive does on a half-open connection.
-type blockingTopic struct{ entered chan struct{} }
+type blockingListen struct {
+	lock.Provider
+	entered chan struct{}
+}
 
-func (b *blockingTopic) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
+func (b *blockingListen) Listen(ctx context.Context, _ string, _ func(lock.Grant)) (func(), error) {
 	select {
 	case b.entered <- struct{}{}:
 	default:
@@ -971,8 +981,8 @@ func TestSlowSubscribeDoesNotBlockClient(t *testing.T) {
 	t.Parallel()
 	ctx := ctxTimeout(t, 30*time.Second)
 	m := lock.NewMemoryProvider()
-	bt := &blockingTopic{entered: make(chan struct{}, 1)}
-	c := newClient(t, m, lock.WithTopic(bt), lock.WithPollInterval(50*time.Millisecond))
+	bt := &blockingListen{Provider: m, entered: make(chan struct{}, 1)}
+	c := newClient(t, bt, lock.WithPollInterval(50*time.Millisecond))
 	holderC := newClient(t, m)
 	busy := uniqueName(t)
 	l, err := holderC.Acquire(ctx, busy, lock.Options{})

@@ -423,6 +423,19 @@ func (mwDownProvider) Update(ctx context.Context, _, _ string, _ time.Duration, 
 	return ctx.Err()
 }
 
+func (p mwDownProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	return p.Acquire(ctx, key, w.Owner, w.TTL)
+}
+
+func (mwDownProvider) Leave(ctx context.Context, _ string, _ lock.Waiter) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (mwDownProvider) Listen(context.Context, string, func(lock.Grant)) (func(), error) {
+	return nil, errMwDown
+}
+
 // A provider failure found before the request's deadline stays a provider
 // failure (503), even when dealing with it outlasts the deadline, and the
 // request is answered by its deadline.

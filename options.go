@@ -36,15 +36,12 @@ type Options struct {
 	// DefaultLease; a lease longer than MaxDuration is cut to it.
 	Lease time.Duration
 
-	// Fair grants the lock to waiters in arrival order across every process,
-	// through a wait queue that the provider keeps (it must be a Queuer, as
-	// both built-in providers are): a waiter joins it on its first attempt, and
-	// each release wakes only the waiter whose turn it is. Without Fair,
-	// waiters are served in arrival order within a process and race across
-	// processes, and a waiter joins the provider's queue only once it has
-	// waited a poll interval (see WithPollInterval): from then on nobody
-	// overtakes it, which bounds how long any waiter can be passed over. No
-	// acquisition, fair or not, overtakes a waiter in the queue. Every
+	// Fair keeps arrival order even when the lock is free. Waiters always
+	// queue in the provider in arrival order, and each release hands the
+	// lock to the first of them; but a lock can be free while waiters queue
+	// (its holder died and the record expired, until a waiter looks again):
+	// without Fair, an acquisition that finds it free takes it then; with
+	// Fair, it serves the first waiter and queues behind it. Every
 	// acquisition of a name should agree on Fair.
 	Fair bool
 
@@ -132,16 +129,9 @@ func WithEvents(fn func(Event)) ClientOption {
 	}
 }
 
-// WithTopic sets where the Client listens for end-of-lock announcements. The
-// default is the provider itself when it implements Topic; with neither, waiters
-// poll.
-func WithTopic(t Topic) ClientOption {
-	return func(c *Client) { c.topic = t }
-}
-
-// WithPollInterval bounds how long a waiter sleeps between checks when no
-// announcement wakes it (a lost message, an expired lock, a provider without a
-// Topic). The default is one second.
+// WithPollInterval sets how often a waiter looks again when no grant reaches
+// it: a message lost while the connection was broken, a holder that died and
+// whose record expired. The default is one second.
 func WithPollInterval(d time.Duration) ClientOption {
 	return func(c *Client) {
 		if d > 0 {

@@ -84,8 +84,9 @@ func (p *primCountingProvider) Acquire(ctx context.Context, key, owner string, t
 	return p.Provider.Acquire(ctx, key, owner, ttl)
 }
 
-func (p *primCountingProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
-	return p.Provider.(lock.Topic).Subscribe(ctx, notify)
+func (p *primCountingProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	defer p.acquires.Add(1)
+	return p.Provider.Queue(ctx, key, w)
 }
 
 // primHold takes name on c through the imperative API (a holder "elsewhere")
@@ -730,9 +731,9 @@ func TestPrimitive_KeyPrefixApplies(t *testing.T) {
 			assert.NoError(t, <-errc, "the holder should run")
 		}()
 
-		assert.Equal(t, prefixA+name, key, "the held key should be the prefix and the name")
+		assert.Equal(t, prefixA+"{"+name+"}", key, "the held key should be the prefix and the name")
 		if b.raw != nil {
-			n, err := b.raw.Exists(ctx, "{"+prefixA+name+"}").Result()
+			n, err := b.raw.Exists(ctx, key).Result()
 			require.NoError(t, err)
 			assert.EqualValues(t, 1, n, "Redis should hold the record under the prefixed key")
 		}
@@ -751,7 +752,7 @@ func TestPrimitive_KeyPrefixApplies(t *testing.T) {
 			assert.ErrorIs(t, err, lock.ErrHeld, "the same name under the same prefix is the same lock")
 			var na *lock.NotAcquiredError
 			if assert.ErrorAs(t, err, &na) {
-				assert.Equal(t, prefixA+name, na.Key, "the error should name the prefixed key")
+				assert.Equal(t, key, na.Key, "the error should name the prefixed key")
 			}
 		}
 	})
@@ -853,9 +854,9 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		entered := make(chan struct{})
 		holder, err := lock.New(holderClient, func(context.Context, struct{}) error {
 			close(entered)
-			// Hold on until the waiter has made its first attempt and the
-			// first look of its wait (made once it is subscribed).
-			primWaitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
+			// Hold on until the waiter has made its first attempt, which
+			// queues it.
+			primWaitUntil(func() bool { return counted.acquires.Load() >= 1 }, 5*time.Second)
 			holderEnd = time.Now()
 			return nil
 		}, lock.PrimitiveOptions[struct{}]{Name: name})
@@ -876,8 +877,8 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		require.NoError(t, err, "the waiter should get the lock once the holder releases it")
 		handoff := waiterStart.Sub(holderEnd)
 		assert.Less(t, handoff, time.Second, "the announcement, not the %v poll, should wake the waiter", poll)
-		assert.EqualValues(t, 3, counted.acquires.Load(),
-			"the waiter (on a Client not yet subscribed) should try once, look once when it starts waiting, and get the lock on the attempt the announcement causes")
+		assert.EqualValues(t, 1, counted.acquires.Load(),
+			"the waiter should ask once, which queues it, and be handed the lock by the release, with no other attempt")
 	})
 }
 
@@ -902,20 +903,20 @@ func TestPrimitive_ProviderFailureIsReturned(t *testing.T) {
 	assert.Zero(t, runs.Load(), "the handler must not run without the lock")
 }
 
-// primSlowTopic is a memory provider whose Subscribe takes a while (a pub/sub
+// primSlowTopic is a memory provider whose Listen takes a while (a pub/sub
 // connection that is slow to open).
 type primSlowTopic struct {
 	*lock.MemoryProvider
 	delay time.Duration
 }
 
-func (p primSlowTopic) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
+func (p primSlowTopic) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
 	select {
 	case <-time.After(p.delay):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return p.MemoryProvider.Subscribe(ctx, notify)
+	return p.MemoryProvider.Listen(ctx, inbox, deliver)
 }
 
 // A waiting Run that is opening the Client's subscription does not hold up

@@ -7,8 +7,10 @@ import (
 	"time"
 )
 
-// Provider stores lock records. It is the one contract every backend implements;
-// the Client builds waiting, renewal, grace periods and events on top of it.
+// Provider stores lock records and the queues of their waiters. It is the one
+// contract every backend implements, all of it: the Client builds waiting,
+// renewal, grace periods and events on top of these six methods, and a
+// wrapper that embeds a Provider (for logging or metrics) passes every one on.
 //
 // A key holds at most one record. Every method is atomic with respect to the
 // others on the same key, on every process that shares the backend.
@@ -24,56 +26,76 @@ type Provider interface {
 	// A stored value that is not a record yields a *RecordError.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error)
 
-	// Release deletes the record under key if owner holds it. It returns a
-	// *LostError when the key holds no record or another owner's, and changes
-	// nothing then. A provider that implements Topic announces the release on it
-	// after the record is gone.
+	// Queue is Acquire for a caller that waits. When the key is held (and not
+	// ended), the caller joins the key's wait queue, or keeps its place in it,
+	// and the returned record has Queued set. A queued caller is handed the
+	// lock by the Release that frees it, in arrival order: the provider stores
+	// a record for the caller with w.TTL and tells w.Inbox (see Listen). A
+	// free key is taken by the caller unless others are queued and w.Fair or
+	// w.Again is set: then the first of them is served, and the caller queues
+	// behind it.
+	Queue(ctx context.Context, key string, w Waiter) (Record, error)
+
+	// Leave takes owner out of key's wait queue. If the lock was handed to
+	// owner meanwhile, Leave releases it as Release does. Nothing else
+	// changes; a key without owner in its queue is not an error.
+	Leave(ctx context.Context, key string, w Waiter) error
+
+	// Listen calls deliver, until stop is called, with every Grant addressed
+	// to inbox after Listen returns. deliver must not block. stop waits until
+	// deliver is no longer running.
+	Listen(ctx context.Context, inbox string, deliver func(Grant)) (stop func(), err error)
+
+	// Release deletes the record under key if owner holds it, or hands it to
+	// the first caller in the key's wait queue (see Queue). It returns a
+	// *LostError when the key holds no record or another owner's, and
+	// changes nothing then.
 	Release(ctx context.Context, key, owner string) error
 
 	// Update sets the TTL of owner's record under key and, when ended is true,
 	// marks it ended: the holder has finished, and the key stays closed to every
-	// acquirer until the TTL runs out (the grace period). It returns a *LostError
-	// when the key holds no record, another owner's, or an ended one, and changes
-	// nothing then. A provider that implements Topic announces an update that ends
-	// the record on it.
+	// acquirer until the TTL runs out (the grace period); the key's waiters
+	// then leave its queue and are told with a Grant without Owner. It returns
+	// a *LostError when the key holds no record, another owner's, or an ended
+	// one, and changes nothing then.
 	Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error
 }
 
-// Transferer is implemented by providers that can pass a held lock straight
-// from one owner to another. The Client uses it to hand a contended lock to
-// the next waiter in its own process in one round trip, without freeing the
-// key in between; without it, the lock is released and the waiter acquires it.
-type Transferer interface {
-	// Transfer replaces from's live record under key with a record of to's,
-	// with a fresh fencing token and the given TTL, and returns it; it
-	// announces nothing: the lock never ends. When another owner than to is
-	// first in key's wait queue (see Queuer), it releases the record instead,
-	// announces that it is that owner's turn, and returns a Record with no
-	// Owner. It returns a *LostError when the key holds no record, another
-	// owner's, or an ended one, and changes nothing then.
-	Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error)
+// Waiter describes a waiting caller to Provider.Queue and Provider.Leave.
+type Waiter struct {
+	// Owner identifies the acquisition, as in Provider.Acquire.
+	Owner string
+	// TTL is the time to live of a record stored for Owner.
+	TTL time.Duration
+	// Inbox names where the provider delivers the Grant of a lock handed to
+	// Owner from the queue (see Provider.Listen); one Client has one inbox.
+	// It has no white space.
+	Inbox string
+	// Fair makes a free key go to the first queued caller before this one.
+	Fair bool
+	// Again says that Owner has queued before in this wait and may still be
+	// in the queue: a look after a wake-up or a timeout.
+	Again bool
+	// Contended is a hint on a first attempt (Again false): the key was busy
+	// lately, so the provider may look for a queue to join first.
+	Contended bool
 }
 
-// Queuer is implemented by providers that keep a wait queue per key, so that
-// waiters with Options.Fair are granted the lock in arrival order across
-// processes. Both built-in providers implement it.
-type Queuer interface {
-	// AcquireQueued is Acquire in arrival order: a free key is granted only to
-	// the first owner of its queue, or to anyone when the queue is empty. With
-	// wait > 0, an owner that is not granted the lock joins the back of the
-	// queue, or keeps its place, for wait more; owners that stop asking drop
-	// out after that. With wait 0 it does not join. A free key that is another
-	// owner's turn is returned as a Record with no Owner.
-	AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (Record, error)
-
-	// Dequeue takes owner out of key's queue and, when the key is free,
-	// announces it, so that the next owner in the queue looks.
-	Dequeue(ctx context.Context, key, owner string) error
+// Grant is a message from a provider to a waiter's inbox: the lock under Key
+// was handed to Owner from the queue, with Token and TTL, or, with no Owner,
+// the lock under Key entered a grace period and its waiters should look again.
+type Grant struct {
+	Key   string
+	Owner string
+	Token uint64
+	TTL   time.Duration
 }
 
 // Record is the state stored under a key.
 type Record struct {
 	// Owner identifies one acquisition (one invocation, one Acquire call).
+	// Empty when the key is free, and when a Queue call joined a queue
+	// without reading the record.
 	Owner string
 	// Token is the fencing token of the grant: strictly greater than the token of
 	// every earlier grant of the same key by the same backend.
@@ -84,6 +106,8 @@ type Record struct {
 	// TTL is the time the record had left to live when it was read; zero when the
 	// provider does not know.
 	TTL time.Duration
+	// Queued is set by Queue when the caller is in the key's wait queue.
+	Queued bool
 }
 
 // Limits on keys and owners, checked before anything is sent to a provider.
@@ -94,14 +118,21 @@ const (
 	MaxOwnerLen = 128
 )
 
-const endedSuffix = ",ended"
+const (
+	endedSuffix  = ",ended"
+	queuedSuffix = ",q" // Redis: the record's key has a wait queue
+)
 
 // parseRecord decodes a stored value, or reports it as corrupt. A record is
-// "owner,token" while held and "owner,token,ended" during a grace period; the
-// parse function of scripts/record.lua is the same parser in Lua.
+// "owner,token" while held ("owner,token,q" when a queue waits for it) and
+// "owner,token,ended" during a grace period; the parse function of
+// scripts/record.lua is the same parser in Lua.
 func parseRecord(key, v string) (Record, error) {
 	ended := strings.HasSuffix(v, endedSuffix)
-	body := strings.TrimSuffix(v, endedSuffix)
+	body := strings.TrimSuffix(strings.TrimSuffix(v, endedSuffix), queuedSuffix)
+	if ended && len(body) != len(v)-len(endedSuffix) {
+		return Record{}, &RecordError{Key: key, Value: v} // both suffixes
+	}
 	owner, tok, ok := strings.Cut(body, ",")
 	if !ok || checkOwner(owner) != nil {
 		return Record{}, &RecordError{Key: key, Value: v}
@@ -157,4 +188,24 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 		return err
 	}
 	return checkTTL(ttl)
+}
+
+// checkWaiter validates the arguments of Queue and Leave.
+func checkWaiter(key string, w Waiter) error {
+	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
+		return err
+	}
+	return checkInbox(w.Inbox)
+}
+
+func checkInbox(inbox string) error {
+	switch {
+	case inbox == "":
+		return invalidf("empty inbox")
+	case len(inbox) > MaxKeyLen:
+		return invalidf("inbox is %d bytes, more than %d", len(inbox), MaxKeyLen)
+	case strings.ContainsAny(inbox, " \t\r\n\v\f"):
+		return invalidf("inbox %q contains white space", inbox)
+	}
+	return nil
 }

@@ -7,14 +7,9 @@ import (
 	"time"
 )
 
-var (
-	_ Provider   = (*MemoryProvider)(nil)
-	_ Topic      = (*MemoryProvider)(nil)
-	_ Transferer = (*MemoryProvider)(nil)
-	_ Queuer     = (*MemoryProvider)(nil)
-)
+var _ Provider = (*MemoryProvider)(nil)
 
-// MemoryProvider is a Provider and Topic that keeps records in this process. It
+// MemoryProvider is a Provider that keeps records in this process. It
 // is the default for a single process and the test double for users' own tests:
 // it behaves as the Redis provider does, without a server.
 //
@@ -29,33 +24,32 @@ type MemoryProvider struct {
 	records map[string]*memRecord
 	expiry  expiryHeap
 	token   uint64
-	queues  map[string][]memWaiter // wait queues of Queuer, in arrival order
-	subs    map[int]*memSub
-	nextSub int
+	queues  map[string][]Waiter // wait queues, in arrival order
+	inboxes map[string]*memInbox
 }
 
-// memWaiter is an owner in a wait queue, dropped after its deadline.
-type memWaiter struct {
-	owner    string
-	deadline time.Time
-}
-
-// memSub is one subscription. Its lock is held for reading while notify runs,
-// so that stop, which takes it for writing, returns only when notify is done.
-type memSub struct {
+// memInbox is one Listen. Its lock is held for reading while deliver runs, so
+// that stop, which takes it for writing, returns only when deliver is done.
+type memInbox struct {
 	mu      sync.RWMutex
 	stopped bool
-	notify  func(key, next string)
+	deliver func(Grant)
 }
 
-// publish calls every subscription in subs, outside the provider's lock.
-func publish(subs []*memSub, key, next string) {
-	for _, s := range subs {
-		s.mu.RLock()
-		if !s.stopped {
-			s.notify(key, next)
+// memMessage is a Grant for an inbox, sent once the provider's lock is let go.
+type memMessage struct {
+	to *memInbox
+	g  Grant
+}
+
+// send delivers msgs, outside the provider's lock.
+func send(msgs []memMessage) {
+	for _, m := range msgs {
+		m.to.mu.RLock()
+		if !m.to.stopped {
+			m.to.deliver(m.g)
 		}
-		s.mu.RUnlock()
+		m.to.mu.RUnlock()
 	}
 }
 
@@ -86,8 +80,8 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 	m := &MemoryProvider{
 		clock:   systemClock{},
 		records: make(map[string]*memRecord),
-		queues:  make(map[string][]memWaiter),
-		subs:    make(map[int]*memSub),
+		queues:  make(map[string][]Waiter),
+		inboxes: make(map[string]*memInbox),
 	}
 	for _, o := range opts {
 		o(m)
@@ -97,18 +91,6 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 
 // Acquire implements Provider.
 func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	return m.acquire(ctx, key, owner, ttl, false, 0)
-}
-
-// AcquireQueued implements Queuer.
-func (m *MemoryProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (Record, error) {
-	if wait < 0 {
-		return Record{}, invalidf("negative queue wait %v", wait)
-	}
-	return m.acquire(ctx, key, owner, ttl, true, wait)
-}
-
-func (m *MemoryProvider) acquire(ctx context.Context, key, owner string, ttl time.Duration, inOrder bool, wait time.Duration) (Record, error) {
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
@@ -119,46 +101,99 @@ func (m *MemoryProvider) acquire(ctx context.Context, key, owner string, ttl tim
 	defer m.mu.Unlock()
 	now := m.expire()
 	if r, ok := m.records[key]; ok {
-		switch {
-		case r.owner == owner && !r.ended:
-			m.setDeadline(r, now.Add(ttl))
-		case inOrder && !r.ended && wait > 0:
-			m.enqueue(key, owner, now.Add(wait))
-		}
-		return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now)}, nil
+		return m.held(r, owner, ttl, now), nil
 	}
-	if inOrder {
-		if next := m.queueHead(key, now); next != "" && next != owner {
-			if wait > 0 {
-				m.enqueue(key, owner, now.Add(wait))
-			}
-			return Record{}, nil
-		}
-		m.dequeue(key, owner)
-	}
-	m.token++
-	r := &memRecord{key: key, owner: owner, token: m.token, deadline: now.Add(ttl)}
-	m.records[key] = r
-	heap.Push(&m.expiry, r)
-	return Record{Owner: owner, Token: r.token, TTL: ttl}, nil
+	return m.grant(key, owner, ttl, now), nil
 }
 
-// Dequeue implements Queuer.
-func (m *MemoryProvider) Dequeue(ctx context.Context, key, owner string) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+// Queue implements Provider.
+func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
+	if err := checkWaiter(key, w); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	now := m.expire()
+	var msgs []memMessage
+	r, ok := m.records[key]
+	if !ok && (w.Fair || w.Again) {
+		// The first waiter goes first; it may be the caller.
+		msgs = m.serve(key, now)
+		r, ok = m.records[key]
+	}
+	if !ok {
+		m.dequeue(key, w.Owner)
+		rec := m.grant(key, w.Owner, w.TTL, now)
+		m.mu.Unlock()
+		send(msgs)
+		return rec, nil
+	}
+	rec := m.held(r, w.Owner, w.TTL, now)
+	switch {
+	case rec.Owner == w.Owner && !rec.Ended:
+		m.dequeue(key, w.Owner)
+	case rec.Ended:
+		m.dequeue(key, w.Owner)
+	default:
+		m.enqueue(key, w)
+		rec.Queued = true
+	}
+	m.mu.Unlock()
+	send(msgs)
+	return rec, nil
+}
+
+// Leave implements Provider.
+func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error {
+	if err := checkWaiter(key, w); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.dequeue(key, owner)
-	now := m.expire()
-	_, held := m.records[key]
-	subs, next := m.announcement(!held, key, now)
+	m.dequeue(key, w.Owner)
+	var msgs []memMessage
+	if r, err := m.owned(key, w.Owner, false); err == nil {
+		msgs = m.free(r)
+	}
 	m.mu.Unlock()
-	publish(subs, key, next)
+	send(msgs)
 	return nil
+}
+
+// Listen implements Provider: deliver is called outside the provider's lock.
+// stop waits for a running deliver, so deliver must not call it.
+func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
+	if err := checkInbox(inbox); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, invalidf("nil deliver function")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	in := &memInbox{deliver: deliver}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.inboxes[inbox]; dup {
+		return nil, invalidf("inbox %q is listened to already", inbox)
+	}
+	m.inboxes[inbox] = in
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			delete(m.inboxes, inbox)
+			m.mu.Unlock()
+			in.mu.Lock()
+			in.stopped = true
+			in.mu.Unlock()
+		})
+	}, nil
 }
 
 // Release implements Provider.
@@ -171,12 +206,12 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 	}
 	m.mu.Lock()
 	r, err := m.owned(key, owner, true)
+	var msgs []memMessage
 	if err == nil {
-		m.remove(r)
+		msgs = m.free(r)
 	}
-	subs, next := m.announcement(err == nil, key, m.clock.Now())
 	m.mu.Unlock()
-	publish(subs, key, next)
+	send(msgs)
 	return err
 }
 
@@ -190,73 +225,65 @@ func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time
 	}
 	m.mu.Lock()
 	r, err := m.owned(key, owner, false)
+	var msgs []memMessage
 	if err == nil {
 		r.ended = ended
 		m.setDeadline(r, m.clock.Now().Add(ttl))
+		if ended {
+			// A grace period: no waiter will get the lock; tell each inbox once.
+			seen := map[string]bool{}
+			for _, w := range m.queues[key] {
+				if in := m.inboxes[w.Inbox]; in != nil && !seen[w.Inbox] {
+					seen[w.Inbox] = true
+					msgs = append(msgs, memMessage{in, Grant{Key: key}})
+				}
+			}
+			delete(m.queues, key)
+		}
 	}
-	subs := m.subscribers(err == nil && ended)
 	m.mu.Unlock()
-	publish(subs, key, "") // a grace period: news for every waiter
+	send(msgs)
 	return err
 }
 
-// Transfer implements Transferer.
-func (m *MemoryProvider) Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error) {
-	if err := checkOwner(from); err != nil {
-		return Record{}, err
+// held returns r as seen by an acquirer, owner: renewed to ttl when it is
+// owner's own live record. The caller holds m.mu.
+func (m *MemoryProvider) held(r *memRecord, owner string, ttl time.Duration, now time.Time) Record {
+	if r.owner == owner && !r.ended {
+		m.setDeadline(r, now.Add(ttl))
 	}
-	if err := checkArgs(key, to, ttl); err != nil {
-		return Record{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Record{}, err
-	}
-	m.mu.Lock()
-	r, err := m.owned(key, from, false)
-	if err != nil {
-		m.mu.Unlock()
-		return Record{}, err
-	}
-	now := m.clock.Now()
-	if next := m.queueHead(key, now); next != "" && next != to {
-		m.remove(r)
-		subs := m.subscribers(true)
-		m.mu.Unlock()
-		publish(subs, key, next)
-		return Record{}, nil
-	}
-	m.dequeue(key, to)
-	m.token++
-	r.owner, r.token = to, m.token
-	m.setDeadline(r, now.Add(ttl))
-	m.mu.Unlock()
-	return Record{Owner: to, Token: r.token, TTL: ttl}, nil
+	return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now)}
 }
 
-// Subscribe implements Topic: notify is called, outside the provider's lock,
-// with the key of every release and every update that ends a record. stop
-// waits for a running notify, so notify must not call it.
-func (m *MemoryProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
-	if notify == nil {
-		return nil, invalidf("nil notify function")
+// grant stores a new record for owner under the free key. The caller holds m.mu.
+func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Time) Record {
+	m.token++
+	r := &memRecord{key: key, owner: owner, token: m.token, deadline: now.Add(ttl)}
+	m.records[key] = r
+	heap.Push(&m.expiry, r)
+	return Record{Owner: owner, Token: r.token, TTL: ttl}
+}
+
+// free deletes r, and hands the key to its first waiter. The caller holds m.mu.
+func (m *MemoryProvider) free(r *memRecord) []memMessage {
+	m.remove(r)
+	return m.serve(r.key, m.clock.Now())
+}
+
+// serve grants the free key to the first waiter of its queue whose inbox is
+// listened to, and returns the message that tells it. The caller holds m.mu.
+func (m *MemoryProvider) serve(key string, now time.Time) []memMessage {
+	for len(m.queues[key]) > 0 {
+		w := m.queues[key][0]
+		m.dequeue(key, w.Owner)
+		in := m.inboxes[w.Inbox]
+		if in == nil {
+			continue // nobody listens: skip it
+		}
+		rec := m.grant(key, w.Owner, w.TTL, now)
+		return []memMessage{{in, Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: rec.TTL}}}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	sub := &memSub{notify: notify}
-	m.mu.Lock()
-	id := m.nextSub
-	m.nextSub++
-	m.subs[id] = sub
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		delete(m.subs, id)
-		m.mu.Unlock()
-		sub.mu.Lock()
-		sub.stopped = true
-		sub.mu.Unlock()
-	}, nil
+	return nil
 }
 
 // Len returns the number of live records, so that tests can check that nothing
@@ -283,63 +310,23 @@ func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, err
 	return r, nil
 }
 
-func (m *MemoryProvider) subscribers(announce bool) []*memSub {
-	if !announce || len(m.subs) == 0 {
-		return nil
-	}
-	subs := make([]*memSub, 0, len(m.subs))
-	for _, sub := range m.subs {
-		subs = append(subs, sub)
-	}
-	return subs
-}
-
-// announcement returns, when announce is true, the subscriptions to tell that
-// key has ended and the owner whose turn it is. The caller holds m.mu.
-func (m *MemoryProvider) announcement(announce bool, key string, now time.Time) ([]*memSub, string) {
-	subs := m.subscribers(announce)
-	if len(subs) == 0 {
-		return nil, ""
-	}
-	return subs, m.queueHead(key, now)
-}
-
-// queueHead drops the owners of key's queue whose deadline has passed and
-// returns the first one left, or "". The caller holds m.mu.
-func (m *MemoryProvider) queueHead(key string, now time.Time) string {
-	q := m.queues[key]
-	live := q[:0]
-	for _, w := range q {
-		if now.Before(w.deadline) {
-			live = append(live, w)
-		}
-	}
-	if len(live) == 0 {
-		delete(m.queues, key)
-		return ""
-	}
-	m.queues[key] = live
-	return live[0].owner
-}
-
-// enqueue puts owner at the back of key's queue, or keeps its place, until
-// deadline. The caller holds m.mu.
-func (m *MemoryProvider) enqueue(key, owner string, deadline time.Time) {
+// enqueue puts w at the back of key's queue, or keeps its place. The caller
+// holds m.mu.
+func (m *MemoryProvider) enqueue(key string, w Waiter) {
 	q := m.queues[key]
 	for i := range q {
-		if q[i].owner == owner {
-			q[i].deadline = deadline
+		if q[i].Owner == w.Owner {
 			return
 		}
 	}
-	m.queues[key] = append(q, memWaiter{owner: owner, deadline: deadline})
+	m.queues[key] = append(q, w)
 }
 
 // dequeue takes owner out of key's queue. The caller holds m.mu.
 func (m *MemoryProvider) dequeue(key, owner string) {
 	q := m.queues[key]
 	for i := range q {
-		if q[i].owner == owner {
+		if q[i].Owner == owner {
 			q = append(q[:i], q[i+1:]...)
 			break
 		}

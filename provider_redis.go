@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -12,12 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	_ Provider   = (*RedisProvider)(nil)
-	_ Topic      = (*RedisProvider)(nil)
-	_ Transferer = (*RedisProvider)(nil)
-	_ Queuer     = (*RedisProvider)(nil)
-)
+var _ Provider = (*RedisProvider)(nil)
 
 var (
 	//go:embed scripts/record.lua
@@ -27,13 +23,13 @@ var (
 	acquireLua    string
 	acquireScript = redis.NewScript(recordLua + acquireLua)
 
-	//go:embed scripts/transfer.lua
-	transferLua    string
-	transferScript = redis.NewScript(recordLua + transferLua)
+	//go:embed scripts/queue.lua
+	queueLua    string
+	queueScript = redis.NewScript(recordLua + queueLua)
 
-	//go:embed scripts/dequeue.lua
-	dequeueLua    string
-	dequeueScript = redis.NewScript(recordLua + dequeueLua)
+	//go:embed scripts/leave.lua
+	leaveLua    string
+	leaveScript = redis.NewScript(recordLua + leaveLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
@@ -44,28 +40,25 @@ var (
 	updateScript = redis.NewScript(recordLua + updateLua)
 )
 
-// RedisChannel is the pub/sub channel on which the Redis provider announces
-// the end of a lock; each message is the lock's key.
-const RedisChannel = "lock:end"
-
 // fenceTTL is how long a key's fencing counter lives from its first grant;
 // the next counter starts at the server's clock in microseconds, above every
 // token the old one gave, so tokens keep increasing across counters.
 const fenceTTL = time.Hour
 
-// RedisProvider is a Provider and Topic backed by Redis 6.2 or later, or Valkey.
-// It takes any redis.UniversalClient: single node, Sentinel (failover) or
+// RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
+// takes any redis.UniversalClient: single node, Sentinel (failover) or
 // Cluster. Each operation is one Lua script, one round trip.
 //
-// For a key K it writes the record at "{K}", the fencing counter at
-// "{K}:fence" and, for Options.Fair, the wait queue at "{K}:q" and "{K}:qt":
-// one hash slot, so Cluster works. The record lives until it is released or
-// its TTL ends, the counter one hour from its first grant, the queue as long as
-// its waiters keep looking. Releases and ended updates are published on
-// RedisChannel by the same script, as "K\nnext", next being the first owner
-// in the wait queue, if any.
+// For a key K it writes the record at K, the fencing counter at K+":fence"
+// and the wait queue at K+":q" (see RedisKeys): one hash slot, so Cluster
+// works. The record lives until it is released or its TTL ends, the counter
+// one hour from its first grant, the queue while its waiters look. A message
+// is published only to hand a lock to a waiter (on that waiter's inbox
+// channel) and to tell waiters that the lock entered a grace period: a
+// release that nobody waits for publishes nothing.
 type RedisProvider struct {
-	client redis.UniversalClient
+	client   redis.UniversalClient
+	skipDead string // "1": a waiter nobody listens for is skipped (not on a Cluster)
 }
 
 // NewRedisProvider returns a provider that uses client. The client stays the
@@ -73,80 +66,114 @@ type RedisProvider struct {
 // ContextTimeoutEnabled set in its options; without it, a call to an
 // unreachable server lasts up to the client's own read and write timeouts.
 func NewRedisProvider(client redis.UniversalClient) *RedisProvider {
-	return &RedisProvider{client: client}
+	p := &RedisProvider{client: client, skipDead: "1"}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		p.skipDead = "0"
+	}
+	return p
 }
 
-func recordKey(key string) string { return "{" + key + "}" }
-func fenceKey(key string) string  { return "{" + key + "}:fence" }
+// RedisKeys returns the Redis keys of the lock under key: the record, the
+// fencing counter and the wait queue. The record is key itself when key has
+// a Redis Cluster hash tag ("lock:{name}", as Client.Key makes them);
+// otherwise a tag made from key's checksum is appended. Every key starts
+// with key and shares its hash slot. A key whose first "{" is followed by
+// "}" (an empty hash tag) cannot share a slot with another key, and is
+// refused with ErrInvalidArgument.
+func RedisKeys(key string) (record, fence, queue string, err error) {
+	record = key
+	if !hasHashTag(key) {
+		record = key + "{" + strconv.FormatUint(uint64(crcName(key)), 36) + "}"
+		if !hasHashTag(record) {
+			return "", "", "", invalidf("key %q has an empty Redis hash tag (\"{}\")", key)
+		}
+	}
+	return record, record + ":fence", record + ":q", nil
+}
 
-// keys returns every key of one lock, in the order the scripts take them: the
-// record, the fencing counter, and the wait queue's order and expiry sets.
-func keys(key string) []string {
-	k := recordKey(key)
-	return []string{k, k + ":fence", k + ":q", k + ":qt"}
+// hasHashTag reports whether Redis Cluster hashes key by a tag inside it (the
+// text between its first "{" and the first "}" after it, when not empty), so
+// that every key that starts with key shares its slot.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	return j > 0
+}
+
+func (p *RedisProvider) keys(key string) ([]string, error) {
+	r, f, q, err := RedisKeys(key)
+	if err != nil {
+		return nil, err
+	}
+	return []string{r, f, q}, nil
 }
 
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	return p.acquire(ctx, key, owner, ttl, 0)
-}
-
-// AcquireQueued implements Queuer.
-func (p *RedisProvider) AcquireQueued(ctx context.Context, key, owner string, ttl, wait time.Duration) (Record, error) {
-	if wait < 0 {
-		return Record{}, invalidf("negative queue wait %v", wait)
-	}
-	q := int64(-1) // in order, without joining the queue
-	if wait > 0 {
-		q = max(wait.Milliseconds(), 1)
-	}
-	return p.acquire(ctx, key, owner, ttl, q)
-}
-
-// acquire runs the acquire script; queue is its ARGV[4].
-func (p *RedisProvider) acquire(ctx context.Context, key, owner string, ttl time.Duration, queue int64) (Record, error) {
 	if err := p.check(); err != nil {
 		return Record{}, err
 	}
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
-	res, err := acquireScript.Run(ctx, p.client, keys(key),
-		owner, ttl.Milliseconds(), fenceTTL.Milliseconds(), queue).Slice()
-	if err != nil {
-		return Record{}, p.wrap(ctx, key, err)
-	}
-	if len(res) != 2 {
-		return Record{}, fmt.Errorf("lock: unexpected reply %v from acquire script", res)
-	}
-	v, ok := res[0].(string)
-	if !ok {
-		return Record{}, nil // free, but another owner's turn
-	}
-	pttl, _ := res[1].(int64)
-	rec, err := parseRecord(key, v)
+	keys, err := p.keys(key)
 	if err != nil {
 		return Record{}, err
 	}
-	if pttl > 0 {
-		rec.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	return rec, nil
+	res, err := acquireScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
+	return p.record(ctx, "acquire", key, res, err)
 }
 
-// Dequeue implements Queuer.
-func (p *RedisProvider) Dequeue(ctx context.Context, key, owner string) error {
+// Queue implements Provider.
+func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
+	if err := p.check(); err != nil {
+		return Record{}, err
+	}
+	if err := checkWaiter(key, w); err != nil {
+		return Record{}, err
+	}
+	keys, err := p.keys(key)
+	if err != nil {
+		return Record{}, err
+	}
+	mode := ""
+	switch {
+	case w.Again:
+		mode = "a"
+	case w.Fair:
+		mode = "f"
+	case w.Contended:
+		mode = "c"
+	}
+	// The queue outlives its last look by a minute: a waiter looks again
+	// well within that, and a queue whose waiters all died goes away.
+	res, err := queueScript.Run(ctx, p.client, keys, w.Owner, w.TTL.Milliseconds(), fenceTTL.Milliseconds(),
+		entry(w), mode, time.Minute.Milliseconds(), key, p.skipDead).Slice()
+	return p.record(ctx, "queue", key, res, err)
+}
+
+// entry is w's element of a wait queue.
+func entry(w Waiter) string {
+	return w.Owner + " " + strconv.FormatInt(w.TTL.Milliseconds(), 10) + " " + w.Inbox
+}
+
+// Leave implements Provider.
+func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	if err := checkKeyOwner(key, owner); err != nil {
+	if err := checkWaiter(key, w); err != nil {
 		return err
 	}
-	err := dequeueScript.Run(ctx, p.client, keys(key), owner, RedisChannel, key).Err()
+	keys, err := p.keys(key)
 	if err != nil {
-		return p.wrap(ctx, key, err)
+		return err
 	}
-	return nil
+	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTL.Milliseconds(), key, p.skipDead).Err()
+	return p.wrap("leave", key, err)
 }
 
 // Release implements Provider.
@@ -157,8 +184,12 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, keys(key), owner, RedisChannel, key).Slice()
-	return p.result(ctx, key, res, err)
+	keys, err := p.keys(key)
+	if err != nil {
+		return err
+	}
+	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTL.Milliseconds(), key, p.skipDead).Slice()
+	return p.result("release", key, res, err)
 }
 
 // Update implements Provider.
@@ -169,77 +200,73 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return err
 	}
+	keys, err := p.keys(key)
+	if err != nil {
+		return err
+	}
 	flag := "0"
 	if ended {
 		flag = "1"
 	}
-	res, err := updateScript.Run(ctx, p.client, keys(key),
-		owner, ttl.Milliseconds(), flag, RedisChannel, key).Slice()
-	return p.result(ctx, key, res, err)
+	res, err := updateScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), flag, key).Slice()
+	return p.result("update", key, res, err)
 }
 
-// Transfer implements Transferer.
-func (p *RedisProvider) Transfer(ctx context.Context, key, from, to string, ttl time.Duration) (Record, error) {
-	if err := p.check(); err != nil {
-		return Record{}, err
-	}
-	if err := checkOwner(from); err != nil {
-		return Record{}, err
-	}
-	if err := checkArgs(key, to, ttl); err != nil {
-		return Record{}, err
-	}
-	res, err := transferScript.Run(ctx, p.client, keys(key),
-		from, to, ttl.Milliseconds(), fenceTTL.Milliseconds(), RedisChannel, key).Slice()
-	if err == nil && len(res) == 1 && res[0] == int64(2) {
-		return Record{}, nil // released for the first owner of the queue
-	}
-	if err := p.result(ctx, key, res, err); err != nil {
-		return Record{}, err
-	}
-	v, _ := res[1].(string)
-	rec, err := parseRecord(key, v)
-	rec.TTL = ttl
-	return rec, err
-}
-
-// Subscribe implements Topic. It returns once Redis has confirmed the
-// subscription; a connection that breaks is reconnected and resubscribed by
-// go-redis, and messages published meanwhile are lost (waiters fall back to
-// polling). stop closes the subscription and waits for its goroutine.
-func (p *RedisProvider) Subscribe(ctx context.Context, notify func(key, next string)) (func(), error) {
+// Listen implements Provider, on a pub/sub connection of its own with one
+// channel, inbox. It returns once Redis has confirmed the subscription, so
+// that every grant published afterwards reaches deliver; a connection that
+// breaks is reconnected and resubscribed by go-redis, and grants published
+// meanwhile are lost (the waiters find them when they look again).
+func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
-	if notify == nil {
-		return nil, invalidf("nil notify function")
+	if err := checkInbox(inbox); err != nil {
+		return nil, err
 	}
-	ps := p.client.Subscribe(ctx, RedisChannel)
+	if deliver == nil {
+		return nil, invalidf("nil deliver function")
+	}
+	ps := p.client.Subscribe(ctx, inbox)
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
-		return nil, fmt.Errorf("lock: subscribe to %s: %w", RedisChannel, err)
+		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
 	}
-	ch := ps.Channel()
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		for msg := range ch {
-			// "key\nnext": the owner has no white space, the key may have any.
-			i := strings.LastIndexByte(msg.Payload, '\n')
-			if i < 0 {
-				continue // not ours
+		defer close(done)
+		for msg := range ps.Channel() {
+			if g, ok := parseGrant(msg.Payload); ok {
+				deliver(g)
 			}
-			notify(msg.Payload[:i], msg.Payload[i+1:])
 		}
 	}()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			_ = ps.Close()
-			wg.Wait()
+			<-done
 		})
 	}, nil
+}
+
+// parseGrant decodes a message of serve or tellall in scripts/record.lua:
+// "value ttl\nkey", or "\nkey" for a grace period.
+func parseGrant(s string) (Grant, bool) {
+	head, key, ok := strings.Cut(s, "\n")
+	if !ok || key == "" {
+		return Grant{}, false
+	}
+	if head == "" {
+		return Grant{Key: key}, true
+	}
+	v, ttl, _ := strings.Cut(head, " ")
+	rec, err := parseRecord(key, v)
+	ms, terr := strconv.ParseInt(ttl, 10, 64)
+	if err != nil || terr != nil || rec.Ended {
+		return Grant{}, false
+	}
+	return Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}, true
 }
 
 func (p *RedisProvider) check() error {
@@ -249,17 +276,41 @@ func (p *RedisProvider) check() error {
 	return nil
 }
 
-// result turns a release or update script's reply into an error.
-func (p *RedisProvider) result(ctx context.Context, key string, res []any, err error) error {
+// record turns an acquire or queue script's reply into a Record.
+func (p *RedisProvider) record(ctx context.Context, op, key string, res []any, err error) (Record, error) {
 	if err != nil {
-		return p.wrap(ctx, key, err)
+		return Record{}, p.wrap(op, key, err)
+	}
+	if len(res) < 2 {
+		return Record{}, fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
+	}
+	queued := len(res) > 2
+	v, ok := res[0].(string)
+	if !ok {
+		return Record{Queued: queued}, nil
+	}
+	rec, err := parseRecord(key, v)
+	if err != nil {
+		return Record{}, err
+	}
+	if pttl, _ := res[1].(int64); pttl > 0 {
+		rec.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	rec.Queued = queued
+	return rec, nil
+}
+
+// result turns a release or update script's reply into an error.
+func (p *RedisProvider) result(op, key string, res []any, err error) error {
+	if err != nil {
+		return p.wrap(op, key, err)
 	}
 	if len(res) == 0 {
-		return fmt.Errorf("lock: empty reply from script for %q", key)
+		return fmt.Errorf("lock: %s %q: empty reply", op, key)
 	}
 	code, _ := res[0].(int64)
 	switch code {
-	case 1:
+	case 1, 2:
 		return nil
 	case 0, -1:
 		return &LostError{Key: key}
@@ -267,20 +318,27 @@ func (p *RedisProvider) result(ctx context.Context, key string, res []any, err e
 		v, _ := res[1].(string)
 		return &RecordError{Key: key, Value: v}
 	}
-	return fmt.Errorf("lock: unexpected reply %v from script for %q", res, key)
+	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
 }
 
-// wrap turns a Redis error about a value of another type into a RecordError,
-// and passes the caller's own context error through as it is.
-func (p *RedisProvider) wrap(ctx context.Context, key string, err error) error {
-	switch msg := err.Error(); {
-	case strings.Contains(msg, "WRONGTYPE"):
-		return &RecordError{Key: key, Value: "(a value of another Redis type)"}
-	case strings.Contains(msg, "LOCKCORRUPT"):
-		return &RecordError{Key: fenceKey(key), Value: "(a fencing counter that is not an integer)"}
+// wrap names the operation and the key of a failed call, keeping the
+// server's or the context's error for errors.Is and errors.As. A value of
+// another Redis type, or a fencing counter that is not an integer, is a
+// *RecordError; every other server error (OOM, READONLY, CLUSTERDOWN...) is
+// reported as it is.
+func (p *RedisProvider) wrap(op, key string, err error) error {
+	if err == nil {
+		return nil
 	}
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return err
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		switch msg := rerr.Error(); {
+		case strings.Contains(msg, "WRONGTYPE"):
+			return &RecordError{Key: key, Value: "(a value of another Redis type)"}
+		case strings.Contains(msg, "LOCKCORRUPT"):
+			_, fence, _, _ := RedisKeys(key)
+			return &RecordError{Key: fence, Value: "(a fencing counter that is not an integer)"}
+		}
 	}
-	return fmt.Errorf("lock: redis: %w", err)
+	return fmt.Errorf("lock: %s %q: %w", op, key, err)
 }

@@ -1,84 +1,93 @@
--- Shared by every script (prepended to each): the record format and grants.
--- A record is "owner,token" while held and "owner,token,ended" during a grace
--- period; owner is 1 to 128 bytes without commas or white space, token 1 to
--- 19 digits without a leading zero. parseRecord in provider.go is the same
--- parser in Go.
+-- Shared by every script (prepended to each): the record format, grants and
+-- the wait queue. KEYS[1] is the record, KEYS[2] the fencing counter, KEYS[3]
+-- the wait queue: a list of entries "owner ttl-ms inbox" in arrival order.
+--
+-- A record is "owner,token" while held, "owner,token,q" while held with a
+-- queue waiting for it, and "owner,token,ended" during a grace period; owner
+-- is 1 to 128 bytes without commas or white space, token 1 to 19 digits
+-- without a leading zero. parseRecord in provider.go is the same parser in Go.
 
--- parse returns owner, token and whether the record has ended, or nil when v
--- is not a record.
+-- parse returns owner, token, ended and queued, or nil when v is not a
+-- record.
 local function parse(v)
   local owner, token, rest = string.match(v, '^([^,%s]+),([1-9]%d*)(.*)$')
   if not owner or #owner > 128 or #token > 19 then return nil end
-  if rest == '' then return owner, token, false end
-  if rest == ',ended' then return owner, token, true end
+  if rest == '' then return owner, token, false, false end
+  if rest == ',q' then return owner, token, false, true end
+  if rest == ',ended' then return owner, token, true, false end
   return nil
 end
 
--- grant stores a new record for owner under KEYS[1] with a fresh fencing
--- token from the counter KEYS[2], and returns it. A new counter starts at the
--- server's time in microseconds and lives for fencettl (INCR keeps its TTL);
--- the next one starts at the time then, which is higher than any token the
--- old one gave (that would take a grant a microsecond). So tokens keep
--- increasing across counters, and after the server restarts empty, as long as
--- the server clock does.
-local function grant(owner, ttl, fencettl)
+-- nexttoken returns a fresh fencing token from the counter KEYS[2], or nil
+-- and the error to return. A new counter starts at the server's time in
+-- microseconds and lives for fencettl ms (INCR keeps its TTL); the next one
+-- starts at the time then, higher than any token the old one gave (that
+-- would take a grant a microsecond). So tokens keep increasing across
+-- counters, and after the server restarts empty, as long as its clock does.
+-- A server error (OOM, READONLY...) is returned as it is; only a counter that
+-- holds something else than an integer is reported as corrupt.
+local function nexttoken(fencettl)
   local token = redis.pcall('INCR', KEYS[2])
-  if type(token) ~= 'number' then
-    return redis.error_reply('LOCKCORRUPT fencing counter is not an integer')
+  if type(token) == 'table' then
+    local msg = token.err or ''
+    if string.find(msg, 'not an integer', 1, true) or string.find(msg, 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply('LOCKCORRUPT fencing counter is not an integer')
+    end
+    return nil, token
   end
   if token == 1 then
     local t = redis.call('TIME')
     token = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('SET', KEYS[2], string.format('%d', token), 'PX', fencettl)
   end
-  local v = owner .. ',' .. string.format('%d', token)
+  return string.format('%d', token)
+end
+
+-- grant stores a new record for owner with a fresh token, marked queued when
+-- queued is true, and returns its value, or nil and the error to return.
+local function grant(owner, ttl, fencettl, queued)
+  local token, err = nexttoken(fencettl)
+  if not token then return nil, err end
+  local v = owner .. ',' .. token
+  if queued then v = v .. ',q' end
   redis.call('SET', KEYS[1], v, 'PX', ttl)
   return v
 end
 
--- The wait queue of Options.Fair: KEYS[3] orders owners by arrival, KEYS[4]
--- holds the server time (ms) after which an owner that has not looked again
--- is dropped. Both expire with their last owner.
-local function nowms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- queuehead drops the owners that stopped looking and returns the first one
--- left, or nil.
-local function queuehead()
-  if redis.call('EXISTS', KEYS[3]) == 0 then return nil end
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', nowms())
-  for _, o in ipairs(gone) do
-    redis.call('ZREM', KEYS[3], o)
-    redis.call('ZREM', KEYS[4], o)
-  end
-  return redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-end
-
--- enqueue puts owner at the back of the queue, or keeps it where it is, and
--- keeps it there for ttl ms more.
-local function enqueue(owner, ttl)
-  if not redis.call('ZSCORE', KEYS[3], owner) then
-    local t = redis.call('TIME')
-    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), owner)
-  end
-  redis.call('ZADD', KEYS[4], nowms() + ttl, owner)
-  -- The queue lives as long as its longest-lived owner.
-  if redis.call('PTTL', KEYS[3]) < tonumber(ttl) then
-    redis.call('PEXPIRE', KEYS[3], ttl)
-    redis.call('PEXPIRE', KEYS[4], ttl)
+-- serve hands the lock to the first waiter in the queue: it stores a record
+-- for it (marked queued: others may follow) and publishes "value ttl\nkey" on
+-- its inbox. A waiter whose inbox nobody listens to any more (PUBLISH reaches
+-- no one) is skipped when skipdead is '1' (not on a Cluster, where PUBLISH
+-- counts only the receivers of one node). It returns the owner and the value
+-- of the new record; nothing when the queue is empty (the record is then
+-- unchanged, or deleted if it had been handed to a dead waiter); or nil, nil
+-- and an error. The entry me (if given) is granted without a message.
+local function serve(fencettl, key, skipdead, me)
+  while true do
+    local e = redis.call('LPOP', KEYS[3])
+    if not e then return nil end
+    local owner, ttl, inbox = string.match(e, '^(%S+) (%d+) (%S+)$')
+    if owner then
+      local v, err = grant(owner, ttl, fencettl, true)
+      if not v then return nil, nil, err end
+      if e == me then return owner, v end
+      local n = redis.call('PUBLISH', inbox, v .. ' ' .. ttl .. '\n' .. key)
+      if n > 0 or skipdead ~= '1' then return owner, v end
+      redis.call('DEL', KEYS[1])
+    end
   end
 end
 
--- dequeue takes owner out of the queue.
-local function dequeue(owner)
-  redis.call('ZREM', KEYS[3], owner)
-  redis.call('ZREM', KEYS[4], owner)
-end
-
--- announce publishes "key\nnext" on channel: the lock has ended, and it is
--- next's turn (empty: anyone's).
-local function announce(channel, key)
-  redis.call('PUBLISH', channel, key .. '\n' .. (queuehead() or ''))
+-- tellall publishes "\nkey" once on every inbox of the queue and deletes the
+-- queue: the lock entered a grace period, and none of them will get it.
+local function tellall(key)
+  local seen = {}
+  for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    local inbox = string.match(e, ' (%S+)$')
+    if inbox and not seen[inbox] then
+      seen[inbox] = true
+      redis.call('PUBLISH', inbox, '\n' .. key)
+    end
+  end
+  redis.call('DEL', KEYS[3])
 end

@@ -1,18 +1,17 @@
 -- Update: set the TTL of ARGV[1]'s live record, and mark it ended when
--- ARGV[3] is "1" (then announce the end, to every waiter).
--- KEYS[1] record key, KEYS[2] fencing counter, KEYS[3], KEYS[4] wait queue
--- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] ended "1" or "0", ARGV[4] channel,
--- ARGV[5] key to announce
+-- ARGV[3] is "1": then every waiter leaves the queue and is told.
+-- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] ended "1" or "0", ARGV[4] key (for
+-- messages)
 -- Returns {1} when updated, {0} when the key is empty, {-1, value} when another
 -- owner holds it or it has ended, {-2, value} when the value is not a record.
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local owner, _, ended = parse(v)
+local owner, token, ended, queued = parse(v)
 if not owner then return {-2, v} end
 if owner ~= ARGV[1] or ended then return {-1, v} end
 if ARGV[3] == '1' then
-  redis.call('SET', KEYS[1], v .. ',ended', 'PX', ARGV[2])
-  redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\n')
+  redis.call('SET', KEYS[1], owner .. ',' .. token .. ',ended', 'PX', ARGV[2])
+  if queued then tellall(ARGV[4]) end
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end

@@ -1,0 +1,372 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lock is a held lock. Its lease is renewed in the background until Release,
+// until it is lost, or until MaxDuration. Its methods are safe for concurrent
+// use.
+//
+// Two timers keep the lease: the renewal timer renews it every third of a
+// lease, and the lease timer declares the lock lost at the lease's end,
+// measured on this process's monotonic clock from the request that granted
+// or last renewed it, whatever call to the provider is still under way
+// then. So the holder is told before another process can be granted the
+// lock, however slowly the provider answers.
+type Lock struct {
+	c           *Client
+	key, owner  string
+	token       uint64
+	opts        Options
+	start       time.Time // monotonic, when the granting request was sent
+	maxDeadline time.Time // monotonic
+
+	renewMu  sync.Mutex // one renewal at a time
+	mu       sync.Mutex // guards what follows
+	state    lockState
+	leaseEnd time.Time   // monotonic: the record expires no earlier than this (see leaseEnd)
+	renewT   *time.Timer // the next renewal
+	endT     *time.Timer // the lease's end
+	lostErr  *LostError
+	onLost   []func(error)
+	done     chan struct{}
+}
+
+type lockState int
+
+const (
+	held lockState = iota
+	released
+	lost
+)
+
+// newLock returns the Lock of a grant with ttl requested at sent, and starts
+// its timers.
+func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Time, ttl time.Duration) *Lock {
+	l := &Lock{
+		c:           c,
+		key:         key,
+		owner:       owner,
+		token:       token,
+		opts:        o,
+		start:       sent,
+		maxDeadline: sent.Add(o.MaxDuration),
+		leaseEnd:    leaseEnd(sent, ttl),
+		done:        make(chan struct{}),
+	}
+	l.mu.Lock()
+	l.renewT = time.AfterFunc(time.Until(sent.Add(l.nextRenewal(sent, ttl))), l.renew)
+	l.endT = time.AfterFunc(time.Until(l.leaseEnd), l.expire)
+	l.mu.Unlock()
+	return l
+}
+
+// Key returns the lock's key (see Client.Key): with the Redis provider, the
+// Redis key of its record.
+func (l *Lock) Key() string { return l.key }
+
+// Owner returns the id of this acquisition.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token returns the fencing token of this grant: strictly greater than the
+// token of every earlier grant of the same key by the same provider. Pass it to
+// the resource the lock protects, which should reject a write carrying a token
+// lower than one it has already seen.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Done returns a channel that is closed when the lock is released or lost.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lock is held or after a clean release, and the
+// *LostError once the lock has been lost.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return l.lostErr
+	}
+	return nil
+}
+
+// onLoss calls fn with the loss error when the lock is lost, at once if it
+// already is.
+func (l *Lock) onLoss(fn func(error)) {
+	l.mu.Lock()
+	if l.state == lost {
+		err := l.lostErr
+		l.mu.Unlock()
+		fn(err)
+		return
+	}
+	l.onLost = append(l.onLost, fn)
+	l.mu.Unlock()
+}
+
+// Extend sets the lease to d from now (cut to what is left of MaxDuration) and
+// goes on renewing with the configured lease. It returns a *LostError when the
+// lock is no longer held, and the provider's error otherwise (the lock is then
+// still held until its current lease ends). It gives up at the end of the
+// current lease: a renewal that arrives later is too late.
+func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return invalidf("Extend duration %v is not positive", d)
+	}
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	return l.refresh(ctx, d)
+}
+
+// refresh renews the record to ttl d (cut to MaxDuration), before the current
+// lease ends, and schedules the next renewal. The caller holds l.renewMu:
+// renewals run one at a time, outside l.mu, so that Release and Err never
+// wait for the network.
+func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
+	l.mu.Lock()
+	err, end := l.heldErrLocked(), l.leaseEnd
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if l.overMax(now) {
+		return l.lose(l.heldTooLong())
+	}
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	d = min(d, l.maxDeadline.Sub(now))
+	err = l.c.provider.Update(ctx, l.key, l.owner, d, false)
+	switch {
+	case errors.Is(err, ErrLost):
+		return l.lose(nil) // found gone or taken
+	case errors.Is(err, ErrCorruptRecord):
+		return l.lose(err)
+	case err != nil && !time.Now().Before(end):
+		return l.lose(fmt.Errorf("%w: %w", errLeaseRanOut, err))
+	case err != nil:
+		if herr := l.heldErr(); herr != nil {
+			return herr // lost meanwhile, or released
+		}
+		return fmt.Errorf("lock: renew %q: %w", l.key, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return l.heldErrLocked()
+	}
+	l.leaseEnd = leaseEnd(now, d)
+	l.endT.Reset(time.Until(l.leaseEnd))
+	// Timed from when the renewal was sent, as the lease is: a slow reply
+	// must not push the next renewal past the lease end.
+	l.renewT.Reset(max(time.Until(now.Add(l.nextRenewal(now, d))), 0))
+	return nil
+}
+
+// lose marks the lock lost with cause, unless it was released meanwhile, and
+// then tells everyone who asked (outside l.mu, so that they may call the
+// Lock's methods).
+func (l *Lock) lose(cause error) error {
+	l.mu.Lock()
+	if l.state != held {
+		defer l.mu.Unlock()
+		return l.heldErrLocked()
+	}
+	l.state = lost
+	l.stopTimersLocked()
+	l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
+	onLost := l.onLost
+	l.onLost = nil
+	l.mu.Unlock()
+	// The event first, then Done and the contexts: whoever they wake finds
+	// the event delivered. Only this call moved the state to lost, so only it
+	// closes done.
+	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
+	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
+	close(l.done)
+	for _, fn := range onLost {
+		fn(l.lostErr)
+	}
+	return l.lostErr
+}
+
+func (l *Lock) stopTimersLocked() {
+	l.renewT.Stop()
+	l.endT.Stop()
+}
+
+// heldErr returns nil while the lock is held, and why it is not otherwise.
+func (l *Lock) heldErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldErrLocked()
+}
+
+func (l *Lock) heldErrLocked() error {
+	switch l.state {
+	case lost:
+		return l.lostErr
+	case released:
+		return &LostError{Key: l.key, Token: l.token, Cause: errors.New("already released")}
+	}
+	return nil
+}
+
+// leaseEnd returns until when a holder may count on a record granted or renewed
+// with ttl by a request sent at sent: the server's TTL starts later than sent,
+// and a margin of 1% + 1ms allows for the two clocks running at different
+// rates, so the holder is told of a loss before another can take the lock.
+func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - min(ttl/100+time.Millisecond, ttl/2))
+}
+
+// nextRenewal returns the delay, from now, of the renewal after a lease of
+// ttl granted at now: a third of the lease, or the end of the lease when it
+// already reaches MaxDuration (then the lease timer finds the hold over).
+func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
+	if now.Add(ttl).Before(l.maxDeadline) {
+		return ttl / 3
+	}
+	return leaseEnd(now, ttl).Sub(now)
+}
+
+// expire runs on the lease timer: the lease has run out unless a renewal
+// moved its end meanwhile.
+func (l *Lock) expire() {
+	l.mu.Lock()
+	state, end := l.state, l.leaseEnd
+	l.mu.Unlock()
+	now := time.Now()
+	switch {
+	case state != held:
+	case now.Before(end):
+		l.mu.Lock()
+		if l.state == held {
+			l.endT.Reset(time.Until(l.leaseEnd))
+		}
+		l.mu.Unlock()
+	case l.overMax(now):
+		_ = l.lose(l.heldTooLong())
+	default:
+		_ = l.lose(errLeaseRanOut)
+	}
+}
+
+// renew runs on the renewal timer: it renews the lease, and tries again soon
+// after a transient failure. It may block on the provider; the lease timer
+// declares the loss meanwhile if the lease runs out.
+func (l *Lock) renew() {
+	l.mu.Lock()
+	state, end := l.state, l.leaseEnd
+	l.mu.Unlock()
+	if state != held {
+		return
+	}
+	if l.overMax(time.Now()) {
+		_ = l.lose(l.heldTooLong())
+		return
+	}
+	if !l.renewMu.TryLock() {
+		// An Extend is under way; look again soon.
+		l.resetRenewal(min(l.opts.Lease/10, time.Until(end)))
+		return
+	}
+	err := l.refresh(context.Background(), l.opts.Lease)
+	l.renewMu.Unlock()
+	if err != nil && !errors.Is(err, ErrLost) {
+		// A transient failure: try again soon; the lease timer watches the end.
+		l.resetRenewal(min(l.opts.Lease/10, time.Until(end)))
+	}
+}
+
+// errLeaseRanOut is the cause of a loss found by the holder's own clock.
+var errLeaseRanOut = errors.New("the lease ran out before it was renewed")
+
+// overMax reports whether the hold has reached its MaxDuration (with the same
+// margin as a lease).
+func (l *Lock) overMax(now time.Time) bool {
+	return !now.Before(leaseEnd(l.start, l.opts.MaxDuration))
+}
+
+func (l *Lock) heldTooLong() error {
+	return fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration)
+}
+
+// resetRenewal fires the renewal timer after d (at least a millisecond),
+// while the lock is held.
+func (l *Lock) resetRenewal(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == held {
+		l.renewT.Reset(max(d, time.Millisecond))
+	}
+}
+
+// Release ends the hold: it deletes the record, hands it to the next waiter,
+// or, with a GracePeriod, keeps it closed for that long. It runs on a context
+// of its own (bounded by the release timeout) so that a cancelled ctx cannot
+// leave the lock held. It returns nil after a clean release, the *LostError if
+// the lock was lost before (or found gone or taken now), and the provider's
+// error otherwise (the record then expires within its lease). Release after
+// Release returns what the first returned if it was a *LostError, and nil
+// otherwise.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	state, lostErr := l.state, l.lostErr
+	if state == held {
+		l.state = released
+		l.stopTimersLocked()
+		close(l.done)
+	}
+	l.onLost = nil
+	l.mu.Unlock()
+	c := l.c
+	switch state {
+	case released:
+		if lostErr != nil {
+			return lostErr // the first Release found the lock lost
+		}
+		return nil
+	case lost:
+		// The lease ran out without a renewal; the record may still be ours.
+		rctx, cancel := c.detached(ctx)
+		_ = c.provider.Release(rctx, l.key, l.owner)
+		cancel()
+		return l.lostErr
+	}
+
+	rctx, cancel := c.detached(ctx)
+	defer cancel()
+	var err error
+	if g := l.opts.GracePeriod; g > 0 {
+		err = c.provider.Update(rctx, l.key, l.owner, g, true)
+	} else {
+		err = c.provider.Release(rctx, l.key, l.owner)
+	}
+	heldFor := time.Since(l.start)
+	switch {
+	case err == nil:
+		if c.debug {
+			c.log.Debug("lock: released", "key", l.key, "token", l.token)
+		}
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: l.opts.GracePeriod})
+		return nil
+	case errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord):
+		cause := error(nil)
+		if errors.Is(err, ErrCorruptRecord) {
+			cause = err
+		}
+		l.mu.Lock()
+		l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
+		l.mu.Unlock()
+		c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: l.lostErr})
+		return l.lostErr
+	default:
+		err = fmt.Errorf("lock: release %q: %w", l.key, err)
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: err})
+		return err
+	}
+}

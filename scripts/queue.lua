@@ -1,0 +1,57 @@
+-- Queue: acquire for a waiter, or put it in the wait queue. Returns
+-- {value, pttl} as acquire does, with a third element 1 when the caller is
+-- queued; {false, 0, 1} when it joined the queue without reading the record.
+-- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms,
+-- ARGV[4] the caller's queue entry "owner ttl inbox", ARGV[5] mode: 'c' a
+-- first attempt at a busy key, 'a' a look again (the caller may be queued),
+-- 'f' a fair first attempt, '' a first attempt; ARGV[6] queue ttl ms,
+-- ARGV[7] key (for messages), ARGV[8] skipdead (see serve).
+local owner, entry, mode = ARGV[1], ARGV[4], ARGV[5]
+if mode == 'c' and redis.call('RPUSHX', KEYS[3], entry) > 0 then
+  -- A queue exists, so the lock is busy: one command to join it.
+  return {false, 0, 1}
+end
+local v
+if mode == '' or mode == 'c' then
+  local token, err = nexttoken(ARGV[3])
+  if not token then return err end
+  v = owner .. ',' .. token
+  if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
+    return {v, tonumber(ARGV[2])}
+  end
+end
+v = redis.call('GET', KEYS[1])
+if not v then
+  -- Free (a fair attempt, or a look again): the first waiter goes first.
+  local first, fv, err = serve(ARGV[3], ARGV[7], ARGV[8], entry)
+  if err then return err end
+  if not first then
+    fv, err = grant(owner, ARGV[2], ARGV[3], false)
+    if not fv then return err end
+    return {fv, tonumber(ARGV[2])}
+  end
+  v = fv
+end
+local holder, _, ended, queued = parse(v)
+if not holder then return {v, 0} end
+if holder == owner and not ended then
+  -- Handed to the caller from the queue, or granted by an attempt whose
+  -- reply was lost: it is the caller's, for its ttl from now.
+  if mode == 'a' then redis.call('LREM', KEYS[3], 1, entry) end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {v, tonumber(ARGV[2])}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if ended then
+  -- A grace period: no waiter will get the lock in it.
+  if mode == 'a' then redis.call('LREM', KEYS[3], 1, entry) end
+  return {v, pttl}
+end
+if mode ~= 'a' or not redis.call('LPOS', KEYS[3], entry) then
+  redis.call('RPUSH', KEYS[3], entry)
+end
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+if not queued then
+  redis.call('SET', KEYS[1], v .. ',q', 'KEEPTTL')
+end
+return {v, pttl, 1}

@@ -1,0 +1,134 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// A waiter is one acquisition with Options.Wait, from its first request to
+// the provider until it holds the lock or gives up. Its states, and the one
+// loop that moves it from one to the next (waiter.run):
+//
+//	asking  --Queue call-->  granted (the reply grants the lock)
+//	                         queued  (in the provider's wait queue)
+//	                         gaveUp  (grace period, error)
+//	queued  --grant from the inbox-->  granted (after a renewal, when the grant is old)
+//	        --wake-up, poll timer-->   asking  (look again)
+//	        --context, MaxDuration, Close-->  gaveUp
+//
+// Only the waiter's own goroutine moves it; the inbox (topic.go) hands it
+// grants and wake-ups through buffered channels that never block the sender.
+// A waiter that gives up leaves the provider's queue at once (Provider.Leave,
+// which also passes on a lock handed to it meanwhile), so that the lock is
+// never held for a waiter that is gone.
+type waiter struct {
+	c     *Client
+	key   string
+	o     Options
+	req   Waiter
+	state waiterState
+
+	grants chan Grant    // a lock handed over from the queue
+	wake   chan struct{} // look again: the lock entered a grace period
+
+	asked      time.Time     // when the last request that left it queued was sent
+	retryAfter time.Duration // the holder's TTL when last seen
+}
+
+type waiterState int
+
+const (
+	asking  waiterState = iota // a request to the provider is under way
+	queued                     // in the provider's queue, waiting for a grant
+	granted                    // holds the lock
+	gaveUp                     // left the queue without the lock
+)
+
+func (s waiterState) String() string {
+	return [...]string{"asking", "queued", "granted", "gave up"}[s]
+}
+
+// run asks for the lock until w holds it or gives up. ctx ends the wait
+// with its cause (ErrTimeout at MaxDuration, ErrClosed at Close).
+func (w *waiter) run(ctx context.Context) (*Lock, error) {
+	poll := time.NewTimer(w.c.poll)
+	defer poll.Stop()
+	for {
+		w.state = asking
+		if l, err := w.ask(ctx); l != nil || err != nil {
+			return l, err
+		}
+		w.state = queued
+		poll.Reset(w.c.poll)
+		select {
+		case g := <-w.grants:
+			if l, err := w.take(ctx, g); l != nil || err != nil {
+				return l, err
+			}
+		case <-w.wake:
+		case <-poll.C:
+		case <-ctx.Done():
+			return nil, w.giveUp(ctx, nil)
+		}
+	}
+}
+
+// ask sends one request. It returns the lock when the reply grants it, an
+// error when w gives up, and neither when w is queued.
+func (w *waiter) ask(ctx context.Context) (*Lock, error) {
+	sent := time.Now()
+	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
+	switch {
+	case err != nil:
+		return nil, w.giveUp(ctx, err)
+	case rec.Owner == w.req.Owner && !rec.Ended:
+		return w.grant(rec, sent), nil
+	case rec.Ended:
+		w.retryAfter = rec.TTL
+		return nil, w.giveUp(ctx, ErrGracePeriod)
+	}
+	if !w.req.Again {
+		w.c.emit(Event{Kind: EventContended, Key: w.key, Owner: w.req.Owner})
+	}
+	w.c.busy.mark(w.key)
+	w.asked, w.retryAfter = sent, max(w.retryAfter, rec.TTL)
+	w.req.Again, w.req.Contended = true, false
+	return nil, nil
+}
+
+// take turns a grant from the queue into the lock. The provider stored the
+// record after w's last request was sent, so the lease counts from then;
+// when little of it is left, w renews it before it relies on it, and looks
+// again if the record is gone meanwhile.
+func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
+	rec := Record{Owner: g.Owner, Token: g.Token, TTL: g.TTL}
+	if time.Until(leaseEnd(w.asked, g.TTL)) > g.TTL/2 {
+		return w.grant(rec, w.asked), nil
+	}
+	sent := time.Now()
+	err := w.c.provider.Update(ctx, w.key, w.req.Owner, w.o.Lease, false)
+	switch {
+	case err == nil:
+		rec.TTL = w.o.Lease
+		return w.grant(rec, sent), nil
+	case errors.Is(err, ErrLost):
+		return nil, nil
+	}
+	return nil, w.giveUp(ctx, err)
+}
+
+func (w *waiter) grant(rec Record, sent time.Time) *Lock {
+	w.state = granted
+	return w.c.granted(w.key, w.req.Owner, w.o, rec, sent)
+}
+
+// giveUp leaves the queue in the background and returns why: a
+// *NotAcquiredError when ctx ended or reason is ErrGracePeriod, the
+// provider's error otherwise.
+func (w *waiter) giveUp(ctx context.Context, reason error) error {
+	w.state = gaveUp
+	c, key, req := w.c, w.key, w.req
+	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
+	return c.notAcquired(ctx, key, req.Owner, reason, w.retryAfter)
+}
