@@ -161,7 +161,8 @@ func ExampleMiddleware() {
 }
 
 // HTTPMiddleware serves each request under a lock named from it. A request
-// that does not get the lock is answered 423 Locked with a Retry-After header.
+// that does not get the lock is answered 423 Locked with a Retry-After header
+// and a body that does not name the lock.
 func ExampleHTTPMiddleware() {
 	c, err := lock.NewClient(lock.NewMemoryProvider())
 	if err != nil {
@@ -169,9 +170,9 @@ func ExampleHTTPMiddleware() {
 	}
 	defer c.Close()
 
-	withOrderLock, err := lock.HTTPMiddleware(c,
-		func(r *http.Request) string { return "order:" + r.PathValue("id") },
-		lock.Options{})
+	withOrderLock, err := lock.HTTPMiddleware(c, lock.HTTPOptions{
+		NameFunc: func(r *http.Request) string { return "order:" + r.PathValue("id") },
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -194,13 +195,13 @@ func ExampleHTTPMiddleware() {
 
 	second := httptest.NewRecorder()
 	mux.ServeHTTP(second, httptest.NewRequest(http.MethodPost, "/orders/42", nil))
-	fmt.Println("second:", second.Code, "Retry-After:", second.Header().Get("Retry-After"))
+	fmt.Print("second: ", second.Code, " Retry-After: ", second.Header().Get("Retry-After"), " ", second.Body)
 
 	close(finish)
 	wg.Wait()
 	fmt.Print("first: ", first.Code, " ", first.Body)
 	// Output:
-	// second: 423 Retry-After: 15
+	// second: 423 Retry-After: 1 Locked
 	// first: 200 processed order 42
 }
 

@@ -1,12 +1,6 @@
 package lock
 
-import (
-	"context"
-	"errors"
-	"math"
-	"net/http"
-	"strconv"
-)
+import "context"
 
 // MiddlewareOptions configure Middleware. Set Name or NameFunc.
 type MiddlewareOptions[A any] struct {
@@ -63,46 +57,4 @@ func namer[A any](c *Client, nilHandler bool, name string, fn func(A) string, o 
 		return fn, nil
 	}
 	return func(A) string { return name }, nil
-}
-
-// HTTPMiddleware returns net/http middleware that serves each request under
-// the lock that name derives from it (for example from a path value). A request
-// that does not get the lock is answered 423 Locked with a Retry-After header;
-// a request that name gives "" is answered 400 Bad Request; one that fails for
-// another reason (the provider unreachable, the request's context ended) is
-// answered 503 Service Unavailable. Retry-After is the time the blocking
-// record had left to live: the holder's lease (renewed while it runs) or the
-// rest of the grace period. The request's context is cancelled if the lock is lost while
-// the handler runs.
-func HTTPMiddleware(c *Client, name func(*http.Request) string, opts Options) (func(http.Handler) http.Handler, error) {
-	if name == nil {
-		return nil, invalidf("nil name function")
-	}
-	if _, err := namer(c, false, "", name, opts); err != nil {
-		return nil, err
-	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ran := false
-			err := c.Do(r.Context(), name(r), opts, func(ctx context.Context) error {
-				ran = true
-				next.ServeHTTP(w, r.WithContext(ctx))
-				return nil
-			})
-			if err == nil || ran {
-				return
-			}
-			var na *NotAcquiredError
-			switch {
-			case errors.As(err, &na) && (errors.Is(err, ErrHeld) || errors.Is(err, ErrGracePeriod) || errors.Is(err, ErrTimeout)):
-				secs := int(math.Ceil(na.RetryAfter.Seconds()))
-				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-				http.Error(w, err.Error(), http.StatusLocked)
-			case errors.Is(err, ErrInvalidArgument):
-				http.Error(w, err.Error(), http.StatusBadRequest)
-			default:
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			}
-		})
-	}, nil
 }

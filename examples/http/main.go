@@ -1,6 +1,7 @@
 // HTTP shows lock.HTTPMiddleware: POST /orders/{id} is served under a lock per
 // order, so two requests for one order are never processed at once; the
-// second is answered 423 Locked with a Retry-After header.
+// second is answered 423 Locked with a Retry-After header, and the reason is
+// logged.
 //
 //	go run ./examples/http          # demo: two concurrent requests, then exit
 //	go run ./examples/http -serve   # serve on 127.0.0.1:8080 until interrupted
@@ -45,10 +46,17 @@ func run(serve bool, addr string) error {
 
 	// The lock of a request is named after its order, so requests for
 	// different orders run in parallel. Without Wait, a request that finds the
-	// order locked is refused at once.
-	withOrderLock, err := lock.HTTPMiddleware(c,
-		func(r *http.Request) string { return "order:" + r.PathValue("id") },
-		lock.Options{MaxDuration: 30 * time.Second})
+	// order locked is refused at once. The error handler logs why a request
+	// was refused (the error names the key) and answers as the default does,
+	// with a body that does not.
+	withOrderLock, err := lock.HTTPMiddleware(c, lock.HTTPOptions{
+		NameFunc: func(r *http.Request) string { return "order:" + r.PathValue("id") },
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log.Printf("%s %s refused: %v", r.Method, r.URL.Path, err)
+			lock.WriteHTTPError(w, r, err)
+		},
+		Options: lock.Options{MaxDuration: 30 * time.Second},
+	})
 	if err != nil {
 		return err
 	}

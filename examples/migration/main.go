@@ -3,16 +3,24 @@
 // migrates, and the others, once they get the lock, find the schema up to date
 // and do nothing.
 //
-//	go run ./examples/migration                         # replicas share memory
-//	go run ./examples/migration -redis 127.0.0.1:6379   # replicas share Redis
+//	go run ./examples/migration                                 # replicas share memory
+//	go run ./examples/migration -redis 127.0.0.1:6379           # replicas share Redis
+//	go run ./examples/migration -redis 127.0.0.1:6379 -run r1   # a run shared with other processes
 //
-// With -redis the schema version is kept in Redis too, so several copies of
-// the binary started at once behave like the replicas below; a later run finds
-// the schema already migrated.
+// With -redis the schema version is kept in Redis too, and each run has its
+// own keys (they start with "example:migration:<run>:", the run a random id
+// unless -run names it). Several copies of the binary started at once with the
+// same -run behave like the replicas below, and a later run with that -run,
+// within ten minutes, finds the schema already migrated. A run with a random id
+// deletes its schema version at the end and leaves in Redis only the library's
+// fencing counter, which expires within an hour; with -run, the version stays
+// too, and expires ten minutes after the migration.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,35 +40,51 @@ const target = 2
 func main() {
 	redisAddr := flag.String("redis", "", "Redis address, such as 127.0.0.1:6379 (default: in memory)")
 	replicas := flag.Int("replicas", 3, "number of replicas")
+	runID := flag.String("run", "", "with -redis, the run to join: processes with the same -run share the lock and the schema (default: a new random run)")
 	flag.Parse()
 	if *replicas < 1 {
 		log.Fatal("-replicas must be at least 1")
 	}
-	if err := run(*redisAddr, *replicas); err != nil {
+	if err := run(*redisAddr, *runID, *replicas); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(redisAddr string, replicas int) error {
+func run(redisAddr, runID string, replicas int) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
 	// The lock store and the "database" whose schema is migrated: in memory, or
 	// in Redis. Each replica gets its own Client, as each process would.
 	var (
-		provider lock.Provider
-		db       schema
-		prefix   string
+		provider   lock.Provider
+		db         schema
+		prefix     string
+		clientOpts []lock.ClientOption
 	)
 	if redisAddr == "" {
 		provider, db = lock.NewMemoryProvider(), &memorySchema{}
 	} else {
-		rc := redis.NewClient(&redis.Options{Addr: redisAddr})
+		rc := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 		defer rc.Close()
 		if err := rc.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("no Redis at %s: %w", redisAddr, err)
 		}
-		provider, db = lock.NewRedisProvider(rc), redisSchema{rc}
+		shared := runID != ""
+		if !shared {
+			if runID, err = newRunID(); err != nil {
+				return err
+			}
+		}
+		keys := "example:migration:" + runID + ":"
+		fmt.Printf("run %s (keys %s...)\n", runID, keys)
+		rdb := redisSchema{rc: rc, key: keys + "schema-version"}
+		if !shared {
+			// No other process knows this run: its schema goes with it.
+			defer func() { err = errors.Join(err, rdb.Drop(context.WithoutCancel(ctx))) }()
+		}
+		provider, db = lock.NewRedisProvider(rc), rdb
+		clientOpts = append(clientOpts, lock.WithPrefix(keys))
 		prefix = fmt.Sprintf("pid %d ", os.Getpid())
 	}
 
@@ -70,7 +94,7 @@ func run(redisAddr string, replicas int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = startReplica(ctx, fmt.Sprintf("%sreplica-%d", prefix, i+1), provider, db)
+			errs[i] = startReplica(ctx, fmt.Sprintf("%sreplica-%d", prefix, i+1), provider, clientOpts, db)
 		}()
 	}
 	wg.Wait()
@@ -79,15 +103,15 @@ func run(redisAddr string, replicas int) error {
 
 // startReplica is a replica's start-up: it brings the schema to target before
 // serving.
-func startReplica(ctx context.Context, name string, p lock.Provider, db schema) error {
-	c, err := lock.NewClient(p)
+func startReplica(ctx context.Context, name string, p lock.Provider, opts []lock.ClientOption, db schema) error {
+	c, err := lock.NewClient(p, opts...)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
 	start := time.Now()
-	err = c.Do(ctx, "example:migrate-schema", lock.Options{
+	err = c.Do(ctx, "migrate-schema", lock.Options{
 		// Wait for the replica that holds the lock instead of skipping: no
 		// replica may serve before the schema is migrated.
 		Wait: true,
@@ -148,12 +172,17 @@ func (s *memorySchema) SetVersion(_ context.Context, v int) error {
 	return nil
 }
 
-type redisSchema struct{ rc redis.UniversalClient }
+// redisSchema keeps the version at key. The key expires: this is an example,
+// and leaves nothing behind for long.
+type redisSchema struct {
+	rc  redis.UniversalClient
+	key string
+}
 
-const versionKey = "example:schema-version"
+const versionTTL = 10 * time.Minute
 
 func (s redisSchema) Version(ctx context.Context) (int, error) {
-	v, err := s.rc.Get(ctx, versionKey).Int()
+	v, err := s.rc.Get(ctx, s.key).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -161,5 +190,21 @@ func (s redisSchema) Version(ctx context.Context) (int, error) {
 }
 
 func (s redisSchema) SetVersion(ctx context.Context, v int) error {
-	return s.rc.Set(ctx, versionKey, v, 0).Err()
+	return s.rc.Set(ctx, s.key, v, versionTTL).Err()
+}
+
+// Drop deletes the version.
+func (s redisSchema) Drop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return s.rc.Del(ctx, s.key).Err()
+}
+
+// newRunID returns a random id that names one run's keys.
+func newRunID() (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }

@@ -1,0 +1,222 @@
+package lock_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// TestCheckServerReal checks the shared Redis, changing nothing on it: the
+// report carries the server's own version, mode, policy and AOF setting.
+func TestCheckServerReal(t *testing.T) {
+	rc := realRedis(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	rep, err := lock.NewRedisProvider(rc).CheckServer(ctx)
+	require.NoError(t, err)
+	t.Logf("report: %+v", rep)
+
+	text, err := rc.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	assert.Equal(t, infoField(text, "redis_version"), rep.Version, "the server's redis_version")
+	assert.Equal(t, infoField(text, "redis_mode"), rep.Mode, "the server's redis_mode")
+	if policy, err := rc.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
+		assert.Equal(t, policy["maxmemory-policy"], rep.MaxmemoryPolicy, "the server's maxmemory-policy")
+	}
+	text, err = rc.Info(ctx, "persistence").Result()
+	require.NoError(t, err)
+	assert.Equal(t, infoField(text, "aof_enabled") == "1", rep.AOF, "the server's aof_enabled")
+	assert.Nil(t, rep.Nodes, "no per-node reports for a single server")
+}
+
+// TestCheckServerEvictingNoPersistence checks a server that can evict lock
+// records and forgets them on restart: both are warned about.
+func TestCheckServerEvictingNoPersistence(t *testing.T) {
+	addr := startRedisServer(t, "--maxmemory-policy", "volatile-lru", "--maxmemory", "64mb",
+		"--save", "", "--appendonly", "no")
+	rep, err := lock.NewRedisProvider(newRedisClient(t, addr)).CheckServer(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err)
+	t.Logf("warnings: %q", rep.Warnings)
+
+	assert.Equal(t, addr, rep.Addr)
+	assert.Equal(t, "standalone", rep.Mode)
+	assert.Equal(t, "volatile-lru", rep.MaxmemoryPolicy)
+	assert.Equal(t, int64(64<<20), rep.Maxmemory)
+	assert.False(t, rep.AOF, "appendonly no")
+	assert.Equal(t, "", rep.Save, `save ""`)
+	require.Len(t, rep.Warnings, 2, "one warning for eviction, one for persistence")
+	assert.Contains(t, rep.Warnings[0], "maxmemory-policy is volatile-lru, not noeviction")
+	assert.Contains(t, rep.Warnings[0], "evict a lock record")
+	assert.Contains(t, rep.Warnings[1], "AOF is off and no RDB snapshots")
+	assert.Contains(t, rep.Warnings[1], "a restart forgets the locks")
+}
+
+// TestCheckServerSafe checks a server configured as the README asks:
+// noeviction and AOF every second. Nothing is warned about.
+func TestCheckServerSafe(t *testing.T) {
+	addr := startRedisServer(t, "--maxmemory-policy", "noeviction", "--maxmemory", "64mb",
+		"--appendonly", "yes", "--appendfsync", "everysec")
+	rep, err := lock.NewRedisProvider(newRedisClient(t, addr)).CheckServer(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, "noeviction", rep.MaxmemoryPolicy)
+	assert.True(t, rep.AOF, "appendonly yes")
+	assert.Equal(t, "everysec", rep.Appendfsync)
+	assert.Empty(t, rep.Warnings, "a server with noeviction and AOF everysec needs no warning")
+}
+
+// TestCheckServerConfigRefused checks a server without CONFIG (as managed
+// Redis services rename it away): the settings only CONFIG tells are
+// reported unknown, and the check does not fail.
+func TestCheckServerConfigRefused(t *testing.T) {
+	addr := startRedisServer(t, "--rename-command", "CONFIG", "", "--appendonly", "no")
+	rep, err := lock.NewRedisProvider(newRedisClient(t, addr)).CheckServer(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err, "a refused CONFIG GET is not an error")
+	assert.Equal(t, lock.UnknownSetting, rep.Save)
+	assert.Equal(t, lock.UnknownSetting, rep.Appendfsync)
+	assert.Equal(t, "noeviction", rep.MaxmemoryPolicy, "read from INFO memory, which stays allowed")
+	require.NotEmpty(t, rep.Warnings)
+	assert.Contains(t, rep.Warnings[len(rep.Warnings)-1], "the RDB schedule could not be read")
+}
+
+// TestCheckServerCluster checks a one-master Cluster through a ClusterClient:
+// the master is reported in Nodes and its warnings name it.
+func TestCheckServerCluster(t *testing.T) {
+	addr := startRedisServer(t, "--cluster-enabled", "yes", "--cluster-announce-ip", "127.0.0.1",
+		"--maxmemory-policy", "allkeys-lru",
+		"--save", "", "--appendonly", "no")
+	ctx := ctxTimeout(t, 20*time.Second)
+	direct := newRedisClient(t, addr)
+	if err := direct.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		slots := make([]any, 0, 16386)
+		slots = append(slots, "CLUSTER", "ADDSLOTS")
+		for i := range 16384 {
+			slots = append(slots, i)
+		}
+		require.NoError(t, direct.Do(ctx, slots...).Err(), "assign every slot to the one master")
+	}
+	require.Eventually(t, func() bool {
+		text, err := direct.ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(text, "cluster_state:ok")
+	}, 10*time.Second, 20*time.Millisecond, "the cluster comes up")
+
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	t.Cleanup(func() { _ = cc.Close() })
+	rep, err := lock.NewRedisProvider(cc).CheckServer(ctx)
+	require.NoError(t, err)
+	t.Logf("warnings: %q", rep.Warnings)
+	assert.Equal(t, "cluster", rep.Mode)
+	require.Len(t, rep.Nodes, 1, "one report per master")
+	assert.Equal(t, addr, rep.Nodes[0].Addr)
+	require.Len(t, rep.Warnings, 2, "eviction and persistence")
+	assert.True(t, strings.HasPrefix(rep.Warnings[0], addr+": maxmemory-policy is allkeys-lru"),
+		"the warning names the node: %q", rep.Warnings[0])
+
+	// A single-node client of a cluster node is told to use a ClusterClient.
+	rep, err = lock.NewRedisProvider(direct).CheckServer(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.Warnings)
+	assert.Contains(t, rep.Warnings[len(rep.Warnings)-1], "use a ClusterClient")
+}
+
+// infoField returns one field of an INFO reply.
+func infoField(text, name string) string {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func newRedisClient(t testing.TB, addr string) *redis.Client {
+	rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+// startRedisServer starts a redis-server of the test's own with args, on a
+// free loopback port, in a temporary directory, and returns its address once
+// it answers PING; it is killed at the end of the test. Without redis-server
+// the test is skipped, or fails in CI (as with the real Redis).
+func startRedisServer(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := "/usr/bin/redis-server"
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			if requireRealRedis() {
+				t.Fatalf("redis-server is required (CI or LOCK_REQUIRE_REDIS set): %v", err)
+			}
+			t.Skipf("no redis-server: %v", err)
+		}
+	}
+	dir := t.TempDir()
+	var last error
+	// A port free a moment ago may be taken before the server binds it: try a few.
+	for range 5 {
+		port, err := freePort()
+		require.NoError(t, err, "find a free port")
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--dir", dir, "--daemonize", "no", "--loglevel", "warning"}, args...)...)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		require.NoError(t, cmd.Start(), "start redis-server")
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		if last = awaitPing(addr, exited); last == nil {
+			t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+			return addr
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+		last = &serverError{last, out.String()}
+	}
+	t.Fatalf("start redis-server %q: %v", args, last)
+	return ""
+}
+
+type serverError struct {
+	err error
+	log string
+}
+
+func (e *serverError) Error() string { return e.err.Error() + ": " + strings.TrimSpace(e.log) }
+
+// awaitPing waits up to ten seconds for the server at addr to answer PING.
+func awaitPing(addr string, exited <-chan struct{}) error {
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rc.Ping(ctx).Err()
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-exited:
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
