@@ -217,10 +217,10 @@ func (l *Lock) heldErrLocked() error {
 
 // leaseEnd returns until when a holder may count on a record granted or renewed
 // with ttl by a request sent at sent: the server's TTL starts later than sent,
-// and a margin of 1% + 1ms allows for the two clocks running at different
+// and a margin of 2% + 2ms allows for the two clocks running at different
 // rates, so the holder is told of a loss before another can take the lock.
 func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - min(ttl/100+time.Millisecond, ttl/2))
+	return sent.Add(ttl - min(ttl/50+2*time.Millisecond, ttl/2))
 }
 
 // nextRenewal returns the delay, from now, of the renewal after a lease of

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -96,12 +97,17 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 
 // notAcquired returns the error of an acquisition that failed for reason: a
 // *NotAcquiredError, emitted as EventSkipped, when the lock was held or in
-// its grace period or when ctx ended (its cause is then the reason), and
-// reason itself (a provider error) otherwise.
+// its grace period or when ctx ended (its cause is then the reason, with the
+// provider's error if one came with it), and reason itself (a provider
+// error, naming the operation and the key) otherwise.
 func (c *Client) notAcquired(ctx context.Context, key, owner string, reason error, retryAfter time.Duration) error {
-	if cause := context.Cause(ctx); cause != nil {
+	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed)
+	switch cause := context.Cause(ctx); {
+	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
+		reason = fmt.Errorf("%w: %w", cause, reason) // the provider failed as the context ended
+	case cause != nil:
 		reason = cause
-	} else if !errors.Is(reason, ErrHeld) && !errors.Is(reason, ErrGracePeriod) && !errors.Is(reason, ErrClosed) {
+	case !held:
 		return reason
 	}
 	err := &NotAcquiredError{Key: key, Reason: reason, RetryAfter: retryAfter}

@@ -84,7 +84,7 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 	// before the clients are closed.
 	t.Cleanup(func() { _ = p.Close() })
 	name := "blackhole:" + t.Name()
-	key := lock.DefaultPrefix + name
+	key := keyOf(name)
 
 	// Warm up: a pooled connection and the acquire and release scripts loaded.
 	ctx := ctxTimeout(t, 5*time.Second)

@@ -49,7 +49,7 @@ func TestRedisCluster(t *testing.T) {
 	// called name (under the default prefix).
 	nodeOf := func(name string) string {
 		t.Helper()
-		c, err := inspect.MasterForKey(ctx, "{"+lock.DefaultPrefix+name+"}")
+		c, err := inspect.MasterForKey(ctx, lock.DefaultPrefix+"{"+name+"}")
 		require.NoError(t, err)
 		return c.Options().Addr
 	}
@@ -76,7 +76,7 @@ func TestRedisCluster(t *testing.T) {
 			direct[addr] = newRedis(t, addr)
 		}
 		for node, name := range namesOnNodes("spread") {
-			rk := "{" + lock.DefaultPrefix + name + "}"
+			rk := lock.DefaultPrefix + "{" + name + "}"
 			var last uint64
 			for round := range 3 {
 				l, err := a.Acquire(ctx, name, lock.Options{Lease: 5 * time.Second})
@@ -129,7 +129,7 @@ func TestRedisCluster(t *testing.T) {
 			}))
 
 		// Subscribe the waiter: a first wait, cut short, makes the Client
-		// subscribe to the channel; the subscription stays.
+		// listen on its inbox channel; the subscription stays.
 		l, err := holder.Acquire(ctx, "wake-warmup", lock.Options{})
 		require.NoError(t, err)
 		_, err = waiter.Acquire(ctx, "wake-warmup", lock.Options{Wait: true, MaxDuration: 300 * time.Millisecond})
@@ -141,13 +141,13 @@ func TestRedisCluster(t *testing.T) {
 		// the announcement has to cross the cluster bus.
 		subNode := ""
 		for _, addr := range addrs {
-			m, err := newRedis(t, addr).PubSubNumSub(ctx, lock.RedisChannel).Result()
+			chans, err := newRedis(t, addr).PubSubChannels(ctx, lock.DefaultPrefix+"inbox:*").Result()
 			require.NoError(t, err)
-			if m[lock.RedisChannel] > 0 {
+			if len(chans) > 0 {
 				subNode = addr
 			}
 		}
-		require.NotEmpty(t, subNode, "no node has a subscriber of %s", lock.RedisChannel)
+		require.NotEmpty(t, subNode, "no node has a subscriber of an inbox channel")
 		name := ""
 		for node, n := range namesOnNodes("wake") {
 			if node != subNode {
@@ -242,7 +242,7 @@ func TestRedisCluster(t *testing.T) {
 				t.Fatalf("the %s waiter never found the lock held", who)
 			}
 		}
-		n, err := inspect.ZCard(ctx, "{"+lock.DefaultPrefix+name+"}:q").Result()
+		n, err := inspect.LLen(ctx, lock.DefaultPrefix+"{"+name+"}:q").Result()
 		require.NoError(t, err)
 		expect(t, n == 2, "%d owners in the wait queue, want 2", n)
 

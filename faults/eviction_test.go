@@ -108,7 +108,7 @@ func awaitRenewal(t *testing.T, ctx context.Context, direct *redis.Client, name 
 	deadline := time.Now().Add(evictLease)
 	last := time.Duration(-1)
 	for time.Now().Before(deadline) {
-		ttl, err := direct.PTTL(ctx, recordKey(lock.DefaultPrefix+name)).Result()
+		ttl, err := direct.PTTL(ctx, recordKey(keyOf(name))).Result()
 		require.NoError(t, err)
 		if last >= 0 && ttl > last+20*time.Millisecond {
 			return
@@ -139,7 +139,7 @@ func evict(t *testing.T, ctx context.Context, direct *redis.Client, name string)
 			pipe.Set(ctx, key, value, 0) // once nothing is left to evict: OOM, ignored
 		}
 		_, _ = pipe.Exec(ctx)
-		n, err := direct.Exists(ctx, recordKey(lock.DefaultPrefix+name)).Result()
+		n, err := direct.Exists(ctx, recordKey(keyOf(name))).Result()
 		require.NoError(t, err)
 		if n == 0 {
 			break

@@ -117,7 +117,13 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 }
 
 // recordKey is where the Redis provider stores the record of key.
-func recordKey(key string) string { return "{" + key + "}" }
+func recordKey(key string) string {
+	r, _, _, _ := lock.RedisKeys(key)
+	return r
+}
+
+// keyOf is the key of the lock called name under the default prefix.
+func keyOf(name string) string { return lock.DefaultPrefix + "{" + name + "}" }
 
 // record reads the record of key straight from Redis: its value ("" when
 // there is none) and its TTL.

@@ -48,7 +48,7 @@ func newNetEnv(t *testing.T, srv *faults.Redis, direct *redis.Client, redisOpts 
 	l, err := c.Acquire(ctx, name+":warm-up", lock.Options{})
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-	return &netEnv{t: t, proxy: p, direct: direct, client: c, name: name, key: lock.DefaultPrefix + name}
+	return &netEnv{t: t, proxy: p, direct: direct, client: c, name: name, key: keyOf(name)}
 }
 
 func noRetries(o *redis.Options) { o.MaxRetries = -1 }

@@ -22,7 +22,7 @@ func TestRedisRestart(t *testing.T) {
 		name  = "restart"
 		lease = 600 * time.Millisecond
 	)
-	key := lock.DefaultPrefix + name
+	key := keyOf(name)
 	holder := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(100*time.Millisecond), lock.WithReleaseTimeout(time.Second))
 	waiter := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(100*time.Millisecond), lock.WithReleaseTimeout(time.Second))
 	ctx := ctxTimeout(t, 30*time.Second)

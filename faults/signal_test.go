@@ -66,7 +66,7 @@ func TestHolderStopped(t *testing.T) {
 	data, err := direct.Get(ctx, name+":data").Result()
 	require.NoError(t, err)
 	expect(t, data == "new-holder", "the fenced resource holds %q, want the new holder's write", data)
-	v, _ := record(t, direct, lock.DefaultPrefix+name)
+	v, _ := record(t, direct, keyOf(name))
 	expect(t, recordOwner(v) == l.Owner(), "record %q after the old holder continued, want the new holder's (%s)", v, l.Owner())
 	expect(t, l.Err() == nil, "the new holder lost its lock: %v", l.Err())
 	require.NoError(t, l.Release(ctx))

@@ -71,17 +71,22 @@ func TestRedisUnreachable(t *testing.T) {
 			DialTimeout: time.Second, DialerRetries: 1, MaxRetries: -1})
 		defer rc.Close()
 		check(t, rc, 2*time.Second, func(err error) bool {
-			return err != nil && !errors.Is(err, lock.ErrNotAcquired) && strings.Contains(err.Error(), "connection refused")
+			return err != nil && !errors.Is(err, lock.ErrNotAcquired) && strings.Contains(err.Error(), "connection refused") &&
+				strings.Contains(err.Error(), `"lock:{unreachable}"`)
 		})
 	})
 
 	t.Run("deadline-before-refused", func(t *testing.T) {
 		// go-redis retries the dial (5 dials x 100ms, 3 retries: about 2s)
-		// past the caller's deadline, and returns the bare context error.
+		// past the caller's deadline. The caller's deadline ended the
+		// acquisition: a *NotAcquiredError whose reason is the context's
+		// error, naming the lock.
 		rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rc.Close()
 		check(t, rc, time.Second, func(err error) bool {
-			return err != nil && !errors.Is(err, lock.ErrNotAcquired)
+			var na *lock.NotAcquiredError
+			return errors.As(err, &na) && errors.Is(err, context.DeadlineExceeded) &&
+				strings.Contains(err.Error(), `"lock:{unreachable}"`)
 		})
 	})
 }
