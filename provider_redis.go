@@ -18,6 +18,8 @@ var _ Provider = (*RedisProvider)(nil)
 var (
 	//go:embed scripts/record.lua
 	recordLua string
+	//go:embed scripts/handoff.lua
+	handoffLua string
 
 	//go:embed scripts/acquire.lua
 	acquireLua    string
@@ -25,19 +27,19 @@ var (
 
 	//go:embed scripts/queue.lua
 	queueLua    string
-	queueScript = redis.NewScript(recordLua + queueLua)
+	queueScript = redis.NewScript(recordLua + handoffLua + queueLua)
 
 	//go:embed scripts/leave.lua
 	leaveLua    string
-	leaveScript = redis.NewScript(recordLua + leaveLua)
+	leaveScript = redis.NewScript(recordLua + handoffLua + leaveLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(recordLua + releaseLua)
+	releaseScript = redis.NewScript(recordLua + handoffLua + releaseLua)
 
 	//go:embed scripts/update.lua
 	updateLua    string
-	updateScript = redis.NewScript(recordLua + updateLua)
+	updateScript = redis.NewScript(recordLua + handoffLua + updateLua)
 )
 
 // fenceTTL is how long a key's fencing counter lives from its first grant;

@@ -33,6 +33,15 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	if o.Wait && heldBy(ctx, c, key) {
 		return nil, invalidf("lock %q is held by this call chain: waiting for it would never end", key)
 	}
+	owner := c.newOwner()
+	if !o.Wait || !c.busy.has(key) {
+		// One attempt first: a free lock is granted in one round trip,
+		// without the waiter's set-up; a waiter starts after a busy one.
+		l, err := c.try(ctx, key, owner, o)
+		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) {
+			return c.unlessClosed(ctx, l, err)
+		}
+	}
 	if !c.enter() {
 		return nil, ErrClosed
 	}
@@ -41,24 +50,27 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	defer cancel(nil)
 	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
 	defer stop()
+	l, err := c.wait(ctx, key, owner, o)
+	return c.unlessClosed(ctx, l, err)
+}
 
-	owner := c.newOwner()
-	var l *Lock
-	if o.Wait {
-		l, err = c.wait(ctx, key, owner, o)
-	} else {
-		l, err = c.try(ctx, key, owner, o)
-	}
+// unlessClosed returns l and err, unless the Client was closed meanwhile:
+// then it releases l, so that no acquisition succeeds after Close.
+func (c *Client) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, error) {
 	if l != nil && c.closing.Err() != nil {
-		// Granted while the Client closed: not to be returned after Close.
 		_ = l.Release(ctx)
-		return nil, c.notAcquired(ctx, key, owner, ErrClosed, 0)
+		return nil, c.notAcquired(ctx, l.key, l.owner, ErrClosed, 0)
 	}
 	return l, err
 }
 
-// try asks for the lock once.
+// try asks for the lock once. A lock held by another owner fails with a
+// *NotAcquiredError whose reason is ErrHeld, reported (EventContended,
+// EventSkipped) only without o.Wait: with it, the waiter goes on and reports.
 func (c *Client) try(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+	if c.closing.Err() != nil {
+		return nil, ErrClosed
+	}
 	sent := time.Now()
 	rec, err := c.provider.Acquire(ctx, key, owner, o.Lease)
 	if err != nil {
@@ -73,6 +85,9 @@ func (c *Client) try(ctx context.Context, key, owner string, o Options) (*Lock, 
 		return nil, c.notAcquired(ctx, key, owner, ErrGracePeriod, rec.TTL)
 	}
 	c.busy.mark(key)
+	if o.Wait {
+		return nil, &NotAcquiredError{Key: key, Reason: ErrHeld, RetryAfter: rec.TTL}
+	}
 	c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
 	return nil, c.notAcquired(ctx, key, owner, ErrHeld, rec.TTL)
 }

@@ -34,6 +34,7 @@ type waiter struct {
 
 	asked      time.Time     // when the last request that left it queued was sent
 	retryAfter time.Duration // the holder's TTL when last seen
+	contended  bool          // EventContended was emitted
 }
 
 type waiterState int
@@ -88,7 +89,8 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		w.retryAfter = rec.TTL
 		return nil, w.giveUp(ctx, ErrGracePeriod)
 	}
-	if !w.req.Again {
+	if !w.contended {
+		w.contended = true
 		w.c.emit(Event{Kind: EventContended, Key: w.key, Owner: w.req.Owner})
 	}
 	w.c.busy.mark(w.key)
