@@ -56,6 +56,8 @@ type NotAcquiredError struct {
 	// RetryAfter is how long the record that blocked the caller had left to live
 	// when it was last seen; zero when unknown.
 	RetryAfter time.Duration
+	// Holder is the owner of that record (see Lock.Owner), when known.
+	Holder string
 }
 
 func (e *NotAcquiredError) Error() string {

@@ -56,7 +56,8 @@ type Event struct {
 	Lease       time.Duration
 	// Held is how long the lock was held (Released, Lost).
 	Held time.Duration
-	// GracePeriod is how long the lock stays closed after a release (Released).
+	// GracePeriod is how long the lock stays closed after a release
+	// (Released): the GracePeriod, or what was left of OncePer.
 	GracePeriod time.Duration
 	// Err says why (Skipped, Lost).
 	Err error

@@ -305,8 +305,19 @@ func (l *Lock) resetRenewal(d time.Duration) {
 	}
 }
 
+// closedFor returns how long the lock stays closed after a release now: the
+// GracePeriod, or what is left of OncePer since the hold began, whichever is
+// longer; zero (free it) when that is under a millisecond.
+func (l *Lock) closedFor() time.Duration {
+	d := max(l.opts.GracePeriod, time.Until(l.start.Add(l.opts.OncePer)))
+	if d < time.Millisecond {
+		return 0
+	}
+	return d.Round(time.Millisecond)
+}
+
 // Release ends the hold: it deletes the record, hands it to the next waiter,
-// or, with a GracePeriod, keeps it closed for that long. It runs on a context
+// or, with a GracePeriod or OncePer, keeps it closed for as long as they say. It runs on a context
 // of its own (bounded by the release timeout) so that a cancelled ctx cannot
 // leave the lock held. It returns nil after a clean release, the *LostError if
 // the lock was lost before (or found gone or taken now), and the provider's
@@ -341,8 +352,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	rctx, cancel := c.detached(ctx)
 	defer cancel()
 	var err error
-	if g := l.opts.GracePeriod; g > 0 {
-		err = c.provider.Update(rctx, l.key, l.owner, g, true)
+	closed := l.closedFor()
+	if closed > 0 {
+		err = c.provider.Update(rctx, l.key, l.owner, closed, true)
 	} else {
 		err = c.provider.Release(rctx, l.key, l.owner)
 	}
@@ -352,7 +364,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		if c.debug {
 			c.log.Debug("lock: released", "key", l.key, "token", l.token)
 		}
-		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: l.opts.GracePeriod})
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: closed})
 		return nil
 	case errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord):
 		cause := error(nil)

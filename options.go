@@ -7,8 +7,11 @@ import (
 
 // Defaults for the zero values of Options.
 const (
-	// DefaultMaxDuration bounds a hold, and a wait, when Options.MaxDuration is 0.
-	DefaultMaxDuration = 5 * time.Minute
+	// DefaultMaxDuration bounds a hold, and a wait, when Options.MaxDuration
+	// (and MaxWait) is 0. A held lock is renewed while its holder's process
+	// lives, so this cap only stops a holder that hangs; an hour lets the
+	// usual nightly job or migration finish. Set MaxDuration for longer ones.
+	DefaultMaxDuration = time.Hour
 	// DefaultLease is the TTL of a held record when Options.Lease is 0. The
 	// holder renews it every third of a lease while it runs, so a crashed
 	// holder frees the lock within one lease.
@@ -22,13 +25,18 @@ const (
 // once on release.
 type Options struct {
 	// Wait makes an acquisition that finds the lock held wait for it, until it is
-	// acquired, the lock enters a grace period, MaxDuration has passed, or the
+	// acquired, the lock enters a grace period, MaxWait has passed, or the
 	// context ends. Without Wait, a held lock fails the call at once with ErrHeld.
 	Wait bool
 
+	// MaxWait bounds a wait (ErrTimeout). Zero means MaxDuration. Bound the
+	// wait with MaxWait rather than with the context's deadline, which the
+	// held lock's work inherits in Do, Middleware and New: "wait at most 10s,
+	// then run for up to an hour" is MaxWait 10s, MaxDuration 1h.
+	MaxWait time.Duration
+
 	// MaxDuration is the hard upper bound of a hold: renewal stops there and the
-	// holder is told the lock is lost. It also bounds a wait. Zero means
-	// DefaultMaxDuration.
+	// holder is told the lock is lost. Zero means DefaultMaxDuration.
 	MaxDuration time.Duration
 
 	// Lease is the TTL of the record while held; the holder renews it every
@@ -47,10 +55,21 @@ type Options struct {
 
 	// GracePeriod keeps the lock closed for this long after the holder releases
 	// it: every acquisition in that window fails with ErrGracePeriod, waiters
-	// included. It makes a job run at most once per window across replicas. Zero
-	// means none: the lock is freed at release. Less than a millisecond is
-	// refused: providers store TTLs in milliseconds.
+	// included. The window counts from the end of the run (Alepha's grace
+	// period): a job that runs an hour with a GracePeriod of an hour starts at
+	// most once every two hours. Zero means none: the lock is freed at
+	// release. Less than a millisecond is refused: providers store TTLs in
+	// milliseconds.
 	GracePeriod time.Duration
+
+	// OncePer keeps the lock closed until OncePer after the hold began (the
+	// granting request), however short the run: a job under it starts at most
+	// once per OncePer across replicas (ShedLock's lockAtLeastFor). A run
+	// longer than OncePer frees the lock at release. With GracePeriod too,
+	// the lock stays closed until the later of the two ends. For a job on a
+	// schedule, prefer a lock per tick (RunTick): replicas whose clocks differ
+	// can still run one tick twice, or skip one, with a window alone.
+	OncePer time.Duration
 }
 
 // resolved returns o with defaults applied, or an error for bad values.
@@ -64,9 +83,16 @@ func (o Options) resolved() (Options, error) {
 		return o, invalidf("negative GracePeriod %v", o.GracePeriod)
 	case o.GracePeriod > 0 && o.GracePeriod < time.Millisecond:
 		return o, invalidf("GracePeriod %v is less than 1ms", o.GracePeriod)
+	case o.MaxWait < 0:
+		return o, invalidf("negative MaxWait %v", o.MaxWait)
+	case o.OncePer < 0:
+		return o, invalidf("negative OncePer %v", o.OncePer)
 	}
 	if o.MaxDuration == 0 {
 		o.MaxDuration = DefaultMaxDuration
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = o.MaxDuration
 	}
 	if o.Lease == 0 {
 		o.Lease = DefaultLease

@@ -59,7 +59,7 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 func (c *Client) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, error) {
 	if l != nil && c.closing.Err() != nil {
 		_ = l.Release(ctx)
-		return nil, c.notAcquired(ctx, l.key, l.owner, ErrClosed, 0)
+		return nil, c.notAcquired(ctx, l.key, l.owner, ErrClosed, "", 0)
 	}
 	return l, err
 }
@@ -76,25 +76,25 @@ func (c *Client) try(ctx context.Context, key, owner string, o Options) (*Lock, 
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
 		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
-		return nil, c.notAcquired(ctx, key, owner, err, 0)
+		return nil, c.notAcquired(ctx, key, owner, err, "", 0)
 	}
 	if rec.Owner == owner && !rec.Ended {
 		return c.granted(key, owner, o, rec, sent), nil
 	}
 	if rec.Ended {
-		return nil, c.notAcquired(ctx, key, owner, ErrGracePeriod, rec.TTL)
+		return nil, c.notAcquired(ctx, key, owner, ErrGracePeriod, rec.Owner, rec.TTL)
 	}
 	c.busy.mark(key)
 	if o.Wait {
-		return nil, &NotAcquiredError{Key: key, Reason: ErrHeld, RetryAfter: rec.TTL}
+		return nil, &NotAcquiredError{Key: key, Reason: ErrHeld, RetryAfter: rec.TTL, Holder: rec.Owner}
 	}
 	c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
-	return nil, c.notAcquired(ctx, key, owner, ErrHeld, rec.TTL)
+	return nil, c.notAcquired(ctx, key, owner, ErrHeld, rec.Owner, rec.TTL)
 }
 
-// wait acquires with o.Wait, for at most o.MaxDuration: see waiter.
+// wait acquires with o.Wait, for at most o.MaxWait: see waiter.
 func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, o.MaxDuration, ErrTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, o.MaxWait, ErrTimeout)
 	defer cancel()
 	w := &waiter{
 		c: c, key: key, o: o,
@@ -115,7 +115,7 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 // its grace period or when ctx ended (its cause is then the reason, with the
 // provider's error if one came with it), and reason itself (a provider
 // error, naming the operation and the key) otherwise.
-func (c *Client) notAcquired(ctx context.Context, key, owner string, reason error, retryAfter time.Duration) error {
+func (c *Client) notAcquired(ctx context.Context, key, owner string, reason error, holder string, retryAfter time.Duration) error {
 	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed)
 	switch cause := context.Cause(ctx); {
 	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
@@ -125,7 +125,10 @@ func (c *Client) notAcquired(ctx context.Context, key, owner string, reason erro
 	case !held:
 		return reason
 	}
-	err := &NotAcquiredError{Key: key, Reason: reason, RetryAfter: retryAfter}
+	err := &NotAcquiredError{Key: key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
+	if c.debug {
+		c.log.Debug("lock: skipped", "key", key, "owner", owner, "reason", reason, "holder", holder, "retry_after", retryAfter)
+	}
 	c.emit(Event{Kind: EventSkipped, Key: key, Owner: owner, Err: err})
 	return err
 }

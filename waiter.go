@@ -33,6 +33,7 @@ type waiter struct {
 	wake   chan struct{} // look again: the lock entered a grace period
 
 	asked      time.Time     // when the last request that left it queued was sent
+	holder     string        // the holder when last seen
 	retryAfter time.Duration // the holder's TTL when last seen
 	contended  bool          // EventContended was emitted
 }
@@ -86,8 +87,11 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	case rec.Owner == w.req.Owner && !rec.Ended:
 		return w.grant(rec, sent), nil
 	case rec.Ended:
-		w.retryAfter = rec.TTL
+		w.holder, w.retryAfter = rec.Owner, rec.TTL
 		return nil, w.giveUp(ctx, ErrGracePeriod)
+	}
+	if rec.Owner != "" {
+		w.holder = rec.Owner
 	}
 	if !w.contended {
 		w.contended = true
@@ -132,5 +136,5 @@ func (w *waiter) giveUp(ctx context.Context, reason error) error {
 	w.state = gaveUp
 	c, key, req := w.c, w.key, w.req
 	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
-	return c.notAcquired(ctx, key, req.Owner, reason, w.retryAfter)
+	return c.notAcquired(ctx, key, req.Owner, reason, w.holder, w.retryAfter)
 }
