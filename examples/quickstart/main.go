@@ -47,22 +47,20 @@ func run() error {
 		time.Sleep(200 * time.Millisecond) // the work
 		return nil
 	}
+	// Every replica's scheduler fires for the same scheduled instant, today's
+	// tick. The lock is per tick: a replica whose clock is late cannot run
+	// this tick again after it has run, and tomorrow's tick is a lock of its
+	// own, so no run is skipped either.
+	tick := time.Now().UTC().Truncate(24 * time.Hour)
 	runJob := func(c *lock.Client, replica string) error {
-		job, err := lock.New(c, report, lock.PrimitiveOptions[string]{
-			Name: "nightly-report",
-			// Keep the lock closed for a while after the job ends, so that a
-			// replica whose tick comes late does not run it a second time.
-			Options: lock.Options{GracePeriod: time.Minute},
+		err := c.RunTick(ctx, "nightly-report", tick, 24*time.Hour, lock.Options{}, func(ctx context.Context) error {
+			return report(ctx, replica)
 		})
-		if err != nil {
-			return err
-		}
-		err = job.Run(ctx, replica)
 		switch {
 		case errors.Is(err, lock.ErrHeld):
-			fmt.Printf("%s: skipped, another replica is running the job\n", replica)
+			fmt.Printf("%s: skipped, another replica is running this tick\n", replica)
 		case errors.Is(err, lock.ErrGracePeriod):
-			fmt.Printf("%s: skipped, the job has just run (grace period)\n", replica)
+			fmt.Printf("%s: skipped, this tick has run already\n", replica)
 		case err != nil:
 			return err // the job failed, or the provider did
 		}
