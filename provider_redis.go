@@ -47,6 +47,14 @@ var (
 // token the old one gave, so tokens keep increasing across counters.
 const fenceTTL = time.Hour
 
+// Script arguments that never change, boxed once.
+var (
+	fenceTTLArg any = fenceTTL.Milliseconds()
+	// The queue outlives its last look by a minute: a waiter looks again
+	// well within that, and a queue whose waiters all died goes away.
+	queueTTLArg any = time.Minute.Milliseconds()
+)
+
 // RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
 // takes any redis.UniversalClient: single node, Sentinel (failover) or
 // Cluster. Each operation is one Lua script, one round trip.
@@ -60,7 +68,7 @@ const fenceTTL = time.Hour
 // release that nobody waits for publishes nothing.
 type RedisProvider struct {
 	client   redis.UniversalClient
-	skipDead string // "1": a waiter nobody listens for is skipped (not on a Cluster)
+	skipDead any // "1": a waiter nobody listens for is skipped (not on a Cluster)
 }
 
 // NewRedisProvider returns a provider that uses client. The client stays the
@@ -125,7 +133,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := acquireScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), fenceTTL.Milliseconds()).Slice()
+	res, err := acquireScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), fenceTTLArg).Slice()
 	return p.record(ctx, "acquire", key, res, err)
 }
 
@@ -150,10 +158,8 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	case w.Contended:
 		mode = "c"
 	}
-	// The queue outlives its last look by a minute: a waiter looks again
-	// well within that, and a queue whose waiters all died goes away.
-	res, err := queueScript.Run(ctx, p.client, keys, w.Owner, w.TTL.Milliseconds(), fenceTTL.Milliseconds(),
-		entry(w), mode, time.Minute.Milliseconds(), key, p.skipDead).Slice()
+	res, err := queueScript.Run(ctx, p.client, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
+		entry(w), mode, queueTTLArg, key, p.skipDead).Slice()
 	return p.record(ctx, "queue", key, res, err)
 }
 
@@ -174,7 +180,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if err != nil {
 		return err
 	}
-	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTL.Milliseconds(), key, p.skipDead).Err()
+	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTLArg, key, p.skipDead).Err()
 	return p.wrap("leave", key, err)
 }
 
@@ -190,7 +196,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTL.Milliseconds(), key, p.skipDead).Slice()
+	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, p.skipDead).Slice()
 	return p.result("release", key, res, err)
 }
 
