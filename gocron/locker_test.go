@@ -161,8 +161,13 @@ func testReplicas(t *testing.T, every time.Duration, runs int, newReplicaClient 
 					mu.Unlock()
 					return
 				}
-				name := strings.TrimPrefix(l.Key(), c.Key(""))
-				k, ok := names[name]
+				name := l.Key()
+				k, ok := -1, false
+				for n, idx := range names {
+					if c.Key(n) == name {
+						k, ok = idx, true
+					}
+				}
 				mu.Lock()
 				if ok {
 					ran[k] = append(ran[k], i)
