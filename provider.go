@@ -33,7 +33,10 @@ type Provider interface {
 	// a record for the caller with w.TTL and tells w.Inbox (see Listen). A
 	// free key is taken by the caller unless others are queued and w.Fair or
 	// w.Again is set: then the first of them is served, and the caller queues
-	// behind it.
+	// behind it. (A key is free while others are queued only after its
+	// record expired. A caller without Fair or Again that takes it then may,
+	// on release, free it rather than hand it on; the waiters' next look,
+	// with Again, serves the first of them.)
 	Queue(ctx context.Context, key string, w Waiter) (Record, error)
 
 	// Leave takes owner out of key's wait queue. If the lock was handed to

@@ -181,7 +181,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 		return err
 	}
 	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTLArg, key, p.skipDead).Err()
-	return p.wrap("leave", key, err)
+	return p.wrap(key, err)
 }
 
 // Release implements Provider.
@@ -287,7 +287,7 @@ func (p *RedisProvider) check() error {
 // record turns an acquire or queue script's reply into a Record.
 func (p *RedisProvider) record(ctx context.Context, op, key string, res []any, err error) (Record, error) {
 	if err != nil {
-		return Record{}, p.wrap(op, key, err)
+		return Record{}, p.wrap(key, err)
 	}
 	if len(res) < 2 {
 		return Record{}, fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
@@ -311,7 +311,7 @@ func (p *RedisProvider) record(ctx context.Context, op, key string, res []any, e
 // result turns a release or update script's reply into an error.
 func (p *RedisProvider) result(op, key string, res []any, err error) error {
 	if err != nil {
-		return p.wrap(op, key, err)
+		return p.wrap(key, err)
 	}
 	if len(res) == 0 {
 		return fmt.Errorf("lock: %s %q: empty reply", op, key)
@@ -329,15 +329,11 @@ func (p *RedisProvider) result(op, key string, res []any, err error) error {
 	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
 }
 
-// wrap names the operation and the key of a failed call, keeping the
-// server's or the context's error for errors.Is and errors.As. A value of
-// another Redis type, or a fencing counter that is not an integer, is a
-// *RecordError; every other server error (OOM, READONLY, CLUSTERDOWN...) is
-// reported as it is.
-func (p *RedisProvider) wrap(op, key string, err error) error {
-	if err == nil {
-		return nil
-	}
+// wrap reports a value of another Redis type, or a fencing counter that is
+// not an integer, as a *RecordError; every other error (the server's: OOM,
+// READONLY, CLUSTERDOWN...; the network's; the context's) is returned as it
+// is. The Client names the operation and the key.
+func (p *RedisProvider) wrap(key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		switch msg := rerr.Error(); {
@@ -348,5 +344,5 @@ func (p *RedisProvider) wrap(op, key string, err error) error {
 			return &RecordError{Key: fence, Value: "(a fencing counter that is not an integer)"}
 		}
 	}
-	return fmt.Errorf("lock: %s %q: %w", op, key, err)
+	return err
 }

@@ -76,7 +76,7 @@ func (c *Client) try(ctx context.Context, key, owner string, o Options) (*Lock, 
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
 		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
-		return nil, c.notAcquired(ctx, key, owner, err, "", 0)
+		return nil, c.notAcquired(ctx, key, owner, c.failed("acquire", key, err), "", 0)
 	}
 	if rec.Owner == owner && !rec.Ended {
 		return c.granted(key, owner, o, rec, sent), nil
@@ -131,6 +131,16 @@ func (c *Client) notAcquired(ctx context.Context, key, owner string, reason erro
 	}
 	c.emit(Event{Kind: EventSkipped, Key: key, Owner: owner, Err: err})
 	return err
+}
+
+// failed names the operation and the key of a provider error, keeping the
+// error for errors.Is and errors.As. The library's own errors name the key
+// already.
+func (c *Client) failed(op, key string, err error) error {
+	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
+		return err
+	}
+	return fmt.Errorf("lock: %s %q: %w", op, key, err)
 }
 
 // granted returns the held Lock of a grant of rec to owner, requested at sent.

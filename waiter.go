@@ -14,7 +14,7 @@ import (
 //	                         queued  (in the provider's wait queue)
 //	                         gaveUp  (grace period, error)
 //	queued  --grant from the inbox-->  granted (after a renewal, when the grant is old)
-//	        --wake-up, poll timer-->   asking  (look again)
+//	        --wake-up, timer-->        asking  (look again: see lookAgain)
 //	        --context, MaxDuration, Close-->  gaveUp
 //
 // Only the waiter's own goroutine moves it; the inbox (topic.go) hands it
@@ -34,7 +34,8 @@ type waiter struct {
 
 	asked      time.Time     // when the last request that left it queued was sent
 	holder     string        // the holder when last seen
-	retryAfter time.Duration // the holder's TTL when last seen
+	retryAfter time.Duration // the holder's longest TTL seen
+	seenTTL    time.Duration // the holder's TTL in the last reply; 0 if unknown
 	contended  bool          // EventContended was emitted
 }
 
@@ -62,7 +63,7 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 			return l, err
 		}
 		w.state = queued
-		poll.Reset(w.c.poll)
+		poll.Reset(w.lookAgain())
 		select {
 		case g := <-w.grants:
 			if l, err := w.take(ctx, g); l != nil || err != nil {
@@ -76,6 +77,16 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 	}
 }
 
+// lookAgain returns when a queued waiter looks again if nothing wakes it:
+// after a poll interval, or as soon as the record it saw expires (its holder
+// may have died, and nobody would hand the lock on).
+func (w *waiter) lookAgain() time.Duration {
+	if w.seenTTL > 0 {
+		return min(w.c.poll, w.seenTTL+time.Millisecond)
+	}
+	return w.c.poll
+}
+
 // ask sends one request. It returns the lock when the reply grants it, an
 // error when w gives up, and neither when w is queued.
 func (w *waiter) ask(ctx context.Context) (*Lock, error) {
@@ -83,7 +94,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
 	switch {
 	case err != nil:
-		return nil, w.giveUp(ctx, err)
+		return nil, w.giveUp(ctx, w.c.failed("wait", w.key, err))
 	case rec.Owner == w.req.Owner && !rec.Ended:
 		return w.grant(rec, sent), nil
 	case rec.Ended:
@@ -98,7 +109,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		w.c.emit(Event{Kind: EventContended, Key: w.key, Owner: w.req.Owner})
 	}
 	w.c.busy.mark(w.key)
-	w.asked, w.retryAfter = sent, max(w.retryAfter, rec.TTL)
+	w.asked, w.seenTTL, w.retryAfter = sent, rec.TTL, max(w.retryAfter, rec.TTL)
 	w.req.Again, w.req.Contended = true, false
 	return nil, nil
 }
@@ -121,7 +132,7 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	case errors.Is(err, ErrLost):
 		return nil, nil
 	}
-	return nil, w.giveUp(ctx, err)
+	return nil, w.giveUp(ctx, w.c.failed("renew", w.key, err))
 }
 
 func (w *waiter) grant(rec Record, sent time.Time) *Lock {
