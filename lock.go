@@ -114,12 +114,13 @@ func (c *Client) enter() bool {
 // Key returns the key of the lock called name: the Client's prefix and the
 // name in braces, a Redis Cluster hash tag ("lock:{name}"), so that the Redis
 // provider stores the lock under this very key (see RedisKeys). A name with
-// a brace of its own that would break the tag is kept whole after a tag made
-// from its checksum.
+// a brace of its own that would break the tag is kept whole, in parentheses,
+// after a tag made from its checksum ("lock:{1y4akgc}(})"): such a key ends
+// with ")", never "}", so it is the key of no other name.
 func (c *Client) Key(name string) string {
 	key := c.prefix + "{" + name + "}"
 	if strings.ContainsAny(name, "{}") && !hasHashTag(key) {
-		key = c.prefix + "{" + strconv.FormatUint(uint64(crcName(name)), 36) + "}" + name
+		key = c.prefix + "{" + strconv.FormatUint(uint64(crcName(name)), 36) + "}(" + name + ")"
 	}
 	return key
 }

@@ -111,6 +111,9 @@ type Record struct {
 	TTL time.Duration
 	// Queued is set by Queue when the caller is in the key's wait queue.
 	Queued bool
+	// Position is the caller's place in the queue when Queued: 0 for the
+	// first waiter.
+	Position int
 }
 
 // Limits on keys and owners, checked before anything is sent to a provider.

@@ -137,8 +137,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 	case rec.Ended:
 		m.dequeue(key, w.Owner)
 	default:
-		m.enqueue(key, w)
-		rec.Queued = true
+		rec.Queued, rec.Position = true, m.enqueue(key, w)
 	}
 	m.mu.Unlock()
 	send(msgs)
@@ -310,16 +309,17 @@ func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, err
 	return r, nil
 }
 
-// enqueue puts w at the back of key's queue, or keeps its place. The caller
-// holds m.mu.
-func (m *MemoryProvider) enqueue(key string, w Waiter) {
+// enqueue puts w at the back of key's queue, or keeps its place, and
+// returns its place. The caller holds m.mu.
+func (m *MemoryProvider) enqueue(key string, w Waiter) int {
 	q := m.queues[key]
 	for i := range q {
 		if q[i].Owner == w.Owner {
-			return
+			return i
 		}
 	}
 	m.queues[key] = append(q, w)
+	return len(q)
 }
 
 // dequeue takes owner out of key's queue. The caller holds m.mu.

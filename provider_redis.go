@@ -292,19 +292,19 @@ func (p *RedisProvider) record(ctx context.Context, op, key string, res []any, e
 	if len(res) < 2 {
 		return Record{}, fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
 	}
-	queued := len(res) > 2
-	v, ok := res[0].(string)
-	if !ok {
-		return Record{Queued: queued}, nil
-	}
-	rec, err := parseRecord(key, v)
-	if err != nil {
-		return Record{}, err
+	var rec Record
+	if v, ok := res[0].(string); ok {
+		if rec, err = parseRecord(key, v); err != nil {
+			return Record{}, err
+		}
 	}
 	if pttl, _ := res[1].(int64); pttl > 0 {
 		rec.TTL = time.Duration(pttl) * time.Millisecond
 	}
-	rec.Queued = queued
+	if len(res) > 3 {
+		place, _ := res[3].(int64)
+		rec.Queued, rec.Position = true, int(place)
+	}
 	return rec, nil
 }
 

@@ -36,6 +36,7 @@ type waiter struct {
 	holder     string        // the holder when last seen
 	retryAfter time.Duration // the holder's longest TTL seen
 	seenTTL    time.Duration // the holder's TTL in the last reply; 0 if unknown
+	place      int           // its place in the queue in the last reply
 	contended  bool          // EventContended was emitted
 }
 
@@ -78,13 +79,16 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 }
 
 // lookAgain returns when a queued waiter looks again if nothing wakes it:
-// after a poll interval, or as soon as the record it saw expires (its holder
-// may have died, and nobody would hand the lock on).
+// as soon as the record it saw expires (its holder may have died, and nobody
+// would hand the lock on), and otherwise after a poll interval, or up to
+// ten for a waiter far back in the queue, which a lost message cannot
+// concern yet: so the looks of many waiters cost the provider little.
 func (w *waiter) lookAgain() time.Duration {
+	d := w.c.poll * time.Duration(min(1+w.place/16, 10))
 	if w.seenTTL > 0 {
-		return min(w.c.poll, w.seenTTL+time.Millisecond)
+		d = min(d, w.seenTTL+time.Millisecond)
 	}
-	return w.c.poll
+	return d
 }
 
 // ask sends one request. It returns the lock when the reply grants it, an
@@ -109,7 +113,8 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		w.c.emit(Event{Kind: EventContended, Key: w.key, Owner: w.req.Owner})
 	}
 	w.c.busy.mark(w.key)
-	w.asked, w.seenTTL, w.retryAfter = sent, rec.TTL, max(w.retryAfter, rec.TTL)
+	w.asked, w.seenTTL, w.place = sent, rec.TTL, rec.Position
+	w.retryAfter = max(w.retryAfter, rec.TTL)
 	w.req.Again, w.req.Contended = true, false
 	return nil, nil
 }

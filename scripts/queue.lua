@@ -1,15 +1,17 @@
 -- Queue: acquire for a waiter, or put it in the wait queue. Returns
--- {value, pttl} as acquire does, with a third element 1 when the caller is
--- queued; {false, 0, 1} when it joined the queue without reading the record.
+-- {value, pttl} as acquire does, with two more elements when the caller is
+-- queued: 1 and its place in the queue (0 first); {false, 0, 1, place} when
+-- it joined the queue without reading the record.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms,
 -- ARGV[4] the caller's queue entry "owner ttl inbox", ARGV[5] mode: 'c' a
 -- first attempt at a busy key, 'a' a look again (the caller may be queued),
 -- 'f' a fair first attempt, '' a first attempt; ARGV[6] queue ttl ms,
 -- ARGV[7] key (for messages), ARGV[8] skipdead (see serve).
 local owner, entry, mode = ARGV[1], ARGV[4], ARGV[5]
-if mode == 'c' and redis.call('RPUSHX', KEYS[3], entry) > 0 then
+if mode == 'c' then
   -- A queue exists, so the lock is busy: one command to join it.
-  return {false, 0, 1}
+  local n = redis.call('RPUSHX', KEYS[3], entry)
+  if n > 0 then return {false, 0, 1, n - 1} end
 end
 local v
 if mode == '' or mode == 'c' then
@@ -47,11 +49,11 @@ if ended then
   if mode == 'a' then redis.call('LREM', KEYS[3], 1, entry) end
   return {v, pttl}
 end
-if mode ~= 'a' or not redis.call('LPOS', KEYS[3], entry) then
-  redis.call('RPUSH', KEYS[3], entry)
-end
+local place = false
+if mode == 'a' then place = redis.call('LPOS', KEYS[3], entry) end
+if not place then place = redis.call('RPUSH', KEYS[3], entry) - 1 end
 redis.call('PEXPIRE', KEYS[3], ARGV[6])
 if not queued then
   redis.call('SET', KEYS[1], v .. ',q', 'KEEPTTL')
 end
-return {v, pttl, 1}
+return {v, pttl, 1, place}
