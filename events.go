@@ -54,6 +54,9 @@ type Event struct {
 	// MaxDuration and Lease are the hold's bounds (Acquired).
 	MaxDuration time.Duration
 	Lease       time.Duration
+	// Waited is how long the acquisition took, from the call to its grant or
+	// its end (Acquired, Skipped).
+	Waited time.Duration
 	// Held is how long the lock was held (Released, Lost).
 	Held time.Duration
 	// GracePeriod is how long the lock stays closed after a release

@@ -153,10 +153,10 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	switch {
 	case w.Again:
 		mode = "a"
+	case w.Contended:
+		mode = "c" // joining an existing queue keeps arrival order: Fair too
 	case w.Fair:
 		mode = "f"
-	case w.Contended:
-		mode = "c"
 	}
 	res, err := queueScript.Run(ctx, p.client, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
 		entry(w), mode, queueTTLArg, key, p.skipDead).Slice()

@@ -33,13 +33,13 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	if o.Wait && heldBy(ctx, c, key) {
 		return nil, invalidf("lock %q is held by this call chain: waiting for it would never end", key)
 	}
-	owner := c.newOwner()
+	a := &acquisition{c: c, key: key, owner: c.newOwner(), o: o, began: time.Now()}
 	if !o.Wait || !c.busy.has(key) {
 		// One attempt first: a free lock is granted in one round trip,
 		// without the waiter's set-up; a waiter starts after a busy one.
-		l, err := c.try(ctx, key, owner, o)
+		l, err := a.try(ctx)
 		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) {
-			return c.unlessClosed(ctx, l, err)
+			return a.unlessClosed(ctx, l, err)
 		}
 	}
 	if !c.enter() {
@@ -50,16 +50,26 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	defer cancel(nil)
 	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
 	defer stop()
-	l, err := c.wait(ctx, key, owner, o)
-	return c.unlessClosed(ctx, l, err)
+	l, err := a.wait(ctx)
+	return a.unlessClosed(ctx, l, err)
+}
+
+// acquisition is one call of Acquire: the key, a fresh owner, the options,
+// and when it began.
+type acquisition struct {
+	c     *Client
+	key   string
+	owner string
+	o     Options
+	began time.Time
 }
 
 // unlessClosed returns l and err, unless the Client was closed meanwhile:
 // then it releases l, so that no acquisition succeeds after Close.
-func (c *Client) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, error) {
-	if l != nil && c.closing.Err() != nil {
+func (a *acquisition) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, error) {
+	if l != nil && a.c.closing.Err() != nil {
 		_ = l.Release(ctx)
-		return nil, c.notAcquired(ctx, l.key, l.owner, ErrClosed, "", 0)
+		return nil, a.notAcquired(ctx, ErrClosed, "", 0)
 	}
 	return l, err
 }
@@ -67,45 +77,46 @@ func (c *Client) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, e
 // try asks for the lock once. A lock held by another owner fails with a
 // *NotAcquiredError whose reason is ErrHeld, reported (EventContended,
 // EventSkipped) only without o.Wait: with it, the waiter goes on and reports.
-func (c *Client) try(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+func (a *acquisition) try(ctx context.Context) (*Lock, error) {
+	c, key, owner := a.c, a.key, a.owner
 	if c.closing.Err() != nil {
 		return nil, ErrClosed
 	}
 	sent := time.Now()
-	rec, err := c.provider.Acquire(ctx, key, owner, o.Lease)
+	rec, err := c.provider.Acquire(ctx, key, owner, a.o.Lease)
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
 		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
-		return nil, c.notAcquired(ctx, key, owner, c.failed("acquire", key, err), "", 0)
+		return nil, a.notAcquired(ctx, a.failed("acquire", err), "", 0)
 	}
 	if rec.Owner == owner && !rec.Ended {
-		return c.granted(key, owner, o, rec, sent), nil
+		return a.granted(rec, sent), nil
 	}
 	if rec.Ended {
-		return nil, c.notAcquired(ctx, key, owner, ErrGracePeriod, rec.Owner, rec.TTL)
+		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
 	}
 	c.busy.mark(key)
-	if o.Wait {
+	if a.o.Wait {
 		return nil, &NotAcquiredError{Key: key, Reason: ErrHeld, RetryAfter: rec.TTL, Holder: rec.Owner}
 	}
 	c.emit(Event{Kind: EventContended, Key: key, Owner: owner})
-	return nil, c.notAcquired(ctx, key, owner, ErrHeld, rec.Owner, rec.TTL)
+	return nil, a.notAcquired(ctx, ErrHeld, rec.Owner, rec.TTL)
 }
 
 // wait acquires with o.Wait, for at most o.MaxWait: see waiter.
-func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, o.MaxWait, ErrTimeout)
+func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, a.o.MaxWait, ErrTimeout)
 	defer cancel()
 	w := &waiter{
-		c: c, key: key, o: o,
-		req:    Waiter{Owner: owner, TTL: o.Lease, Fair: o.Fair, Contended: c.busy.has(key)},
-		grants: make(chan Grant, 1),
-		wake:   make(chan struct{}, 1),
+		acquisition: a,
+		req:         Waiter{Owner: a.owner, TTL: a.o.Lease, Fair: a.o.Fair, Contended: a.c.busy.has(a.key)},
+		grants:      make(chan Grant, 1),
+		wake:        make(chan struct{}, 1),
 	}
-	c.inbox.join(ctx, w)
-	defer c.inbox.leave(w)
-	if c.debug {
-		c.log.Debug("lock: waiting", "key", key, "owner", owner)
+	a.c.inbox.join(ctx, w)
+	defer a.c.inbox.leave(w)
+	if a.c.debug {
+		a.c.log.Debug("lock: waiting", "key", a.key, "owner", a.owner)
 	}
 	return w.run(ctx)
 }
@@ -115,7 +126,7 @@ func (c *Client) wait(ctx context.Context, key, owner string, o Options) (*Lock,
 // its grace period or when ctx ended (its cause is then the reason, with the
 // provider's error if one came with it), and reason itself (a provider
 // error, naming the operation and the key) otherwise.
-func (c *Client) notAcquired(ctx context.Context, key, owner string, reason error, holder string, retryAfter time.Duration) error {
+func (a *acquisition) notAcquired(ctx context.Context, reason error, holder string, retryAfter time.Duration) error {
 	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed)
 	switch cause := context.Cause(ctx); {
 	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
@@ -125,35 +136,37 @@ func (c *Client) notAcquired(ctx context.Context, key, owner string, reason erro
 	case !held:
 		return reason
 	}
-	err := &NotAcquiredError{Key: key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
+	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
+	c := a.c
 	if c.debug {
-		c.log.Debug("lock: skipped", "key", key, "owner", owner, "reason", reason, "holder", holder, "retry_after", retryAfter)
+		c.log.Debug("lock: skipped", "key", a.key, "owner", a.owner, "reason", reason, "holder", holder, "retry_after", retryAfter)
 	}
-	c.emit(Event{Kind: EventSkipped, Key: key, Owner: owner, Err: err})
+	c.emit(Event{Kind: EventSkipped, Key: a.key, Owner: a.owner, Waited: time.Since(a.began), Err: err})
 	return err
 }
 
 // failed names the operation and the key of a provider error, keeping the
 // error for errors.Is and errors.As. The library's own errors name the key
 // already.
-func (c *Client) failed(op, key string, err error) error {
+func (a *acquisition) failed(op string, err error) error {
 	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
 		return err
 	}
-	return fmt.Errorf("lock: %s %q: %w", op, key, err)
+	return fmt.Errorf("lock: %s %q: %w", op, a.key, err)
 }
 
-// granted returns the held Lock of a grant of rec to owner, requested at sent.
-func (c *Client) granted(key, owner string, o Options, rec Record, sent time.Time) *Lock {
+// granted returns the held Lock of a grant of rec, requested at sent.
+func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
+	c, o := a.c, a.o
 	ttl := o.Lease
 	if rec.TTL > 0 && rec.TTL < ttl {
 		ttl = rec.TTL
 	}
-	l := newLock(c, key, owner, rec.Token, o, sent, ttl)
+	l := newLock(c, a.key, a.owner, rec.Token, o, sent, ttl)
 	if c.debug {
-		c.log.Debug("lock: acquired", "key", key, "owner", owner, "token", rec.Token)
+		c.log.Debug("lock: acquired", "key", a.key, "owner", a.owner, "token", rec.Token)
 	}
-	c.emit(Event{Kind: EventAcquired, Key: key, Owner: owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease})
+	c.emit(Event{Kind: EventAcquired, Key: a.key, Owner: a.owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease, Waited: time.Since(a.began)})
 	return l
 }
 

@@ -23,9 +23,7 @@ import (
 // which also passes on a lock handed to it meanwhile), so that the lock is
 // never held for a waiter that is gone.
 type waiter struct {
-	c     *Client
-	key   string
-	o     Options
+	*acquisition
 	req   Waiter
 	state waiterState
 
@@ -98,7 +96,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
 	switch {
 	case err != nil:
-		return nil, w.giveUp(ctx, w.c.failed("wait", w.key, err))
+		return nil, w.giveUp(ctx, w.failed("wait", err))
 	case rec.Owner == w.req.Owner && !rec.Ended:
 		return w.grant(rec, sent), nil
 	case rec.Ended:
@@ -137,12 +135,12 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	case errors.Is(err, ErrLost):
 		return nil, nil
 	}
-	return nil, w.giveUp(ctx, w.c.failed("renew", w.key, err))
+	return nil, w.giveUp(ctx, w.failed("renew", err))
 }
 
 func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 	w.state = granted
-	return w.c.granted(w.key, w.req.Owner, w.o, rec, sent)
+	return w.granted(rec, sent)
 }
 
 // giveUp leaves the queue in the background and returns why: a
@@ -152,5 +150,5 @@ func (w *waiter) giveUp(ctx context.Context, reason error) error {
 	w.state = gaveUp
 	c, key, req := w.c, w.key, w.req
 	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
-	return c.notAcquired(ctx, key, req.Owner, reason, w.holder, w.retryAfter)
+	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
 }

@@ -119,3 +119,32 @@ func TestMaxWaitBoundsTheWaitOnly(t *testing.T) {
 		assert.ErrorIs(t, err, lock.ErrInvalidArgument)
 	})
 }
+
+// TestEventsCarryWaitTime: Acquired and Skipped events say how long the
+// acquisition took.
+func TestEventsCarryWaitTime(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	m := lock.NewMemoryProvider()
+	rec := newRecorder()
+	c, holder := newClient(t, m, rec.option()), newClient(t, m)
+	name := uniqueName(t)
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = l.Release(ctx)
+	}()
+	l2, err := c.Acquire(ctx, name, lock.Options{Wait: true})
+	require.NoError(t, err)
+	require.NoError(t, l2.Release(ctx))
+	e := waitEvent(t, rec, lock.EventAcquired)
+	assert.GreaterOrEqual(t, e.Waited, 150*time.Millisecond, "Acquired says how long the wait was")
+
+	l, err = holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	defer l.Release(ctx)
+	_, err = c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 100 * time.Millisecond})
+	require.ErrorIs(t, err, lock.ErrTimeout)
+	e = waitEvent(t, rec, lock.EventSkipped)
+	assert.GreaterOrEqual(t, e.Waited, 90*time.Millisecond, "Skipped says how long the wait was")
+}

@@ -5,7 +5,8 @@
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms,
 -- ARGV[4] the caller's queue entry "owner ttl inbox", ARGV[5] mode: 'c' a
 -- first attempt at a busy key, 'a' a look again (the caller may be queued),
--- 'f' a fair first attempt, '' a first attempt; ARGV[6] queue ttl ms,
+-- 'f' a fair first attempt, '' a first attempt (after 'c' finds no queue,
+-- nobody waits, so fair or not is the same); ARGV[6] queue ttl ms,
 -- ARGV[7] key (for messages), ARGV[8] skipdead (see serve).
 local owner, entry, mode = ARGV[1], ARGV[4], ARGV[5]
 if mode == 'c' then
