@@ -23,7 +23,7 @@ var (
 	ErrGracePeriod = errors.New("lock: in grace period")
 
 	// ErrTimeout is the reason of a NotAcquiredError when a wait lasted
-	// Options.MaxDuration without acquiring the lock.
+	// Options.MaxWait without acquiring the lock.
 	ErrTimeout = errors.New("lock: wait timed out")
 
 	// ErrLost reports that a lock stopped being held before its holder released it:

@@ -62,6 +62,7 @@ type Event struct {
 	// GracePeriod is how long the lock stays closed after a release
 	// (Released): the GracePeriod, or what was left of OncePer.
 	GracePeriod time.Duration
-	// Err says why (Skipped, Lost).
+	// Err says why (Skipped, Lost), or, on Released, that the release
+	// failed (the record then expires within its lease).
 	Err error
 }

@@ -33,6 +33,7 @@ type Lock struct {
 	renewT   *time.Timer // the next renewal
 	endT     *time.Timer // the lease's end
 	lostErr  *LostError
+	relErr   error // a release that failed: said again by a later Release
 	onLost   []func(error)
 	done     chan struct{}
 }
@@ -322,11 +323,10 @@ func (l *Lock) closedFor() time.Duration {
 // leave the lock held. It returns nil after a clean release, the *LostError if
 // the lock was lost before (or found gone or taken now), and the provider's
 // error otherwise (the record then expires within its lease). Release after
-// Release returns what the first returned if it was a *LostError, and nil
-// otherwise.
+// Release returns what the first returned, without calling the provider.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
-	state, lostErr := l.state, l.lostErr
+	state, lostErr, relErr := l.state, l.lostErr, l.relErr
 	if state == held {
 		l.state = released
 		l.stopTimersLocked()
@@ -340,7 +340,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		if lostErr != nil {
 			return lostErr // the first Release found the lock lost
 		}
-		return nil
+		return relErr
 	case lost:
 		// The lease ran out without a renewal; the record may still be ours.
 		rctx, cancel := c.detached(ctx)
@@ -378,6 +378,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.lostErr
 	default:
 		err = fmt.Errorf("lock: release %q: %w", l.key, err)
+		l.mu.Lock()
+		l.relErr = err
+		l.mu.Unlock()
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: err})
 		return err
 	}

@@ -166,9 +166,10 @@ func WithPollInterval(d time.Duration) ClientOption {
 	}
 }
 
-// WithReleaseTimeout bounds the release, renewal and grace-period writes, which
-// run on a context of their own so that a cancelled caller cannot leave a lock
-// held. The default is five seconds.
+// WithReleaseTimeout bounds the release and window writes and the clean-ups
+// of abandoned acquisitions, which run on a context of their own so that a
+// cancelled caller cannot leave a lock held. (A renewal is bounded by the end
+// of the current lease instead.) The default is five seconds.
 func WithReleaseTimeout(d time.Duration) ClientOption {
 	return func(c *Client) {
 		if d > 0 {

@@ -63,7 +63,7 @@ func (p *Primitive[T]) Name(arg T) string { return p.name(arg) }
 // error when it failed (the lock is released all the same), and a
 // *NotAcquiredError when it did not run: errors.Is tells ErrHeld (another run
 // held the lock, no Wait), ErrGracePeriod (a run ended within the grace
-// period), ErrTimeout (waited MaxDuration) or the context's error. A run whose
+// period), ErrTimeout (waited MaxWait) or the context's error. A run whose
 // lock was lost returns a *LostError, joined to the handler's error.
 func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
 	o := p.opts.Options

@@ -178,3 +178,33 @@ func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
 	}
 	assert.NoError(t, l.Release(ctx))
 }
+
+// A Release that failed (the provider was unreachable) is not reported
+// clean by a second Release: it returns the first one's error.
+func TestSecondReleaseRepeatsFailure(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	failing := &releaseFails{MemoryProvider: mem}
+	c := newClient(t, failing)
+	ctx := ctxTimeout(t, 5*time.Second)
+	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
+	require.NoError(t, err)
+	failing.fail.Store(true)
+	first := l.Release(ctx)
+	require.ErrorIs(t, first, errReleaseDown)
+	assert.Equal(t, first, l.Release(ctx), "a second Release says the first failed")
+	assert.NoError(t, l.Err(), "a failed release is not a loss")
+}
+
+var errReleaseDown = errors.New("provider down")
+
+type releaseFails struct {
+	*lock.MemoryProvider
+	fail atomic.Bool
+}
+
+func (p *releaseFails) Release(ctx context.Context, key, owner string) error {
+	if p.fail.Load() {
+		return errReleaseDown
+	}
+	return p.MemoryProvider.Release(ctx, key, owner)
+}

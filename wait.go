@@ -13,7 +13,7 @@ import (
 // o.Wait it tries once; with it, it waits as Options.Wait says. It returns a
 // *NotAcquiredError (ErrNotAcquired) when the lock was held, in its grace
 // period, or the wait ended (its Reason is then the context's cause:
-// ErrTimeout at MaxDuration, ErrClosed when the Client is closed), and the
+// ErrTimeout at MaxWait, ErrClosed when the Client is closed), and the
 // provider's error, naming the operation and the key, otherwise; after a
 // failure nothing of the caller's is left stored. Acquiring, with Wait, a
 // lock that ctx's call chain already holds (see FromContext) would wait for

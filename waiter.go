@@ -15,7 +15,7 @@ import (
 //	                         gaveUp  (grace period, error)
 //	queued  --grant from the inbox-->  granted (after a renewal, when the grant is old)
 //	        --wake-up, timer-->        asking  (look again: see lookAgain)
-//	        --context, MaxDuration, Close-->  gaveUp
+//	        --context, MaxWait, Close-->  gaveUp
 //
 // Only the waiter's own goroutine moves it; the inbox (topic.go) hands it
 // grants and wake-ups through buffered channels that never block the sender.
@@ -52,7 +52,7 @@ func (s waiterState) String() string {
 }
 
 // run asks for the lock until w holds it or gives up. ctx ends the wait
-// with its cause (ErrTimeout at MaxDuration, ErrClosed at Close).
+// with its cause (ErrTimeout at MaxWait, ErrClosed at Close).
 func (w *waiter) run(ctx context.Context) (*Lock, error) {
 	poll := time.NewTimer(w.c.poll)
 	defer poll.Stop()

@@ -8,7 +8,7 @@ if not v then return {1} end
 local owner, _, ended, queued = parse(v)
 if owner ~= ARGV[1] or ended then return {1} end
 if queued then
-  local first, _, err = serve(ARGV[3], ARGV[4], ARGV[5])
+  local first, _, err = handoff().serve(ARGV[3], ARGV[4], ARGV[5])
   if err then return err end
   if first then return {1} end
 end

@@ -14,9 +14,10 @@ if mode == 'c' then
   local n = redis.call('RPUSHX', KEYS[3], entry)
   if n > 0 then return {false, 0, 1, n - 1} end
 end
+local h = handoff()
 local v
 if mode == '' or mode == 'c' then
-  local token, err = nexttoken(ARGV[3])
+  local token, err = h.nexttoken(ARGV[3])
   if not token then return err end
   v = owner .. ',' .. token
   if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
@@ -26,10 +27,10 @@ end
 v = redis.call('GET', KEYS[1])
 if not v then
   -- Free (a fair attempt, or a look again): the first waiter goes first.
-  local first, fv, err = serve(ARGV[3], ARGV[7], ARGV[8], entry)
+  local first, fv, err = h.serve(ARGV[3], ARGV[7], ARGV[8], entry)
   if err then return err end
   if not first then
-    fv, err = grant(owner, ARGV[2], ARGV[3], false)
+    fv, err = h.grant(owner, ARGV[2], ARGV[3], false)
     if not fv then return err end
     return {fv, tonumber(ARGV[2])}
   end

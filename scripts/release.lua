@@ -11,7 +11,7 @@ local owner, _, _, queued = parse(v)
 if not owner then return {-2, v} end
 if owner ~= ARGV[1] then return {-1, v} end
 if queued then
-  local first, _, err = serve(ARGV[2], ARGV[3], ARGV[4])
+  local first, _, err = handoff().serve(ARGV[2], ARGV[3], ARGV[4])
   if err then return err end
   if first then return {2} end
 end

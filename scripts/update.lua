@@ -11,7 +11,7 @@ if not owner then return {-2, v} end
 if owner ~= ARGV[1] or ended then return {-1, v} end
 if ARGV[3] == '1' then
   redis.call('SET', KEYS[1], owner .. ',' .. token .. ',ended', 'PX', ARGV[2])
-  if queued then tellall(ARGV[4]) end
+  if queued then handoff().tellall(ARGV[4]) end
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
