@@ -3,11 +3,9 @@ package lock_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,458 +14,237 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/locktest"
 )
 
-// TestProviderConformance is the one suite every Provider passes, run through
-// the Provider interface against every backend.
+// TestProviderConformance runs the exported conformance suite, locktest.Run,
+// against every built-in backend (memory, miniredis, real Redis), so that they
+// prove themselves the way any other backend does; then, on the Redis
+// backends, the checks of what the Redis provider stores, which read its keys
+// (lock.RedisKeys) and so cannot be part of the generic suite.
 func TestProviderConformance(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		p := b.replica(t)
-		ctx := ctxTimeout(t, time.Minute)
-
-		t.Run("AcquireFreeKey", func(t *testing.T) {
-			key, o := uniqueName(t), newOwner()
-			rec, err := p.Acquire(ctx, key, o, 10*time.Second)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = p.Release(context.Background(), key, o) })
-			assert.Equal(t, o, rec.Owner, "a free key is granted to the caller")
-			assert.NotZero(t, rec.Token, "a grant carries a positive fencing token")
-			assert.False(t, rec.Ended, "a new record is not ended")
-			assertTTL(t, 10*time.Second, rec.TTL, "the returned TTL is the requested one")
-			assert.Equal(t, withoutTTL(rec), withoutTTL(holder(t, p, key)), "the stored record is the returned one")
+		locktest.Run(t, locktest.Backend{
+			New:             b.replica,
+			Expires:         canExpire(t, b),
+			SkipsUnlistened: true, // neither Redis backend is a Cluster
+			ExclusiveInbox:  b.raw == nil,
+			Remote:          b.raw != nil,
 		})
+		if b.raw != nil {
+			redisStorageConformance(t, b)
+		}
+	})
+}
 
-		t.Run("AcquireHeldKeyReturnsHolder", func(t *testing.T) {
-			key, a, o := uniqueName(t), newOwner(), newOwner()
-			recA := mustAcquire(t, p, key, a, 10*time.Second)
-			var before rawState
-			if b.raw != nil {
-				before = readRaw(t, b, key)
-			}
-			rec, err := p.Acquire(ctx, key, o, time.Hour)
-			require.NoError(t, err)
-			assert.Equal(t, a, rec.Owner, "a held key reports its holder")
-			assert.Equal(t, recA.Token, rec.Token, "a held key reports the holder's token")
-			assert.False(t, rec.Ended)
-			assert.Positive(t, rec.TTL, "the holder's remaining TTL is reported")
-			assert.LessOrEqual(t, rec.TTL, 10*time.Second, "the holder's TTL is not extended by a contender")
-			if b.raw != nil {
-				after := readRaw(t, b, key)
-				assert.Equal(t, before.value, after.value, "a contender writes nothing to the record")
-				// A contender may use up a token (Acquire takes one before it
-				// looks, so that a free key costs one write); the next grant's
-				// token is still greater (TokensStrictlyIncrease).
-				assert.LessOrEqual(t, after.pttl, before.pttl, "a contender does not extend the record's TTL")
-			}
-			again := holder(t, p, key)
-			assert.LessOrEqual(t, again.TTL, 10*time.Second, "the contender's 1h TTL was not applied to the holder's record")
-			assert.NoError(t, p.Release(ctx, key, a), "the holder still holds the key after contention")
-		})
+// redisStorageConformance checks the keys and values the Redis provider
+// stores, through b.raw: the layout of a record, that corrupt records are
+// reported and left alone, and that calls that must change nothing write
+// nothing.
+func redisStorageConformance(t *testing.T, b backend) {
+	p := b.replica(t)
+	ctx := ctxTimeout(t, time.Minute)
 
-		t.Run("AcquireAgainBySameOwnerResetsTTL", func(t *testing.T) {
-			key, a := uniqueName(t), newOwner()
-			first := mustAcquire(t, p, key, a, 10*time.Second)
+	t.Run("RedisContenderWritesNothing", func(t *testing.T) {
+		key, a, o := uniqueName(t), newOwner(), newOwner()
+		mustAcquire(t, p, key, a, 10*time.Second)
+		before := readRaw(t, b, key)
+		rec, err := p.Acquire(ctx, key, o, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, a, rec.Owner, "a held key reports its holder")
+		after := readRaw(t, b, key)
+		assert.Equal(t, before.value, after.value, "a contender writes nothing to the record")
+		// A contender may use up a token (Acquire takes one before it
+		// looks, so that a free key costs one write); the next grant's
+		// token is still greater (TokensStrictlyIncrease).
+		assert.LessOrEqual(t, after.pttl, before.pttl, "a contender does not extend the record's TTL")
+		assert.NoError(t, p.Release(ctx, key, a))
+	})
 
-			rec, err := p.Acquire(ctx, key, a, time.Hour)
-			require.NoError(t, err)
-			assert.Equal(t, a, rec.Owner, "a repeated Acquire (lost reply) returns the owner's own record")
-			assert.Equal(t, first.Token, rec.Token, "a repeated Acquire keeps the token of the grant")
-			assert.False(t, rec.Ended)
-			assertTTL(t, time.Hour, rec.TTL, "a repeated Acquire resets the TTL to the new ttl")
-			assertTTL(t, time.Hour, holder(t, p, key).TTL, "the reset TTL is stored")
+	t.Run("RedisUpdateOnAbsentRecordStoresNothing", func(t *testing.T) {
+		key, a := uniqueName(t), newOwner()
+		require.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost, "renewing an absent record")
+		require.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "ending an absent record")
+		n, err := b.raw.Exists(ctx, rawKey(key)).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "an update of an absent record does not create one")
+	})
 
-			rec, err = p.Acquire(ctx, key, a, 10*time.Second)
-			require.NoError(t, err)
-			assertTTL(t, 10*time.Second, rec.TTL, "the TTL is reset, not only ever extended")
-			assert.NoError(t, p.Release(ctx, key, a))
-		})
-
-		t.Run("TokensStrictlyIncrease", func(t *testing.T) {
-			p2 := b.replica(t)
-			key := uniqueName(t)
-			n := 100
-			if b.raw != nil {
-				n = 30
-			}
-			var last uint64
-			for i := range n {
-				pi := p
-				if i%2 == 1 {
-					pi = p2 // another process sharing the backend
+	t.Run("RedisBadInputStoresNothing", func(t *testing.T) {
+		key := uniqueName(t)
+		cases := []struct {
+			name, key, owner string
+			ttl              time.Duration
+		}{
+			{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), newOwner(), time.Second},
+			{"EmptyOwner", key, "", time.Second},
+			{"OwnerTooLong", key, strings.Repeat("o", lock.MaxOwnerLen+1), time.Second},
+			{"OwnerWithComma", key, "a,1", time.Second},
+			{"OwnerWithSpace", key, "a b", time.Second},
+			{"OwnerWithNewline", key, "a\n", time.Second},
+			{"ZeroTTL", key, newOwner(), 0},
+			{"TTLUnderOneMillisecond", key, newOwner(), 999 * time.Microsecond},
+			{"NegativeTTL", key, newOwner(), -time.Second},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
+				require.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
+				require.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, false), lock.ErrInvalidArgument, "Update rejects it")
+				require.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, true), lock.ErrInvalidArgument, "Update(ended) rejects it")
+				if c.ttl >= time.Millisecond {
+					require.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
 				}
-				o := newOwner()
-				rec := mustAcquire(t, pi, key, o, 10*time.Second)
-				require.Greater(t, rec.Token, last, "grant %d: the token strictly increases across grants of one key", i)
-				last = rec.Token
-				require.NoError(t, pi.Release(ctx, key, o))
-			}
-		})
-
-		t.Run("ReleaseByWrongOwner", func(t *testing.T) {
-			key, a := uniqueName(t), newOwner()
-			recA := mustAcquire(t, p, key, a, 10*time.Second)
-			err := p.Release(ctx, key, newOwner())
-			assert.ErrorIs(t, err, lock.ErrLost, "releasing another owner's lock is refused")
-			var le *lock.LostError
-			assert.ErrorAs(t, err, &le, "the refusal is a *LostError")
-			h := holder(t, p, key)
-			assert.Equal(t, a, h.Owner, "a refused release leaves the holder's record")
-			assert.Equal(t, recA.Token, h.Token)
-			assert.NoError(t, p.Release(ctx, key, a), "the holder can still release")
-		})
-
-		t.Run("ReleaseByOwnerFreesKey", func(t *testing.T) {
-			key, a, o := uniqueName(t), newOwner(), newOwner()
-			mustAcquire(t, p, key, a, 10*time.Second)
-			require.NoError(t, p.Release(ctx, key, a))
-			rec := mustAcquire(t, p, key, o, 10*time.Second)
-			assert.False(t, rec.Ended)
-			assert.ErrorIs(t, p.Release(ctx, key, a), lock.ErrLost, "a second release by the old owner finds no record of its own")
-			assert.NoError(t, p.Release(ctx, key, o), "the old owner's second release left the new record alone")
-		})
-
-		t.Run("ReleaseAbsentKey", func(t *testing.T) {
-			err := p.Release(ctx, uniqueName(t), newOwner())
-			assert.ErrorIs(t, err, lock.ErrLost, "releasing a key that holds no record reports ErrLost")
-		})
-
-		t.Run("UpdateRenewsOnlyForOwner", func(t *testing.T) {
-			key, a := uniqueName(t), newOwner()
-			recA := mustAcquire(t, p, key, a, 10*time.Second)
-			require.NoError(t, p.Update(ctx, key, a, time.Hour, false), "the owner renews its record")
-			h := holder(t, p, key)
-			assert.Equal(t, a, h.Owner)
-			assert.Equal(t, recA.Token, h.Token, "a renewal keeps the token")
-			assert.False(t, h.Ended, "a renewal does not end the record")
-			assertTTL(t, time.Hour, h.TTL, "a renewal sets the TTL")
-
-			assert.ErrorIs(t, p.Update(ctx, key, newOwner(), 2*time.Hour, false), lock.ErrLost,
-				"another owner cannot renew the record")
-			assert.LessOrEqual(t, holder(t, p, key).TTL, time.Hour, "a refused renewal does not change the TTL")
-			assert.NoError(t, p.Release(ctx, key, a))
-		})
-
-		t.Run("UpdateEndedKeepsKeyClosedUntilTTL", func(t *testing.T) {
-			key, a := uniqueName(t), newOwner()
-			recA := mustAcquire(t, p, key, a, 10*time.Second)
-			t.Cleanup(func() { _ = p.Release(context.Background(), key, a) })
-			grace := time.Second
-			require.NoError(t, p.Update(ctx, key, a, grace, true), "the owner ends its record")
-
-			rec, err := p.Acquire(ctx, key, newOwner(), 10*time.Second)
-			require.NoError(t, err)
-			assert.True(t, rec.Ended, "an ended record keeps the key closed")
-			assert.Equal(t, a, rec.Owner, "the ended record is intact")
-			assert.Equal(t, recA.Token, rec.Token, "the ended record keeps its token")
-			assert.LessOrEqual(t, rec.TTL, grace, "the ended record lives for the grace period")
-
-			rec, err = p.Acquire(ctx, key, a, 10*time.Second)
-			require.NoError(t, err)
-			assert.True(t, rec.Ended, "its own owner cannot take an ended record back either")
-			assert.LessOrEqual(t, rec.TTL, grace, "an Acquire by the owner does not renew an ended record")
-
-			if !canExpire(t, b) {
-				return
-			}
-			o := newOwner()
-			require.Eventually(t, func() bool {
-				rec, err := p.Acquire(ctx, key, o, 10*time.Second)
-				return err == nil && rec.Owner == o && !rec.Ended
-			}, 5*time.Second, 10*time.Millisecond, "the key is free once the grace period's TTL has passed")
-			assert.Greater(t, holder(t, p, key).Token, recA.Token)
-			assert.NoError(t, p.Release(ctx, key, o))
-		})
-
-		t.Run("UpdateOnAbsentRecordChangesNothing", func(t *testing.T) {
-			key, a := uniqueName(t), newOwner()
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost, "renewing an absent record")
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "ending an absent record")
-			if b.raw != nil {
-				n, err := b.raw.Exists(ctx, rawKey(key)).Result()
+				n, err := b.raw.Exists(ctx, rawKey(c.key), fenceKey(c.key)).Result()
 				require.NoError(t, err)
-				assert.Zero(t, n, "an update of an absent record does not create one")
-			}
-			o := newOwner()
-			rec := mustAcquire(t, p, key, o, 10*time.Second)
-			assert.False(t, rec.Ended, "an update of an absent record does not create one")
-			assert.NoError(t, p.Release(ctx, key, o))
-		})
+				assert.Zero(t, n, "nothing is stored for bad input")
+			})
+		}
+	})
 
-		t.Run("GraceWriteAfterReleaseDoesNotRecreate", func(t *testing.T) {
-			// Alepha flaw 1: the grace-period write must not re-create a
-			// deleted key.
-			key, a := uniqueName(t), newOwner()
-			mustAcquire(t, p, key, a, 10*time.Second)
-			require.NoError(t, p.Release(ctx, key, a))
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost,
-				"ending a record that was deleted")
-			o := newOwner()
-			rec := mustAcquire(t, p, key, o, 10*time.Second)
-			assert.False(t, rec.Ended, "the late grace write left the key free")
-			assert.NoError(t, p.Release(ctx, key, o))
-		})
+	t.Run("RedisLeaveNotQueuedStoresNothing", func(t *testing.T) {
+		free, inbox := uniqueName(t)+":free", "inbox:"+uniqueName(t)
+		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}))
+		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox, Again: true}))
+		o := newOwner() // the probe: Leave on a free key leaves it free
+		mustAcquire(t, p, free, o, 10*time.Second)
+		require.NoError(t, p.Release(ctx, free, o))
+		n, err := b.raw.Exists(ctx, rawKey(free), fenceKey(free), queueKey(free)).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n, "Leave stored nothing: only the probe's fencing counter exists")
+	})
 
-		t.Run("GraceWriteDoesNotOverwriteNewHolder", func(t *testing.T) {
-			// Alepha flaw 1: A's lock ended (released or expired) and B took
-			// it; A's grace-period write must leave B's record alone.
-			key, a, o := uniqueName(t), newOwner(), newOwner()
-			mustAcquire(t, p, key, a, 10*time.Second)
-			require.NoError(t, p.Release(ctx, key, a))
-			recB := mustAcquire(t, p, key, o, 10*time.Second)
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost,
-				"ending another owner's record is refused")
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost,
-				"renewing another owner's record is refused")
-			h := holder(t, p, key)
-			assert.Equal(t, o, h.Owner, "the new holder's record is intact")
-			assert.Equal(t, recB.Token, h.Token)
-			assert.False(t, h.Ended, "the new holder's record was not marked ended")
-			assert.LessOrEqual(t, h.TTL, 10*time.Second, "the new holder's TTL was not changed")
-			assert.NoError(t, p.Release(ctx, key, o))
-		})
-
-		t.Run("UpdateOnEndedRecordChangesNothing", func(t *testing.T) {
-			key, a := uniqueName(t), newOwner()
-			recA := mustAcquire(t, p, key, a, 10*time.Second)
-			t.Cleanup(func() { _ = p.Release(context.Background(), key, a) })
-			require.NoError(t, p.Update(ctx, key, a, 10*time.Second, true))
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost, "renewing an ended record")
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "ending an ended record again")
-			h := holder(t, p, key)
-			assert.True(t, h.Ended, "the record is still ended")
-			assert.Equal(t, recA.Token, h.Token)
-			assert.LessOrEqual(t, h.TTL, 10*time.Second, "a refused update does not extend the grace period")
-		})
-
-		t.Run("TTLExpiryFreesKey", func(t *testing.T) {
-			if !canExpire(t, b) {
-				return
-			}
-			key, a, o := uniqueName(t), newOwner(), newOwner()
-			recA := mustAcquire(t, p, key, a, 80*time.Millisecond)
-			var rec lock.Record
-			require.Eventually(t, func() bool {
-				var err error
-				rec, err = p.Acquire(ctx, key, o, 10*time.Second)
-				return err == nil && rec.Owner == o
-			}, 5*time.Second, 10*time.Millisecond, "the key is free once its TTL has passed")
-			assert.Greater(t, rec.Token, recA.Token)
-			assert.ErrorIs(t, p.Release(ctx, key, a), lock.ErrLost, "the expired owner no longer holds the key")
-			assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "the expired owner cannot end the new record")
-			assert.NoError(t, p.Release(ctx, key, o))
-		})
-
-		t.Run("TTLLongerThan25Days", func(t *testing.T) {
-			// Alepha flaw 7: memory timers above 2^31-1 ms fired at once.
-			key, a := uniqueName(t), newOwner()
-			ttl := 30 * 24 * time.Hour
-			rec := mustAcquire(t, p, key, a, ttl)
-			assertTTL(t, ttl, rec.TTL, "a 30-day TTL is stored")
-			time.Sleep(20 * time.Millisecond)
-			h := holder(t, p, key)
-			assert.Equal(t, a, h.Owner, "a record with a 30-day TTL does not expire at once")
-			assert.Greater(t, h.TTL, 29*24*time.Hour, "the TTL is about 30 days")
-			require.NoError(t, p.Update(ctx, key, a, ttl, true), "a 30-day grace period is accepted")
-			assert.Greater(t, holder(t, p, key).TTL, 29*24*time.Hour, "the grace period is about 30 days")
-			assert.NoError(t, p.Release(ctx, key, a))
-		})
-
-		t.Run("BadInput", func(t *testing.T) {
-			key := uniqueName(t)
-			cases := []struct {
-				name, key, owner string
-				ttl              time.Duration
-			}{
-				{"EmptyKey", "", newOwner(), time.Second},
-				{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), newOwner(), time.Second},
-				{"EmptyOwner", key, "", time.Second},
-				{"OwnerTooLong", key, strings.Repeat("o", lock.MaxOwnerLen+1), time.Second},
-				{"OwnerWithComma", key, "a,1", time.Second},
-				{"OwnerWithSpace", key, "a b", time.Second},
-				{"OwnerWithNewline", key, "a\n", time.Second},
-				{"ZeroTTL", key, newOwner(), 0},
-				{"TTLUnderOneMillisecond", key, newOwner(), 999 * time.Microsecond},
-				{"NegativeTTL", key, newOwner(), -time.Second},
-			}
+	t.Run("RedisQueueBadInputStoresNothing", func(t *testing.T) {
+		key, inbox := uniqueName(t), "inbox:"+uniqueName(t)
+		good := func() lock.Waiter { return lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox} }
+		cases := []struct {
+			name string
+			w    func() lock.Waiter
+		}{
+			{"EmptyOwner", func() lock.Waiter { w := good(); w.Owner = ""; return w }},
+			{"OwnerWithComma", func() lock.Waiter { w := good(); w.Owner = "a,1"; return w }},
+			{"OwnerWithSpace", func() lock.Waiter { w := good(); w.Owner = "a b"; return w }},
+			{"OwnerTooLong", func() lock.Waiter { w := good(); w.Owner = strings.Repeat("o", lock.MaxOwnerLen+1); return w }},
+			{"EmptyInbox", func() lock.Waiter { w := good(); w.Inbox = ""; return w }},
+			{"InboxWithSpace", func() lock.Waiter { w := good(); w.Inbox = "in box"; return w }},
+			{"InboxWithNewline", func() lock.Waiter { w := good(); w.Inbox += "\n"; return w }},
+			{"InboxTooLong", func() lock.Waiter { w := good(); w.Inbox = strings.Repeat("i", lock.MaxKeyLen+1); return w }},
+			{"ZeroTTL", func() lock.Waiter { w := good(); w.TTL = 0; return w }},
+			{"TTLUnderOneMillisecond", func() lock.Waiter { w := good(); w.TTL = 999 * time.Microsecond; return w }},
+			{"NegativeTTL", func() lock.Waiter { w := good(); w.TTL = -time.Second; return w }},
+		}
+		check := func(t *testing.T, held bool) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
-					_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
-					assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-					assert.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, false), lock.ErrInvalidArgument, "Update rejects it")
-					assert.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, true), lock.ErrInvalidArgument, "Update(ended) rejects it")
-					if c.ttl >= time.Millisecond {
-						assert.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
+					for _, flags := range []lock.Waiter{{}, {Contended: true}, {Fair: true}, {Again: true}} {
+						w := c.w()
+						w.Contended, w.Fair, w.Again = flags.Contended, flags.Fair, flags.Again
+						_, err := p.Queue(ctx, key, w)
+						require.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue %+v rejects it", flags)
 					}
-					if b.raw != nil && c.key != "" {
-						n, err := b.raw.Exists(ctx, rawKey(c.key), fenceKey(c.key)).Result()
-						require.NoError(t, err)
-						assert.Zero(t, n, "nothing is stored for bad input")
+					require.ErrorIs(t, p.Leave(ctx, key, c.w()), lock.ErrInvalidArgument, "Leave rejects it")
+					keys := []string{queueKey(key)}
+					if !held {
+						keys = append(keys, rawKey(key), fenceKey(key))
 					}
+					n, err := b.raw.Exists(ctx, keys...).Result()
+					require.NoError(t, err)
+					assert.Zero(t, n, "nothing is stored for bad input (held key: %v)", held)
 				})
 			}
+		}
+		t.Run("FreeKey", func(t *testing.T) { check(t, false) })
+		a := newOwner()
+		mustAcquire(t, p, key, a, 10*time.Second)
+		t.Run("HeldKey", func(t *testing.T) { check(t, true) })
+		require.NoError(t, p.Release(ctx, key, a))
+	})
+
+	t.Run("CorruptRecords", func(t *testing.T) {
+		values := map[string]string{
+			"Garbage":       "hello",
+			"Empty":         "",
+			"NoToken":       "a,b",
+			"AlephaFormat":  "id,2024-01-01T00:00:00Z",
+			"AlephaEnded":   "id,2024-01-01T00:00:00Z,2024-01-01T00:00:01Z",
+			"BadEndedToken": "a,b,ended",
+		}
+		ops := func(t *testing.T, key, want string) {
+			t.Helper()
 			o := newOwner()
-			rec := mustAcquire(t, p, key, o, 10*time.Second)
-			assert.False(t, rec.Ended, "no bad call stored a record")
-			assert.NoError(t, p.Release(ctx, key, o))
-
-			long := key + strings.Repeat("k", lock.MaxKeyLen-len(key))
-			require.Len(t, long, lock.MaxKeyLen)
-			mustAcquire(t, p, long, o, 10*time.Second)
-			assert.NoError(t, p.Release(ctx, long, o), "a key of exactly MaxKeyLen bytes works")
-			owner := strings.Repeat("o", lock.MaxOwnerLen)
-			mustAcquire(t, p, key, owner, 10*time.Second)
-			assert.NoError(t, p.Release(ctx, key, owner), "an owner of exactly MaxOwnerLen bytes works")
-		})
-
-		t.Run("ConcurrentAcquireRelease", func(t *testing.T) {
-			// Alepha test 5: an owner-checked delete and a competing set
-			// never interleave.
-			key := uniqueName(t)
-			workers, rounds := 16, 200
-			if b.raw != nil {
-				workers, rounds = 8, 40
-			}
-			var inside, maxInside, grants atomic.Int64
-			var wg sync.WaitGroup
-			for w := range workers {
-				pw := p
-				if w%2 == 1 {
-					pw = b.replica(t)
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						o := newOwner()
-						rec, err := pw.Acquire(ctx, key, o, 10*time.Second)
-						if !assert.NoError(t, err) {
-							return
-						}
-						if rec.Owner != o {
-							// A failed contender's release must not
-							// delete the holder's record.
-							if !assert.ErrorIs(t, pw.Release(ctx, key, o), lock.ErrLost, "a contender's release is refused") {
-								return
-							}
-							continue
-						}
-						grants.Add(1)
-						n := inside.Add(1)
-						for {
-							m := maxInside.Load()
-							if n <= m || maxInside.CompareAndSwap(m, n) {
-								break
-							}
-						}
-						runtime.Gosched()
-						inside.Add(-1)
-						if !assert.NoError(t, pw.Release(ctx, key, o), "the holder's release finds its own record") {
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			assert.EqualValues(t, 1, maxInside.Load(), "at most one holder at any instant")
-			assert.Positive(t, grants.Load())
-			o := newOwner()
-			mustAcquire(t, p, key, o, 10*time.Second)
-			assert.NoError(t, p.Release(ctx, key, o), "the key is free after every holder released")
-			t.Logf("%d grants", grants.Load())
-		})
-
-		t.Run("CorruptRecords", func(t *testing.T) {
-			if b.raw == nil {
-				t.Skipf("%s backend has no raw access", b.name)
-			}
-			values := map[string]string{
-				"Garbage":       "hello",
-				"Empty":         "",
-				"NoToken":       "a,b",
-				"AlephaFormat":  "id,2024-01-01T00:00:00Z",
-				"AlephaEnded":   "id,2024-01-01T00:00:00Z,2024-01-01T00:00:01Z",
-				"BadEndedToken": "a,b,ended",
-			}
-			ops := func(t *testing.T, key, want string) {
-				t.Helper()
-				o := newOwner()
-				_, err := p.Acquire(ctx, key, o, time.Second)
-				assertCorrupt(t, err, key, want, "Acquire")
-				assertCorrupt(t, p.Release(ctx, key, o), key, want, "Release")
-				assertCorrupt(t, p.Update(ctx, key, o, time.Second, false), key, want, "Update")
-				assertCorrupt(t, p.Update(ctx, key, o, time.Second, true), key, want, "Update(ended)")
-				w := lock.Waiter{Owner: o, TTL: time.Second, Inbox: "inbox-" + o}
-				_, err = p.Queue(ctx, key, w)
-				assertCorrupt(t, err, key, want, "Queue")
-				w.Again = true
-				_, err = p.Queue(ctx, key, w)
-				assertCorrupt(t, err, key, want, "Queue(Again)")
-				// (Acquire takes a token before it looks, so the fencing
-				// counter may have moved; the corrupt value may not.)
-			}
-			for name, v := range values {
-				t.Run(name, func(t *testing.T) {
-					key := uniqueName(t)
-					require.NoError(t, b.raw.Set(ctx, rawKey(key), v, 0).Err())
-					t.Cleanup(func() { b.raw.Del(context.Background(), rawKey(key)) })
-					ops(t, key, v)
-					got, err := b.raw.Get(ctx, rawKey(key)).Result()
-					require.NoError(t, err)
-					assert.Equal(t, v, got, "a corrupt record is left as it is")
-					pttl, err := b.raw.PTTL(ctx, rawKey(key)).Result()
-					require.NoError(t, err)
-					assert.Equal(t, time.Duration(-1), pttl, "no TTL is put on a corrupt record")
-				})
-			}
-			t.Run("Hash", func(t *testing.T) {
+			_, err := p.Acquire(ctx, key, o, time.Second)
+			assertCorrupt(t, err, key, want, "Acquire")
+			assertCorrupt(t, p.Release(ctx, key, o), key, want, "Release")
+			assertCorrupt(t, p.Update(ctx, key, o, time.Second, false), key, want, "Update")
+			assertCorrupt(t, p.Update(ctx, key, o, time.Second, true), key, want, "Update(ended)")
+			w := lock.Waiter{Owner: o, TTL: time.Second, Inbox: "inbox-" + o}
+			_, err = p.Queue(ctx, key, w)
+			assertCorrupt(t, err, key, want, "Queue")
+			w.Again = true
+			_, err = p.Queue(ctx, key, w)
+			assertCorrupt(t, err, key, want, "Queue(Again)")
+			// (Acquire takes a token before it looks, so the fencing
+			// counter may have moved; the corrupt value may not.)
+		}
+		for name, v := range values {
+			t.Run(name, func(t *testing.T) {
 				key := uniqueName(t)
-				require.NoError(t, b.raw.HSet(ctx, rawKey(key), "owner", "x").Err())
+				require.NoError(t, b.raw.Set(ctx, rawKey(key), v, 0).Err())
 				t.Cleanup(func() { b.raw.Del(context.Background(), rawKey(key)) })
-				ops(t, key, "")
-				got, err := b.raw.HGetAll(ctx, rawKey(key)).Result()
+				ops(t, key, v)
+				got, err := b.raw.Get(ctx, rawKey(key)).Result()
 				require.NoError(t, err)
-				assert.Equal(t, map[string]string{"owner": "x"}, got, "a hash at the record key is left as it is")
+				assert.Equal(t, v, got, "a corrupt record is left as it is")
+				pttl, err := b.raw.PTTL(ctx, rawKey(key)).Result()
+				require.NoError(t, err)
+				assert.Equal(t, time.Duration(-1), pttl, "no TTL is put on a corrupt record")
 			})
+		}
+		t.Run("Hash", func(t *testing.T) {
+			key := uniqueName(t)
+			require.NoError(t, b.raw.HSet(ctx, rawKey(key), "owner", "x").Err())
+			t.Cleanup(func() { b.raw.Del(context.Background(), rawKey(key)) })
+			ops(t, key, "")
+			got, err := b.raw.HGetAll(ctx, rawKey(key)).Result()
+			require.NoError(t, err)
+			assert.Equal(t, map[string]string{"owner": "x"}, got, "a hash at the record key is left as it is")
 		})
+	})
 
-		t.Run("RedisKeyLayout", func(t *testing.T) {
-			if b.raw == nil {
-				t.Skipf("%s backend has no raw access", b.name)
-			}
-			// A key as Client.Key makes it is stored as it is.
-			name, a := uniqueName(t), newOwner()
-			key := "lock:{" + name + "}"
-			rk, fk := key, key+":fence"
-			rec := mustAcquire(t, p, key, a, 10*time.Second)
-			n, err := b.raw.Exists(ctx, rk, fk).Result()
-			require.NoError(t, err)
-			assert.EqualValues(t, 2, n, "Acquire of K writes %q and %q", rk, fk)
-			assert.Equal(t, name, hashTag(rk), "the record key's Cluster hash tag is the name")
-			assert.Equal(t, name, hashTag(fk), "the fence key's Cluster hash tag is the name: same slot as the record")
-			v, err := b.raw.Get(ctx, rk).Result()
-			require.NoError(t, err)
-			assert.Equal(t, a+","+strconv.FormatUint(rec.Token, 10), v, "the record is stored as owner,token")
-			pttl, err := b.raw.PTTL(ctx, rk).Result()
-			require.NoError(t, err)
-			assertTTL(t, 10*time.Second, pttl, "the record key carries the TTL")
+	t.Run("RedisKeyLayout", func(t *testing.T) {
+		// A key as Client.Key makes it is stored as it is.
+		name, a := uniqueName(t), newOwner()
+		key := "lock:{" + name + "}"
+		rk, fk := key, key+":fence"
+		rec := mustAcquire(t, p, key, a, 10*time.Second)
+		n, err := b.raw.Exists(ctx, rk, fk).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 2, n, "Acquire of K writes %q and %q", rk, fk)
+		assert.Equal(t, name, hashTag(rk), "the record key's Cluster hash tag is the name")
+		assert.Equal(t, name, hashTag(fk), "the fence key's Cluster hash tag is the name: same slot as the record")
+		v, err := b.raw.Get(ctx, rk).Result()
+		require.NoError(t, err)
+		assert.Equal(t, a+","+strconv.FormatUint(rec.Token, 10), v, "the record is stored as owner,token")
+		pttl, err := b.raw.PTTL(ctx, rk).Result()
+		require.NoError(t, err)
+		assertTTL(t, 10*time.Second, pttl, "the record key carries the TTL")
 
-			require.NoError(t, p.Update(ctx, key, a, 5*time.Second, true))
-			v, err = b.raw.Get(ctx, rk).Result()
-			require.NoError(t, err)
-			assert.Equal(t, a+","+strconv.FormatUint(rec.Token, 10)+",ended", v, "an ended record is stored as owner,token,ended")
+		require.NoError(t, p.Update(ctx, key, a, 5*time.Second, true))
+		v, err = b.raw.Get(ctx, rk).Result()
+		require.NoError(t, err)
+		assert.Equal(t, a+","+strconv.FormatUint(rec.Token, 10)+",ended", v, "an ended record is stored as owner,token,ended")
 
-			require.NoError(t, p.Release(ctx, key, a))
-			n, err = b.raw.Exists(ctx, rk).Result()
-			require.NoError(t, err)
-			assert.Zero(t, n, "Release deletes the record key")
-			fpttl, err := b.raw.PTTL(ctx, fk).Result()
-			require.NoError(t, err)
-			assert.Positive(t, fpttl, "the fencing counter has a TTL, so nothing is left behind for ever")
-			assert.LessOrEqual(t, fpttl, time.Hour)
-			keys, err := b.raw.Keys(ctx, globEscape(key)+"*").Result()
-			require.NoError(t, err)
-			assert.ElementsMatch(t, []string{fk}, keys, "only the expiring fencing counter is left after Release")
-		})
+		require.NoError(t, p.Release(ctx, key, a))
+		n, err = b.raw.Exists(ctx, rk).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "Release deletes the record key")
+		fpttl, err := b.raw.PTTL(ctx, fk).Result()
+		require.NoError(t, err)
+		assert.Positive(t, fpttl, "the fencing counter has a TTL, so nothing is left behind for ever")
+		assert.LessOrEqual(t, fpttl, time.Hour)
+		keys, err := b.raw.Keys(ctx, globEscape(key)+"*").Result()
+		require.NoError(t, err)
+		assert.ElementsMatch(t, []string{fk}, keys, "only the expiring fencing counter is left after Release")
 	})
 }
 
@@ -556,6 +333,12 @@ func fenceKey(key string) string {
 	return f
 }
 
+// queueKey returns the Redis key of key's wait queue.
+func queueKey(key string) string {
+	_, _, q, _ := lock.RedisKeys(key)
+	return q
+}
+
 // canExpire reports whether b's records expire in real time. The miniredis
 // backend is started without ClockTTL(true), so its TTLs never run out; a test
 // that needs expiry skips the rest of itself there.
@@ -589,11 +372,6 @@ func holder(t testing.TB, p lock.Provider, key string) lock.Record {
 		require.FailNow(t, "key should have been held", "a probe acquired %q", key)
 	}
 	return rec
-}
-
-func withoutTTL(r lock.Record) lock.Record {
-	r.TTL = 0
-	return r
 }
 
 // assertTTL checks that got is want, less what a slow machine takes.

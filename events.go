@@ -5,15 +5,16 @@ import "time"
 // EventKind names what happened to a lock.
 type EventKind int
 
-// The events of a lock's life. Every acquisition emits Acquired or Skipped (the
-// latter possibly after Contended); every Acquired is followed by exactly one
-// Released or Lost.
+// The events of a lock's life. Every acquisition that reaches the provider
+// emits Acquired or Skipped (the latter possibly after Contended); every
+// Acquired is followed by exactly one Released or Lost.
 const (
 	// EventAcquired: the lock was granted. Token, MaxDuration and Lease are set.
 	EventAcquired EventKind = iota + 1
 	// EventContended: the lock was held by another owner at the first attempt.
 	EventContended
-	// EventSkipped: the acquisition gave up; Err is the *NotAcquiredError.
+	// EventSkipped: the acquisition gave up; Err is the *NotAcquiredError,
+	// or the provider's error when it failed.
 	EventSkipped
 	// EventReleased: the holder released the lock cleanly. Held is how long it
 	// was held; GracePeriod is set when the lock stays closed for one.

@@ -46,8 +46,8 @@ const (
 	lost
 )
 
-// newLock returns the Lock of a grant with ttl requested at sent, and starts
-// its timers.
+// newLock returns the Lock of a grant with ttl requested at sent; keep
+// starts its timers.
 func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Time, ttl time.Duration) *Lock {
 	l := &Lock{
 		c:           c,
@@ -60,11 +60,16 @@ func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Ti
 		leaseEnd:    leaseEnd(sent, ttl),
 		done:        make(chan struct{}),
 	}
+	return l
+}
+
+// keep starts the lease's timers: renewal, and the lease's end, for a grant
+// with ttl requested at sent.
+func (l *Lock) keep(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.renewT = time.AfterFunc(time.Until(sent.Add(l.nextRenewal(sent, ttl))), l.renew)
 	l.endT = time.AfterFunc(time.Until(l.leaseEnd), l.expire)
-	l.mu.Unlock()
-	return l
 }
 
 // Key returns the lock's key (see Client.Key): with the Redis provider, the

@@ -3,6 +3,7 @@ package lock
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,7 +15,8 @@ var _ Provider = (*MemoryProvider)(nil)
 // it behaves as the Redis provider does, without a server.
 //
 // Expiry uses one heap of deadlines, checked on every call: no goroutine or timer
-// per key, and no TTL limit. Fencing tokens come from one counter, so they
+// per key, and no TTL limit; each call costs O(log n) amortized in the n live
+// records. Memory is given back as records expire or are released. Fencing tokens come from one counter, so they
 // strictly increase across all keys. The zero value is not usable; call
 // NewMemoryProvider. It is safe for concurrent use.
 type MemoryProvider struct {
@@ -26,6 +28,9 @@ type MemoryProvider struct {
 	token   uint64
 	queues  map[string][]Waiter // wait queues, in arrival order
 	inboxes map[string]*memInbox
+
+	// The most entries records and queues have held since they were made.
+	recordsPeak, queuesPeak int
 }
 
 // memInbox is one Listen. Its lock is held for reading while deliver runs, so
@@ -327,7 +332,7 @@ func (m *MemoryProvider) dequeue(key, owner string) {
 	q := m.queues[key]
 	for i := range q {
 		if q[i].Owner == owner {
-			q = append(q[:i], q[i+1:]...)
+			q = slices.Delete(q, i, i+1)
 			break
 		}
 	}
@@ -338,15 +343,48 @@ func (m *MemoryProvider) dequeue(key, owner string) {
 	}
 }
 
-// expire deletes every record whose deadline has passed and returns the time it
-// used. The caller holds m.mu.
+// expire deletes every record whose deadline has passed, gives memory back
+// (see compact), and returns the time it used. Every call but Listen starts
+// with it. The caller holds m.mu.
 func (m *MemoryProvider) expire() time.Time {
 	now := m.clock.Now()
 	for len(m.expiry) > 0 && !now.Before(m.expiry[0].deadline) {
 		r := heap.Pop(&m.expiry).(*memRecord)
 		delete(m.records, r.key)
 	}
+	m.compact()
 	return now
+}
+
+// compactFloor is the size under which the maps and the expiry heap are kept
+// as they are.
+const compactFloor = 1024
+
+// compact gives memory back: Go maps never shrink, so a map that holds fewer
+// than a quarter of the most entries it held is copied into a new one, and the
+// expiry heap moves to a smaller array once it fills less than a quarter of
+// its own. A copy of k entries follows at least 3k deletions since the last
+// copy, so it costs O(1) amortized per deletion. The caller holds m.mu.
+func (m *MemoryProvider) compact() {
+	m.recordsPeak = max(m.recordsPeak, len(m.records))
+	if m.recordsPeak >= compactFloor && len(m.records) < m.recordsPeak/4 {
+		m.records, m.recordsPeak = copyMap(m.records), len(m.records)
+	}
+	m.queuesPeak = max(m.queuesPeak, len(m.queues))
+	if m.queuesPeak >= compactFloor && len(m.queues) < m.queuesPeak/4 {
+		m.queues, m.queuesPeak = copyMap(m.queues), len(m.queues)
+	}
+	if cap(m.expiry) >= compactFloor && len(m.expiry) < cap(m.expiry)/4 {
+		m.expiry = append(make(expiryHeap, 0, len(m.expiry)), m.expiry...)
+	}
+}
+
+func copyMap[V any](src map[string]V) map[string]V {
+	dst := make(map[string]V, len(src))
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
 }
 
 // remove deletes record r. The caller holds m.mu.

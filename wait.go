@@ -134,6 +134,9 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 	case cause != nil:
 		reason = cause
 	case !held:
+		// The provider failed: not a NotAcquiredError, but the end of the
+		// acquisition all the same.
+		a.c.emit(Event{Kind: EventSkipped, Key: a.key, Owner: a.owner, Waited: time.Since(a.began), Err: reason})
 		return reason
 	}
 	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
@@ -166,7 +169,9 @@ func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 	if c.debug {
 		c.log.Debug("lock: acquired", "key", a.key, "owner", a.owner, "token", rec.Token)
 	}
+	// The event before the timers: a loss is never reported before its grant.
 	c.emit(Event{Kind: EventAcquired, Key: a.key, Owner: a.owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease, Waited: time.Since(a.began)})
+	l.keep(sent, ttl)
 	return l
 }
 

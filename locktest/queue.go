@@ -1,8 +1,7 @@
-package lock_test
+package locktest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -17,67 +16,55 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// TestProviderQueueConformance is the conformance suite of the wait-queue part
-// of the Provider contract: Queue, Leave, Listen, and how Release and Update
-// serve a key's queue. It runs through the Provider interface only, against
-// every backend.
+// runQueue checks the wait-queue part of the Provider contract: Queue,
+// Leave, Listen, and how Release and Update serve a key's queue.
 //
-// "Nothing was sent" is checked without sleeping: qQuiet sends each inbox a
+// "Nothing was sent" is checked without sleeping: quiet sends each inbox a
 // last message through the provider, and an inbox's messages arrive in the
 // order they were sent, so whatever is read before that one was sent before it.
-func TestProviderQueueConformance(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := &qSuite{b: b, p: b.replica(t), ctx: ctxTimeout(t, 2*time.Minute)}
-		t.Run("QueueHandsOverInOrder", func(t *testing.T) {
-			t.Run("NotContended", func(t *testing.T) { s.handsOverInOrder(t, false) })
-			t.Run("Contended", func(t *testing.T) { s.handsOverInOrder(t, true) })
-		})
-		t.Run("QueueFreeKeyTakesIt", s.freeKeyTakesIt)
-		t.Run("NoMessageWithoutWaiters", s.noMessageWithoutWaiters)
-		t.Run("AgainKeepsPlace", s.againKeepsPlace)
-		t.Run("LeaveTakesOutOfQueue", s.leaveTakesOutOfQueue)
-		t.Run("LeaveAfterGrantPassesOn", s.leaveAfterGrantPassesOn)
-		t.Run("LeaveNotQueuedChangesNothing", s.leaveNotQueuedChangesNothing)
-		t.Run("LeaveAfterLostReplyReleases", s.leaveAfterLostReplyReleases)
-		t.Run("GracePeriodTellsWaiters", s.gracePeriodTellsWaiters)
-		t.Run("UnlistenedWaiterIsSkipped", s.unlistenedWaiterIsSkipped)
-		t.Run("AgainFindsOwnGrant", s.againFindsOwnGrant)
-		t.Run("FairServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Fair: true}) })
-		t.Run("AgainServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Again: true}) })
-		t.Run("NonFairTakesFreeKey", func(t *testing.T) {
-			t.Run("Acquire", func(t *testing.T) { s.nonFairTakesFreeKey(t, false, false) })
-			t.Run("Queue", func(t *testing.T) { s.nonFairTakesFreeKey(t, true, false) })
-			t.Run("AcquireThenGracePeriod", func(t *testing.T) { s.nonFairTakesFreeKey(t, false, true) })
-		})
-		t.Run("ListenStopWaitsForDeliver", s.listenStopWaitsForDeliver)
-		t.Run("ListenAgainAfterStop", s.listenAgainAfterStop)
-		t.Run("ListenTwiceSameInbox", s.listenTwiceSameInbox)
-		t.Run("ListenBadInput", s.listenBadInput)
-		t.Run("QueueBadInput", s.queueBadInput)
-		t.Run("ConcurrentQueueHandOver", s.concurrentHandOver)
+func (s *suite) runQueue(t *testing.T) {
+	t.Run("QueueHandsOverInOrder", func(t *testing.T) {
+		t.Run("NotContended", func(t *testing.T) { s.handsOverInOrder(t, false) })
+		t.Run("Contended", func(t *testing.T) { s.handsOverInOrder(t, true) })
 	})
+	t.Run("QueueFreeKeyTakesIt", s.freeKeyTakesIt)
+	t.Run("NoMessageWithoutWaiters", s.noMessageWithoutWaiters)
+	t.Run("AgainKeepsPlace", s.againKeepsPlace)
+	t.Run("LeaveTakesOutOfQueue", s.leaveTakesOutOfQueue)
+	t.Run("LeaveAfterGrantPassesOn", s.leaveAfterGrantPassesOn)
+	t.Run("LeaveNotQueuedChangesNothing", s.leaveNotQueuedChangesNothing)
+	t.Run("LeaveAfterLostReplyReleases", s.leaveAfterLostReplyReleases)
+	t.Run("GracePeriodTellsWaiters", s.gracePeriodTellsWaiters)
+	t.Run("UnlistenedWaiterIsSkipped", s.unlistenedWaiterIsSkipped)
+	t.Run("AgainFindsOwnGrant", s.againFindsOwnGrant)
+	t.Run("FairServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Fair: true}) })
+	t.Run("AgainServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Again: true}) })
+	t.Run("NonFairTakesFreeKey", func(t *testing.T) {
+		t.Run("Acquire", func(t *testing.T) { s.nonFairTakesFreeKey(t, false, false) })
+		t.Run("Queue", func(t *testing.T) { s.nonFairTakesFreeKey(t, true, false) })
+		t.Run("AcquireThenGracePeriod", func(t *testing.T) { s.nonFairTakesFreeKey(t, false, true) })
+	})
+	t.Run("ListenStopWaitsForDeliver", s.listenStopWaitsForDeliver)
+	t.Run("ListenAgainAfterStop", s.listenAgainAfterStop)
+	t.Run("ListenTwiceSameInbox", s.listenTwiceSameInbox)
+	t.Run("ListenBadInput", s.listenBadInput)
+	t.Run("QueueBadInput", s.queueBadInput)
+	t.Run("ConcurrentQueueHandOver", s.concurrentHandOver)
 }
 
-// qSuite is one backend's provider under test.
-type qSuite struct {
-	b   backend
-	p   lock.Provider
-	ctx context.Context
-}
-
-const qTTL = 10 * time.Second
+const queueTTL = 10 * time.Second
 
 // handsOverInOrder: each Release hands the key to the first waiter, in arrival
 // order, with a fresh token and the waiter's TTL, and tells that waiter only.
-func (s *qSuite) handsOverInOrder(t *testing.T, contended bool) {
+func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, qTTL)
-	ins := make([]*qInbox, 3)
+	recA := mustAcquire(t, p, key, a, queueTTL)
+	ins := make([]*listener, 3)
 	ws := make([]lock.Waiter, 3)
 	for i := range ws {
-		ins[i] = qListen(t, ctx, p)
-		ws[i] = ins[i].waiter(qTTL + time.Duration(i+1)*time.Second) // each its own TTL
+		ins[i] = listen(t, ctx, p)
+		ws[i] = ins[i].waiter(queueTTL + time.Duration(i+1)*time.Second) // each its own TTL
 		ws[i].Contended = contended
 		rec, err := p.Queue(ctx, key, ws[i])
 		require.NoError(t, err)
@@ -89,13 +76,13 @@ func (s *qSuite) handsOverInOrder(t *testing.T, contended bool) {
 		assert.Equal(t, recA.Token, rec.Token, "waiter %d: the holder's token", i+1)
 		assert.False(t, rec.Ended, "waiter %d", i+1)
 		assert.Positive(t, rec.TTL, "waiter %d: the holder's remaining TTL", i+1)
-		assert.LessOrEqual(t, rec.TTL, qTTL, "waiter %d: queueing does not extend the holder's TTL", i+1)
+		assert.LessOrEqual(t, rec.TTL, queueTTL, "waiter %d: queueing does not extend the holder's TTL", i+1)
 	}
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner, "queueing leaves the holder's record")
 	assert.Equal(t, recA.Token, h.Token, "queueing leaves the holder's token")
 	// A renewal tells no waiter: each inbox's first message is its grant.
-	require.NoError(t, p.Update(ctx, key, a, qTTL, false), "the holder renews with waiters queued")
+	require.NoError(t, p.Update(ctx, key, a, queueTTL, false), "the holder renews with waiters queued")
 
 	prev, last := a, recA.Token
 	for i, w := range ws {
@@ -114,18 +101,18 @@ func (s *qSuite) handsOverInOrder(t *testing.T, contended bool) {
 		prev, last = w.Owner, g.Token
 	}
 	require.NoError(t, p.Release(ctx, key, prev), "the last waiter releases")
-	qAssertFree(t, ctx, p, key, "the last Release, with nobody queued, frees the key")
-	qQuiet(t, ctx, p, ins...)
+	assertFree(t, ctx, p, key, "the last Release, with nobody queued, frees the key")
+	quiet(t, ctx, p, ins...)
 }
 
 // freeKeyTakesIt: a Queue on a free key without a queue takes it, whatever
 // its flags, and is not queued.
-func (s *qSuite) freeKeyTakesIt(t *testing.T) {
-	in := qListen(t, s.ctx, s.p)
+func (s *suite) freeKeyTakesIt(t *testing.T) {
+	in := listen(t, s.ctx, s.p)
 	for _, mode := range []string{"Plain", "Contended", "Fair", "Again"} {
 		t.Run(mode, func(t *testing.T) {
 			key := uniqueName(t)
-			w := in.waiter(qTTL)
+			w := in.waiter(queueTTL)
 			w.Contended, w.Fair, w.Again = mode == "Contended", mode == "Fair", mode == "Again"
 			rec, err := s.p.Queue(s.ctx, key, w)
 			require.NoError(t, err)
@@ -133,53 +120,53 @@ func (s *qSuite) freeKeyTakesIt(t *testing.T) {
 			assert.False(t, rec.Queued, "a caller that took the key is not queued")
 			assert.False(t, rec.Ended)
 			assert.NotZero(t, rec.Token, "the grant carries a fencing token")
-			assertTTL(t, qTTL, rec.TTL, "the record has the waiter's TTL")
+			assertTTL(t, queueTTL, rec.TTL, "the record has the waiter's TTL")
 			h := holder(t, s.p, key)
 			assert.Equal(t, w.Owner, h.Owner, "the record is stored")
 			assert.Equal(t, rec.Token, h.Token)
 			assert.NoError(t, s.p.Release(s.ctx, key, w.Owner))
 		})
 	}
-	qQuiet(t, s.ctx, s.p, in) // the reply told the caller: no message
+	quiet(t, s.ctx, s.p, in) // the reply told the caller: no message
 }
 
 // noMessageWithoutWaiters: Acquire, Queue on a free key, renewals, ending and
 // releasing a key nobody waits for send nothing, even to the inbox of the
 // owner itself.
-func (s *qSuite) noMessageWithoutWaiters(t *testing.T) {
+func (s *suite) noMessageWithoutWaiters(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key := uniqueName(t)
-	in := qListen(t, ctx, p)
-	w := in.waiter(qTTL)
+	in := listen(t, ctx, p)
+	w := in.waiter(queueTTL)
 	rec, err := p.Queue(ctx, key, w)
 	require.NoError(t, err)
 	require.Equal(t, w.Owner, rec.Owner, "a Queue on a free key takes it")
-	require.NoError(t, p.Update(ctx, key, w.Owner, 2*qTTL, false), "a renewal")
-	require.NoError(t, p.Update(ctx, key, w.Owner, qTTL, false), "a renewal")
+	require.NoError(t, p.Update(ctx, key, w.Owner, 2*queueTTL, false), "a renewal")
+	require.NoError(t, p.Update(ctx, key, w.Owner, queueTTL, false), "a renewal")
 	require.NoError(t, p.Release(ctx, key, w.Owner))
 
 	o := newOwner()
-	mustAcquire(t, p, key, o, qTTL)
-	require.NoError(t, p.Update(ctx, key, o, 2*qTTL, false))
+	mustAcquire(t, p, key, o, queueTTL)
+	require.NoError(t, p.Update(ctx, key, o, 2*queueTTL, false))
 	require.NoError(t, p.Release(ctx, key, o))
 
 	o = newOwner()
-	mustAcquire(t, p, key, o, qTTL)
-	require.NoError(t, p.Update(ctx, key, o, qTTL, true), "ending a record nobody waits for")
+	mustAcquire(t, p, key, o, queueTTL)
+	require.NoError(t, p.Update(ctx, key, o, queueTTL, true), "ending a record nobody waits for")
 	require.NoError(t, p.Release(ctx, key, o))
-	qQuiet(t, ctx, p, in)
+	quiet(t, ctx, p, in)
 }
 
 // againKeepsPlace: a waiter that looks again while queued keeps its place and
 // is not queued twice.
-func (s *qSuite) againKeepsPlace(t *testing.T) {
+func (s *suite) againKeepsPlace(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	in1, in2 := qListen(t, ctx, p), qListen(t, ctx, p)
-	w1, w2 := in1.waiter(qTTL), in2.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
-	qMustQueue(t, ctx, p, key, w2)
+	mustAcquire(t, p, key, a, queueTTL)
+	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
+	w1, w2 := in1.waiter(queueTTL), in2.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
+	mustQueue(t, ctx, p, key, w2)
 	w1.Again = true
 	for i := range 2 {
 		rec, err := p.Queue(ctx, key, w1)
@@ -194,37 +181,37 @@ func (s *qSuite) againKeepsPlace(t *testing.T) {
 	assert.Equal(t, w2.Owner, holder(t, p, key).Owner, "the second Release goes to the second waiter: the first was not queued twice")
 	assert.Equal(t, w2.Owner, in2.next(t, "the second waiter is told").Owner)
 	require.NoError(t, p.Release(ctx, key, w2.Owner))
-	qAssertFree(t, ctx, p, key, "nobody is left in the queue")
-	qQuiet(t, ctx, p, in1, in2)
+	assertFree(t, ctx, p, key, "nobody is left in the queue")
+	quiet(t, ctx, p, in1, in2)
 }
 
 // leaveTakesOutOfQueue: a waiter that left is not handed the key.
-func (s *qSuite) leaveTakesOutOfQueue(t *testing.T) {
+func (s *suite) leaveTakesOutOfQueue(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, qTTL)
-	in := qListen(t, ctx, p)
-	w1 := in.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
+	recA := mustAcquire(t, p, key, a, queueTTL)
+	in := listen(t, ctx, p)
+	w1 := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
 	require.NoError(t, p.Leave(ctx, key, w1), "a queued waiter leaves")
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner, "a waiter's Leave leaves the holder's record")
 	assert.Equal(t, recA.Token, h.Token)
 	require.NoError(t, p.Release(ctx, key, a))
-	qAssertFree(t, ctx, p, key, "after its only waiter left, Release frees the key instead of handing it over")
-	qQuiet(t, ctx, p, in) // the waiter that left was not told of a grant
+	assertFree(t, ctx, p, key, "after its only waiter left, Release frees the key instead of handing it over")
+	quiet(t, ctx, p, in) // the waiter that left was not told of a grant
 }
 
 // leaveAfterGrantPassesOn: a waiter that leaves after the key was handed to
 // it passes it on to the next waiter, as Release does.
-func (s *qSuite) leaveAfterGrantPassesOn(t *testing.T) {
+func (s *suite) leaveAfterGrantPassesOn(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	in1, in2 := qListen(t, ctx, p), qListen(t, ctx, p)
-	w1, w2 := in1.waiter(qTTL), in2.waiter(2*qTTL)
-	qMustQueue(t, ctx, p, key, w1)
-	qMustQueue(t, ctx, p, key, w2)
+	mustAcquire(t, p, key, a, queueTTL)
+	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
+	w1, w2 := in1.waiter(queueTTL), in2.waiter(2*queueTTL)
+	mustQueue(t, ctx, p, key, w1)
+	mustQueue(t, ctx, p, key, w2)
 	require.NoError(t, p.Release(ctx, key, a))
 	g1 := in1.next(t, "the first waiter is told of its grant")
 	require.Equal(t, w1.Owner, g1.Owner, "Release hands the key to the first waiter")
@@ -239,30 +226,25 @@ func (s *qSuite) leaveAfterGrantPassesOn(t *testing.T) {
 	assert.Equal(t, g2.Token, h.Token)
 	assert.ErrorIs(t, p.Release(ctx, key, w1.Owner), lock.ErrLost, "the waiter that left holds nothing")
 	require.NoError(t, p.Release(ctx, key, w2.Owner))
-	qAssertFree(t, ctx, p, key, "the key is free after the last waiter released")
-	qQuiet(t, ctx, p, in1, in2)
+	assertFree(t, ctx, p, key, "the key is free after the last waiter released")
+	quiet(t, ctx, p, in1, in2)
 }
 
 // leaveNotQueuedChangesNothing: Leave of an owner that neither waits nor holds
 // is not an error and changes nothing.
-func (s *qSuite) leaveNotQueuedChangesNothing(t *testing.T) {
+func (s *suite) leaveNotQueuedChangesNothing(t *testing.T) {
 	p, ctx := s.p, s.ctx
-	in := qListen(t, ctx, p)
+	in := listen(t, ctx, p)
 	free := uniqueName(t) + ":free"
-	assert.NoError(t, p.Leave(ctx, free, in.waiter(qTTL)), "Leave on a key without record or queue is not an error")
-	assert.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: qTTL, Inbox: in.name, Again: true}))
-	qAssertFree(t, ctx, p, free, "Leave on a free key leaves it free")
-	if s.b.raw != nil {
-		n, err := s.b.raw.Exists(ctx, rawKey(free), fenceKey(free), qRedisQueueKey(free)).Result()
-		require.NoError(t, err)
-		assert.EqualValues(t, 1, n, "Leave stored nothing: only the probe's fencing counter exists")
-	}
+	assert.NoError(t, p.Leave(ctx, free, in.waiter(queueTTL)), "Leave on a key without record or queue is not an error")
+	assert.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: in.name, Again: true}))
+	assertFree(t, ctx, p, free, "Leave on a free key leaves it free")
 
 	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, qTTL)
-	w1 := in.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
-	assert.NoError(t, p.Leave(ctx, key, in.waiter(qTTL)), "Leave of an owner not in the queue is not an error")
+	recA := mustAcquire(t, p, key, a, queueTTL)
+	w1 := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
+	assert.NoError(t, p.Leave(ctx, key, in.waiter(queueTTL)), "Leave of an owner not in the queue is not an error")
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner, "Leave of a stranger leaves the holder's record")
 	assert.Equal(t, recA.Token, h.Token)
@@ -271,35 +253,35 @@ func (s *qSuite) leaveNotQueuedChangesNothing(t *testing.T) {
 	assert.Equal(t, w1.Owner, g.Owner, "Leave of a stranger left the queue as it was")
 	assert.Equal(t, w1.Owner, holder(t, p, key).Owner)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
-	qQuiet(t, ctx, p, in)
+	quiet(t, ctx, p, in)
 }
 
 // leaveAfterLostReplyReleases: a waiter whose Queue took the free key (and
 // whose reply was lost) releases it by leaving: the key is not kept for a
 // caller that gave up.
-func (s *qSuite) leaveAfterLostReplyReleases(t *testing.T) {
+func (s *suite) leaveAfterLostReplyReleases(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key := uniqueName(t)
-	in := qListen(t, ctx, p)
-	w := in.waiter(qTTL)
+	in := listen(t, ctx, p)
+	w := in.waiter(queueTTL)
 	rec, err := p.Queue(ctx, key, w)
 	require.NoError(t, err)
 	require.Equal(t, w.Owner, rec.Owner, "a Queue on a free key takes it")
 	require.NoError(t, p.Leave(ctx, key, w))
-	qAssertFree(t, ctx, p, key, "Leave by the owner of the record releases it")
-	qQuiet(t, ctx, p, in)
+	assertFree(t, ctx, p, key, "Leave by the owner of the record releases it")
+	quiet(t, ctx, p, in)
 }
 
 // gracePeriodTellsWaiters: ending a record tells its waiters with a Grant
 // without Owner, takes them out of the queue, and keeps the key closed to
 // them until the record expires.
-func (s *qSuite) gracePeriodTellsWaiters(t *testing.T) {
+func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, qTTL)
-	in1, in2 := qListen(t, ctx, p), qListen(t, ctx, p)
-	w1 := in1.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
+	recA := mustAcquire(t, p, key, a, queueTTL)
+	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
+	w1 := in1.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
 
 	const grace = 2 * time.Second
 	require.NoError(t, p.Update(ctx, key, a, grace, true), "the holder ends its record")
@@ -316,16 +298,16 @@ func (s *qSuite) gracePeriodTellsWaiters(t *testing.T) {
 	assert.LessOrEqual(t, rec.TTL, grace, "the ended record lives for the grace period")
 
 	for _, contended := range []bool{false, true} {
-		w2 := in2.waiter(qTTL)
+		w2 := in2.waiter(queueTTL)
 		w2.Contended = contended
 		rec, err = p.Queue(ctx, key, w2)
 		require.NoError(t, err)
 		assert.True(t, rec.Ended, "a newcomer (Contended %v) sees the ended record", contended)
 		assert.False(t, rec.Queued, "a newcomer (Contended %v) is not queued during a grace period", contended)
 	}
-	if !canExpire(t, s.b) {
+	if !s.expires(t) {
 		require.NoError(t, p.Release(ctx, key, a))
-		qQuiet(t, ctx, p, in1, in2)
+		quiet(t, ctx, p, in1, in2)
 		return
 	}
 	require.Eventually(t, func() bool {
@@ -336,49 +318,53 @@ func (s *qSuite) gracePeriodTellsWaiters(t *testing.T) {
 	assert.Equal(t, w1.Owner, h.Owner)
 	assert.Greater(t, h.Token, recA.Token, "the new grant has a greater token")
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
-	qAssertFree(t, ctx, p, key, "nobody was left queued from before the grace period")
-	qQuiet(t, ctx, p, in1, in2)
+	assertFree(t, ctx, p, key, "nobody was left queued from before the grace period")
+	quiet(t, ctx, p, in1, in2)
 }
 
-// unlistenedWaiterIsSkipped: the memory provider and the Redis provider (not
-// on a Cluster) skip a waiter whose inbox nobody listens to (provider_memory.go
-// serve, scripts/handoff.lua serve): the key is never handed to a caller that
-// cannot be told.
-func (s *qSuite) unlistenedWaiterIsSkipped(t *testing.T) {
+// unlistenedWaiterIsSkipped: a provider with Backend.SkipsUnlistened (the
+// memory provider and the Redis provider, not on a Cluster) skips a waiter
+// whose inbox nobody listens to (provider_memory.go serve,
+// scripts/handoff.lua serve): the key is never handed to a caller that cannot
+// be told.
+func (s *suite) unlistenedWaiterIsSkipped(t *testing.T) {
+	if !s.b.SkipsUnlistened {
+		t.Skip("the backend may hand a key to a waiter nobody listens for (Backend.SkipsUnlistened is false); the contract leaves it open")
+	}
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	deaf := lock.Waiter{Owner: newOwner(), TTL: qTTL, Inbox: "inbox:" + uniqueName(t) + ":deaf"}
-	qMustQueue(t, ctx, p, key, deaf)
-	in := qListen(t, ctx, p)
-	w2 := in.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w2)
+	mustAcquire(t, p, key, a, queueTTL)
+	deaf := lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: "inbox:" + uniqueName(t) + ":deaf"}
+	mustQueue(t, ctx, p, key, deaf)
+	in := listen(t, ctx, p)
+	w2 := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w2)
 	require.NoError(t, p.Release(ctx, key, a))
 	g := in.next(t, "the listened waiter is told")
 	assert.Equal(t, w2.Owner, g.Owner, "Release skips the waiter nobody listens for and hands the key to the next")
 	assert.Equal(t, w2.Owner, holder(t, p, key).Owner, "the key is held by the listened waiter")
 	require.NoError(t, p.Release(ctx, key, w2.Owner))
-	qAssertFree(t, ctx, p, key, "the skipped waiter left the queue")
+	assertFree(t, ctx, p, key, "the skipped waiter left the queue")
 
 	// Only an unlistened waiter: the key is freed, not held for nobody.
 	b := newOwner()
-	mustAcquire(t, p, key, b, qTTL)
+	mustAcquire(t, p, key, b, queueTTL)
 	deaf.Owner = newOwner()
-	qMustQueue(t, ctx, p, key, deaf)
+	mustQueue(t, ctx, p, key, deaf)
 	require.NoError(t, p.Release(ctx, key, b))
-	qAssertFree(t, ctx, p, key, "Release with only an unlistened waiter frees the key")
-	qQuiet(t, ctx, p, in)
+	assertFree(t, ctx, p, key, "Release with only an unlistened waiter frees the key")
+	quiet(t, ctx, p, in)
 }
 
 // againFindsOwnGrant: a waiter that missed its grant message finds the key
 // handed to it when it looks again.
-func (s *qSuite) againFindsOwnGrant(t *testing.T) {
+func (s *suite) againFindsOwnGrant(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, qTTL)
-	in := qListen(t, ctx, p)
-	w1 := in.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
+	recA := mustAcquire(t, p, key, a, queueTTL)
+	in := listen(t, ctx, p)
+	w1 := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
 	require.NoError(t, p.Release(ctx, key, a))
 
 	// The waiter has not read its inbox (as after a lost message): it looks.
@@ -389,30 +375,30 @@ func (s *qSuite) againFindsOwnGrant(t *testing.T) {
 	assert.False(t, rec.Ended)
 	assert.False(t, rec.Queued, "a waiter that holds the key is not queued")
 	assert.Greater(t, rec.Token, recA.Token)
-	assertTTL(t, qTTL, rec.TTL, "the found record has the waiter's TTL")
+	assertTTL(t, queueTTL, rec.TTL, "the found record has the waiter's TTL")
 	g := in.next(t, "the grant message was sent all the same")
-	assert.Equal(t, lock.Grant{Key: key, Owner: w1.Owner, Token: rec.Token, TTL: qTTL}, g,
+	assert.Equal(t, lock.Grant{Key: key, Owner: w1.Owner, Token: rec.Token, TTL: queueTTL}, g,
 		"the look again returns the grant the message announced")
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
-	qAssertFree(t, ctx, p, key, "the waiter that found its grant was not left in the queue")
-	qQuiet(t, ctx, p, in)
+	assertFree(t, ctx, p, key, "the waiter that found its grant was not left in the queue")
+	quiet(t, ctx, p, in)
 }
 
 // freeKeyServesFirstWaiter: a Queue with Fair (or Again) on a free key that
 // has waiters serves the first waiter, and queues the caller behind it.
-func (s *qSuite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
-	if !canExpire(t, s.b) {
+func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
+	if !s.expires(t) {
 		t.Skip("needs a record that expires, with its waiter still queued")
 	}
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, qTTL)
-	in1, in2 := qListen(t, ctx, p), qListen(t, ctx, p)
-	w1 := in1.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
-	qExpire(t, ctx, p, key, a) // free, with w1 queued
+	recA := mustAcquire(t, p, key, a, queueTTL)
+	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
+	w1 := in1.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
+	expire(t, ctx, p, key, a) // free, with w1 queued
 
-	w2 := in2.waiter(qTTL)
+	w2 := in2.waiter(queueTTL)
 	w2.Fair, w2.Again = flags.Fair, flags.Again
 	rec, err := p.Queue(ctx, key, w2)
 	require.NoError(t, err)
@@ -430,8 +416,8 @@ func (s *qSuite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 	g = in2.next(t, "the caller is told when its turn comes")
 	assert.Equal(t, w2.Owner, g.Owner, "the caller was queued behind the first waiter")
 	require.NoError(t, p.Release(ctx, key, w2.Owner))
-	qAssertFree(t, ctx, p, key, "nobody is left in the queue")
-	qQuiet(t, ctx, p, in1, in2)
+	assertFree(t, ctx, p, key, "nobody is left in the queue")
+	quiet(t, ctx, p, in1, in2)
 }
 
 // nonFairTakesFreeKey: a plain Acquire, or a Queue without Fair or Again, on a
@@ -443,25 +429,25 @@ func (s *qSuite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 // it is held); either way the first waiter's next look (Again) gets the key,
 // before anyone else's. When the taker ends its record instead, the waiter's
 // next look finds the grace period.
-func (s *qSuite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
-	if !canExpire(t, s.b) {
+func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
+	if !s.expires(t) {
 		t.Skip("needs a record that expires, with its waiter still queued")
 	}
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	in1, in3 := qListen(t, ctx, p), qListen(t, ctx, p)
-	w1 := in1.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w1)
-	qExpire(t, ctx, p, key, a) // free, with w1 queued
+	mustAcquire(t, p, key, a, queueTTL)
+	in1, in3 := listen(t, ctx, p), listen(t, ctx, p)
+	w1 := in1.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w1)
+	expire(t, ctx, p, key, a) // free, with w1 queued
 
-	w3 := in3.waiter(qTTL)
+	w3 := in3.waiter(queueTTL)
 	var rec lock.Record
 	var err error
 	if byQueue {
 		rec, err = p.Queue(ctx, key, w3)
 	} else {
-		rec, err = p.Acquire(ctx, key, w3.Owner, qTTL)
+		rec, err = p.Acquire(ctx, key, w3.Owner, queueTTL)
 	}
 	require.NoError(t, err)
 	require.Equal(t, w3.Owner, rec.Owner, "a non-fair caller takes a free key although others are queued")
@@ -470,7 +456,7 @@ func (s *qSuite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	again := w1
 	again.Again = true
 	if grace {
-		require.NoError(t, p.Update(ctx, key, w3.Owner, qTTL, true), "the non-fair taker ends its record")
+		require.NoError(t, p.Update(ctx, key, w3.Owner, queueTTL, true), "the non-fair taker ends its record")
 		rec, err = p.Queue(ctx, key, again)
 		require.NoError(t, err)
 		assert.True(t, rec.Ended, "the waiter's next look finds the grace period")
@@ -484,19 +470,19 @@ func (s *qSuite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	assert.Equal(t, w1.Owner, rec.Owner, "the first waiter's next look gets the key")
 	assert.False(t, rec.Ended)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
-	qAssertFree(t, ctx, p, key, "nobody is left in the queue")
+	assertFree(t, ctx, p, key, "nobody is left in the queue")
 	// A grant message, if the Release sent one, went to w1 alone.
 	select {
 	case g := <-in1.ch:
 		assert.Equal(t, w1.Owner, g.Owner)
 	default:
 	}
-	qQuiet(t, ctx, p, in1, in3)
+	quiet(t, ctx, p, in1, in3)
 }
 
 // listenStopWaitsForDeliver: stop returns only once a running deliver has
 // returned, and deliver is not called after stop.
-func (s *qSuite) listenStopWaitsForDeliver(t *testing.T) {
+func (s *suite) listenStopWaitsForDeliver(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	inbox := "inbox:" + uniqueName(t)
 	var calls atomic.Int32
@@ -517,9 +503,9 @@ func (s *qSuite) listenStopWaitsForDeliver(t *testing.T) {
 	t.Cleanup(stop)
 
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	w1 := lock.Waiter{Owner: newOwner(), TTL: qTTL, Inbox: inbox}
-	qMustQueue(t, ctx, p, key, w1)
+	mustAcquire(t, p, key, a, queueTTL)
+	w1 := lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: inbox}
+	mustQueue(t, ctx, p, key, w1)
 	released := make(chan error, 1)
 	go func() { released <- p.Release(ctx, key, a) }() // the memory provider delivers in Release
 	select {
@@ -546,8 +532,8 @@ func (s *qSuite) listenStopWaitsForDeliver(t *testing.T) {
 	stop() // a second stop returns at once
 
 	// The inbox is no longer listened to: the next grant does not reach deliver.
-	w2 := lock.Waiter{Owner: newOwner(), TTL: qTTL, Inbox: inbox}
-	qMustQueue(t, ctx, p, key, w2)
+	w2 := lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: inbox}
+	mustQueue(t, ctx, p, key, w2)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
 	assert.EqualValues(t, 1, calls.Load(), "deliver is not called after stop returned")
 	_ = p.Release(ctx, key, w2.Owner)
@@ -555,47 +541,48 @@ func (s *qSuite) listenStopWaitsForDeliver(t *testing.T) {
 
 // listenAgainAfterStop: an inbox whose Listen stopped can be listened to
 // again, and the new Listen gets its grants.
-func (s *qSuite) listenAgainAfterStop(t *testing.T) {
+func (s *suite) listenAgainAfterStop(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	inbox := "inbox:" + uniqueName(t)
 	stop, err := p.Listen(ctx, inbox, func(lock.Grant) {})
 	require.NoError(t, err)
 	stop()
-	in := qListenOn(t, ctx, p, inbox)
+	in := listenOn(t, ctx, p, inbox)
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	w := in.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w)
+	mustAcquire(t, p, key, a, queueTTL)
+	w := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w)
 	require.NoError(t, p.Release(ctx, key, a))
 	assert.Equal(t, w.Owner, in.next(t, "the second Listen on the inbox gets its grants").Owner)
 	require.NoError(t, p.Release(ctx, key, w.Owner))
-	qQuiet(t, ctx, p, in)
+	quiet(t, ctx, p, in)
 }
 
-// listenTwiceSameInbox: the memory provider refuses a second Listen on an
-// inbox that is listened to, and the first keeps its grants.
-func (s *qSuite) listenTwiceSameInbox(t *testing.T) {
-	if s.b.raw != nil {
-		t.Skip("the Redis provider lets two Listens share an inbox (each is a subscription); the contract leaves it open")
+// listenTwiceSameInbox: a provider with Backend.ExclusiveInbox (the memory
+// provider) refuses a second Listen on an inbox that is listened to, and the
+// first keeps its grants.
+func (s *suite) listenTwiceSameInbox(t *testing.T) {
+	if !s.b.ExclusiveInbox {
+		t.Skip("the backend may let two Listens share an inbox (Backend.ExclusiveInbox is false), as the Redis provider does (each is a subscription); the contract leaves it open")
 	}
 	p, ctx := s.p, s.ctx
-	in := qListen(t, ctx, p)
+	in := listen(t, ctx, p)
 	stop, err := p.Listen(ctx, in.name, func(lock.Grant) {})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a second Listen on an inbox already listened to is refused")
 	assert.Nil(t, stop, "a refused Listen returns no stop function")
 	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, qTTL)
-	w := in.waiter(qTTL)
-	qMustQueue(t, ctx, p, key, w)
+	mustAcquire(t, p, key, a, queueTTL)
+	w := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w)
 	require.NoError(t, p.Release(ctx, key, a))
 	assert.Equal(t, w.Owner, in.next(t, "the first Listen still gets the inbox's grants").Owner)
 	require.NoError(t, p.Release(ctx, key, w.Owner))
-	qQuiet(t, ctx, p, in)
+	quiet(t, ctx, p, in)
 }
 
 // listenBadInput: Listen refuses an empty, too long or white-space inbox and a
 // nil deliver.
-func (s *qSuite) listenBadInput(t *testing.T) {
+func (s *suite) listenBadInput(t *testing.T) {
 	deliver := func(lock.Grant) {}
 	cases := []struct {
 		name, inbox string
@@ -620,13 +607,14 @@ func (s *qSuite) listenBadInput(t *testing.T) {
 	}
 }
 
-// queueBadInput: Queue and Leave refuse a bad key, owner, inbox or TTL, and
-// store nothing, on a free key and on a held one.
-func (s *qSuite) queueBadInput(t *testing.T) {
+// queueBadInput: Queue and Leave refuse a bad key, owner, inbox or TTL, on a
+// free key and on a held one, and no refused call takes the key or joins its
+// queue.
+func (s *suite) queueBadInput(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key := uniqueName(t)
-	in := qListen(t, ctx, p)
-	good := func() lock.Waiter { return in.waiter(qTTL) }
+	in := listen(t, ctx, p)
+	good := func() lock.Waiter { return in.waiter(queueTTL) }
 	cases := []struct {
 		name string
 		key  string
@@ -646,7 +634,7 @@ func (s *qSuite) queueBadInput(t *testing.T) {
 		{"TTLUnderOneMillisecond", key, func() lock.Waiter { w := good(); w.TTL = 999 * time.Microsecond; return w }},
 		{"NegativeTTL", key, func() lock.Waiter { w := good(); w.TTL = -time.Second; return w }},
 	}
-	check := func(t *testing.T, held bool) {
+	check := func(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				for _, flags := range []lock.Waiter{{}, {Contended: true}, {Fair: true}, {Again: true}} {
@@ -656,55 +644,45 @@ func (s *qSuite) queueBadInput(t *testing.T) {
 					assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue %+v rejects it", flags)
 				}
 				assert.ErrorIs(t, p.Leave(ctx, c.key, c.w()), lock.ErrInvalidArgument, "Leave rejects it")
-				if s.b.raw == nil || c.key == "" || len(c.key) > lock.MaxKeyLen {
-					return
-				}
-				keys := []string{qRedisQueueKey(c.key)}
-				if !held {
-					keys = append(keys, rawKey(c.key), fenceKey(c.key))
-				}
-				n, err := s.b.raw.Exists(ctx, keys...).Result()
-				require.NoError(t, err)
-				assert.Zero(t, n, "nothing is stored for bad input (held key: %v)", held)
 			})
 		}
 	}
-	t.Run("FreeKey", func(t *testing.T) { check(t, false) })
+	t.Run("FreeKey", check)
 	a := newOwner()
-	mustAcquire(t, p, key, a, qTTL) // no bad call took the key
-	t.Run("HeldKey", func(t *testing.T) { check(t, true) })
+	mustAcquire(t, p, key, a, queueTTL) // no bad call took the key
+	t.Run("HeldKey", check)
 	require.NoError(t, p.Release(ctx, key, a))
-	qAssertFree(t, ctx, p, key, "no bad Queue joined the queue: the release frees the key")
-	qQuiet(t, ctx, p, in)
+	assertFree(t, ctx, p, key, "no bad Queue joined the queue: the release frees the key")
+	quiet(t, ctx, p, in)
 }
 
 // concurrentHandOver: workers on two replicas queue for one key round after
 // round, each waiting for its grant (or finding it by looking again); at most
 // one holds the key at any instant, tokens increase from holder to holder,
 // and every wait ends within a generous bound.
-func (s *qSuite) concurrentHandOver(t *testing.T) {
+func (s *suite) concurrentHandOver(t *testing.T) {
 	const workers, maxWait = 8, 5 * time.Second
 	rounds := 25 // 200 grants
-	if s.b.raw != nil {
+	if s.b.Remote {
 		rounds = 5 // 40 grants
 	}
 	key := uniqueName(t)
-	ps := []lock.Provider{s.p, s.b.replica(t)}
+	ps := []lock.Provider{s.p, s.b.New(t)}
 	var inside, maxInside, grants atomic.Int64
 	var lastToken atomic.Uint64
 	var byReply, byGrant, byLook atomic.Int64 // how the turns came
 	var wg sync.WaitGroup
 	for i := range workers {
 		pw := ps[i%2]
-		in := qListen(t, s.ctx, pw) // one inbox per worker, as one per Client
+		in := listen(t, s.ctx, pw) // one inbox per worker, as one per Client
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for r := range rounds {
-				w := in.waiter(qTTL)
+				w := in.waiter(queueTTL)
 				w.Contended = r%2 == 1
 				start := time.Now()
-				token, how, err := qTakeTurn(s.ctx, pw, key, in, w, maxWait)
+				token, how, err := takeTurn(s.ctx, pw, key, in, w, maxWait)
 				if !assert.NoError(t, err, "worker %d round %d: wanted its turn within %v", i, r, maxWait) {
 					return
 				}
@@ -727,16 +705,16 @@ func (s *qSuite) concurrentHandOver(t *testing.T) {
 	wg.Wait()
 	assert.EqualValues(t, 1, maxInside.Load(), "at most one holder at any instant")
 	assert.EqualValues(t, workers*rounds, grants.Load(), "every waiter got its turn in every round")
-	qAssertFree(t, s.ctx, s.p, key, "the key is free after every holder released")
+	assertFree(t, s.ctx, s.p, key, "the key is free after every holder released")
 	t.Logf("%d turns: %d taken at once, %d by a grant message, %d by looking again",
 		grants.Load(), byReply.Load(), byGrant.Load(), byLook.Load())
 }
 
-// qTakeTurn queues w for key and waits until w.Owner holds it: told by a grant
+// takeTurn queues w for key and waits until w.Owner holds it: told by a grant
 // on in, or found by looking again (Again) every 200ms. It returns the token
 // of the grant and how it came ("reply" to the first Queue, "grant" message,
 // "look" again), or an error when the wait took longer than limit.
-func qTakeTurn(ctx context.Context, p lock.Provider, key string, in *qInbox, w lock.Waiter, limit time.Duration) (uint64, string, error) {
+func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w lock.Waiter, limit time.Duration) (uint64, string, error) {
 	timeout := time.NewTimer(limit)
 	defer timeout.Stop()
 	look := time.NewTicker(200 * time.Millisecond)
@@ -766,112 +744,4 @@ func qTakeTurn(ctx context.Context, p lock.Provider, key string, in *qInbox, w l
 			return 0, "", fmt.Errorf("waited %v without a grant", limit)
 		}
 	}
-}
-
-// qInbox is a listened inbox whose grants are kept, in arrival order.
-type qInbox struct {
-	name    string
-	ch      chan lock.Grant
-	dropped atomic.Int32
-}
-
-// qListen listens on a new inbox until the end of the test.
-func qListen(t *testing.T, ctx context.Context, p lock.Provider) *qInbox {
-	t.Helper()
-	return qListenOn(t, ctx, p, "inbox:"+uniqueName(t))
-}
-
-func qListenOn(t *testing.T, ctx context.Context, p lock.Provider, name string) *qInbox {
-	t.Helper()
-	in := &qInbox{name: name, ch: make(chan lock.Grant, 256)}
-	stop, err := p.Listen(ctx, name, func(g lock.Grant) {
-		select {
-		case in.ch <- g:
-		default: // deliver must not block
-			in.dropped.Add(1)
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		stop()
-		assert.Zero(t, in.dropped.Load(), "inbox %s: no grant was dropped for a full buffer", name)
-	})
-	return in
-}
-
-// waiter returns a new waiter with in's inbox.
-func (in *qInbox) waiter(ttl time.Duration) lock.Waiter {
-	return lock.Waiter{Owner: newOwner(), TTL: ttl, Inbox: in.name}
-}
-
-// next returns the first grant not read yet, waiting up to 5s for it.
-func (in *qInbox) next(t *testing.T, msgAndArgs ...any) lock.Grant {
-	t.Helper()
-	select {
-	case g := <-in.ch:
-		return g
-	case <-time.After(5 * time.Second):
-		require.FailNow(t, "no grant within 5s on inbox "+in.name, msgAndArgs...)
-		return lock.Grant{}
-	}
-}
-
-// qQuiet checks that ins were sent nothing besides the grants already read:
-// it queues a waiter of each inbox on a fence key and ends the fence's
-// record, which tells every inbox; an inbox's messages arrive in the order
-// they were sent, so any grant read before the fence's was sent before it.
-func qQuiet(t *testing.T, ctx context.Context, p lock.Provider, ins ...*qInbox) {
-	t.Helper()
-	fence, f := uniqueName(t)+":quiet", newOwner()
-	mustAcquire(t, p, fence, f, time.Minute)
-	for _, in := range ins {
-		qMustQueue(t, ctx, p, fence, in.waiter(time.Minute))
-	}
-	require.NoError(t, p.Update(ctx, fence, f, time.Minute, true), "ending the fence's record")
-	for _, in := range ins {
-		for {
-			g := in.next(t, "the fence's grace-period message reaches inbox %s", in.name)
-			if g.Key == fence && g.Owner == "" {
-				break
-			}
-			assert.Fail(t, "unexpected grant", "inbox %s was sent %+v; wanted no more grants", in.name, g)
-		}
-	}
-	assert.NoError(t, p.Release(ctx, fence, f), "the fence's owner deletes its ended record")
-}
-
-// qMustQueue queues w on the held key.
-func qMustQueue(t *testing.T, ctx context.Context, p lock.Provider, key string, w lock.Waiter) {
-	t.Helper()
-	rec, err := p.Queue(ctx, key, w)
-	require.NoError(t, err)
-	require.True(t, rec.Queued, "%s should have been queued on held key %q, got %+v", w.Owner, key, rec)
-}
-
-// qAssertFree checks that key is free by taking it with a fresh owner, and
-// releases it.
-func qAssertFree(t *testing.T, ctx context.Context, p lock.Provider, key, msg string) {
-	t.Helper()
-	o := newOwner()
-	rec, err := p.Acquire(ctx, key, o, qTTL)
-	require.NoError(t, err)
-	if assert.Equal(t, o, rec.Owner, "%s: wanted the key free, found it held (%+v)", msg, rec) {
-		assert.NoError(t, p.Release(ctx, key, o))
-	}
-}
-
-// qExpire makes owner's record under key expire now: it shortens its TTL to
-// 1ms and waits until the record is gone.
-func qExpire(t *testing.T, ctx context.Context, p lock.Provider, key, owner string) {
-	t.Helper()
-	require.NoError(t, p.Update(ctx, key, owner, time.Millisecond, false))
-	require.Eventually(t, func() bool {
-		return errors.Is(p.Update(ctx, key, owner, time.Millisecond, false), lock.ErrLost)
-	}, 5*time.Second, 5*time.Millisecond, "%s's record expires after a 1ms TTL", owner)
-}
-
-// qRedisQueueKey returns the Redis key of key's wait queue.
-func qRedisQueueKey(key string) string {
-	_, _, q, _ := lock.RedisKeys(key)
-	return q
 }

@@ -1,0 +1,284 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/faults"
+)
+
+// sentinelOptions are the options of go-redis's failover client for the
+// sentinels at addrs: NewUniversalClient with MasterName, as the README
+// shows, with ContextTimeoutEnabled.
+func sentinelOptions(addrs []string) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:                 addrs,
+		MasterName:            faults.MasterName,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+	}
+}
+
+// newSentinelClient returns a lock Client on a Redis provider over a failover
+// client of its own; both are closed at the end of the test.
+func newSentinelClient(t testing.TB, addrs []string, opts ...lock.ClientOption) *lock.Client {
+	t.Helper()
+	rc := redis.NewUniversalClient(sentinelOptions(addrs))
+	t.Cleanup(func() { _ = rc.Close() })
+	return newClient(t, rc, opts...)
+}
+
+// TestSentinel runs the replica scenarios through the public API against a
+// real Sentinel deployment (one master, two replicas, three sentinels, all
+// started here), with lock Clients on go-redis's failover client: acquire and
+// release across Clients with the record replicated, ErrHeld, a waiter handed
+// the lock by the release's announcement, mutual exclusion with increasing
+// tokens, and the OncePer and GracePeriod windows (replicated too).
+func TestSentinel(t *testing.T) {
+	s := faults.StartSentinel(t, faults.SentinelOptions{})
+	ctx := ctxTimeout(t, 45*time.Second)
+	master := s.Nodes[0].Addr
+	direct := newRedis(t, master)
+	var replicas []*redis.Client
+	for _, n := range s.Nodes[1:] {
+		replicas = append(replicas, newRedis(t, n.Addr))
+	}
+	// replicated checks that every replica comes to hold want under the
+	// record of key (want "" for none) within two seconds.
+	replicated := func(t *testing.T, key, want string) {
+		t.Helper()
+		for i, r := range replicas {
+			var v string
+			for deadline := time.Now().Add(2 * time.Second); ; {
+				var err error
+				v, err = r.Get(ctx, recordKey(key)).Result()
+				if errors.Is(err, redis.Nil) {
+					v, err = "", nil
+				}
+				require.NoError(t, err, "read the record on replica %d", i)
+				if v == want || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			expect(t, v == want, "replica %d holds %q under %s, the master %q", i, v, recordKey(key), want)
+		}
+	}
+
+	t.Run("acquire and release", func(t *testing.T) {
+		const name = "sentinel-basic"
+		a, b := newSentinelClient(t, s.Addrs), newSentinelClient(t, s.Addrs)
+		var last uint64
+		for round := range 4 {
+			l, err := a.Acquire(ctx, name, lock.Options{Lease: 5 * time.Second})
+			require.NoError(t, err, "round %d", round)
+			stats.grants.Add(1)
+			expect(t, l.Token() > last, "round %d: token %d after %d: tokens must strictly increase", round, l.Token(), last)
+			last = l.Token()
+			v, _ := record(t, direct, l.Key())
+			expect(t, recordOwner(v) == l.Owner(), "round %d: record %q on the master, holder %s", round, v, l.Owner())
+			replicated(t, l.Key(), v)
+
+			l2, err := b.Acquire(ctx, name, lock.Options{})
+			expect(t, l2 == nil && errors.Is(err, lock.ErrHeld), "round %d: second acquisition while held: lock %v, err %v; want ErrHeld", round, l2, err)
+			if l2 != nil {
+				_ = l2.Release(ctx)
+			}
+			require.NoError(t, l.Release(ctx))
+			v, _ = record(t, direct, l.Key())
+			expect(t, v == "", "round %d: record %q left after the release", round, v)
+			replicated(t, l.Key(), "")
+			a, b = b, a
+		}
+	})
+
+	t.Run("waiter handed the lock", func(t *testing.T) {
+		const name = "sentinel-wake"
+		holder := newSentinelClient(t, s.Addrs)
+		contended := make(chan struct{}, 1)
+		// A poll interval of 10s: only the release's announcement wakes it.
+		waiter := newSentinelClient(t, s.Addrs, lock.WithPollInterval(10*time.Second), lock.WithEvents(func(e lock.Event) {
+			if e.Kind == lock.EventContended {
+				select {
+				case contended <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		l, err := holder.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		stats.grants.Add(1)
+		type result struct {
+			l   *lock.Lock
+			err error
+			at  time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			wl, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
+			done <- result{wl, err, time.Now()}
+		}()
+		select {
+		case <-contended:
+		case r := <-done:
+			t.Fatalf("the waiter ended before the release: %v", r.err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never found the lock held")
+		}
+		time.Sleep(100 * time.Millisecond)
+		released := time.Now()
+		require.NoError(t, l.Release(ctx))
+		r := <-done
+		require.NoError(t, r.err, "the waiter's acquisition")
+		stats.grants.Add(1)
+		took := r.at.Sub(released)
+		t.Logf("waiter acquired %v after the release (poll interval 10s)", took.Round(time.Millisecond))
+		expect(t, took < 2*time.Second, "the waiter took %v after the release: the announcement did not wake it", took)
+		expect(t, r.l.Token() > l.Token(), "token %d after %d", r.l.Token(), l.Token())
+		require.NoError(t, r.l.Release(ctx))
+	})
+
+	t.Run("mutual exclusion", func(t *testing.T) {
+		const (
+			name       = "sentinel-mutex"
+			clients    = 3
+			goroutines = 3
+			total      = 300
+		)
+		var claimed, inSection, maxIn, sections, badTokens atomic.Int64
+		var lastToken atomic.Uint64
+		rctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, clients*goroutines)
+		for range clients {
+			c := newSentinelClient(t, s.Addrs)
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for claimed.Add(1) <= total {
+						l, err := c.Acquire(rctx, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
+						if err != nil {
+							errs <- err
+							return
+						}
+						n := inSection.Add(1)
+						for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
+						}
+						if prev := lastToken.Swap(l.Token()); l.Token() <= prev {
+							badTokens.Add(1)
+						}
+						time.Sleep(time.Millisecond)
+						inSection.Add(-1)
+						sections.Add(1)
+						if err := l.Release(rctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			expect(t, false, "mutual exclusion run: %v", err)
+		}
+		stats.grants.Add(sections.Load())
+		expect(t, sections.Load() == total, "%d critical sections ran, want %d", sections.Load(), total)
+		expect(t, badTokens.Load() == 0, "%d grants had a token not above the previous grant's", badTokens.Load())
+		expect(t, maxIn.Load() <= 1, "%d holders in the critical section at once", maxIn.Load())
+		t.Logf("%d critical sections by %d goroutines on %d Clients; at most %d at once",
+			sections.Load(), clients*goroutines, clients, maxIn.Load())
+	})
+
+	t.Run("OncePer window", func(t *testing.T) {
+		const (
+			name   = "sentinel-onceper"
+			window = time.Second
+		)
+		a, b := newSentinelClient(t, s.Addrs), newSentinelClient(t, s.Addrs)
+		before := time.Now()
+		l, err := a.Acquire(ctx, name, lock.Options{OncePer: window})
+		require.NoError(t, err)
+		stats.grants.Add(1)
+		require.NoError(t, l.Release(ctx))
+		v, ttl := record(t, direct, l.Key())
+		expect(t, strings.HasSuffix(v, ",ended") && ttl > 0, "record %q (TTL %v) after a release inside OncePer, want an ended one", v, ttl)
+		replicated(t, l.Key(), v)
+
+		_, err = b.Acquire(ctx, name, lock.Options{})
+		expect(t, errors.Is(err, lock.ErrGracePeriod), "acquisition inside the window: %v, want ErrGracePeriod", err)
+		_, err = b.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 5 * time.Second})
+		expect(t, errors.Is(err, lock.ErrGracePeriod), "waiting acquisition inside the window: %v, want ErrGracePeriod", err)
+		expect(t, time.Since(before) < window, "the checks took %v, past the window: the test is too slow to tell", time.Since(before))
+
+		time.Sleep(time.Until(before.Add(window + 50*time.Millisecond)))
+		l2, err := b.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err, "acquisition after the window")
+		stats.grants.Add(1)
+		expect(t, l2.Token() > l.Token(), "token %d after the window, %d before", l2.Token(), l.Token())
+		require.NoError(t, l2.Release(ctx))
+	})
+
+	t.Run("GracePeriod tells waiters", func(t *testing.T) {
+		const (
+			name  = "sentinel-grace"
+			grace = 600 * time.Millisecond
+		)
+		holder := newSentinelClient(t, s.Addrs)
+		contended := make(chan struct{}, 1)
+		waiter := newSentinelClient(t, s.Addrs, lock.WithPollInterval(10*time.Second), lock.WithEvents(func(e lock.Event) {
+			if e.Kind == lock.EventContended {
+				select {
+				case contended <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		l, err := holder.Acquire(ctx, name, lock.Options{GracePeriod: grace})
+		require.NoError(t, err)
+		stats.grants.Add(1)
+		done := make(chan error, 1)
+		var ended atomic.Int64
+		go func() {
+			_, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, GracePeriod: grace, MaxDuration: 20 * time.Second})
+			ended.Store(time.Now().UnixNano())
+			done <- err
+		}()
+		select {
+		case <-contended:
+		case err := <-done:
+			t.Fatalf("the waiter ended before the release: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never found the lock held")
+		}
+		released := time.Now()
+		require.NoError(t, l.Release(ctx))
+		err = <-done
+		took := time.Unix(0, ended.Load()).Sub(released)
+		expect(t, errors.Is(err, lock.ErrGracePeriod), "the waiter's acquisition after a release into a window: %v, want ErrGracePeriod", err)
+		expect(t, took < 2*time.Second, "the waiter was told %v after the release (poll interval 10s): the announcement did not wake it", took)
+		v, _ := record(t, direct, l.Key())
+		replicated(t, l.Key(), v)
+
+		time.Sleep(time.Until(released.Add(grace + 50*time.Millisecond)))
+		l2, err := waiter.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err, "acquisition after the grace period")
+		stats.grants.Add(1)
+		expect(t, l2.Token() > l.Token(), "token %d after the window, %d before", l2.Token(), l.Token())
+		require.NoError(t, l2.Release(ctx))
+	})
+}

@@ -1,0 +1,172 @@
+package locktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// uniqueName returns a lock name no other test uses: the test's name, so that
+// what a run leaves on a shared server can be found, and a random part.
+func uniqueName(t testing.TB) string {
+	return strings.ReplaceAll(t.Name(), "/", ":") + ":" + randomHex(4)
+}
+
+// newOwner returns a new owner: 34 bytes, no comma or white space.
+func newOwner() string { return "o-" + randomHex(16) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("locktest: crypto/rand: %v", err)) // it does not fail on a supported system
+	}
+	return hex.EncodeToString(b)
+}
+
+func mustAcquire(t testing.TB, p lock.Provider, key, owner string, ttl time.Duration) lock.Record {
+	t.Helper()
+	rec, err := p.Acquire(context.Background(), key, owner, ttl)
+	require.NoError(t, err)
+	require.Equal(t, owner, rec.Owner, "Acquire of %q by %s should have been granted", key, owner)
+	require.False(t, rec.Ended)
+	return rec
+}
+
+// holder returns the record that holds key, read by an Acquire of a fresh
+// owner that must not be granted.
+func holder(t testing.TB, p lock.Provider, key string) lock.Record {
+	t.Helper()
+	o := newOwner()
+	rec, err := p.Acquire(context.Background(), key, o, time.Hour)
+	require.NoError(t, err)
+	if rec.Owner == o {
+		_ = p.Release(context.Background(), key, o)
+		require.FailNow(t, "key should have been held", "a probe acquired %q", key)
+	}
+	return rec
+}
+
+func withoutTTL(r lock.Record) lock.Record {
+	r.TTL = 0
+	return r
+}
+
+// assertTTL checks that got is want, less what a slow machine takes.
+func assertTTL(t testing.TB, want, got time.Duration, msg string) {
+	t.Helper()
+	assert.LessOrEqual(t, got, want, msg)
+	assert.Greater(t, got, want-want/10-time.Second/2, msg)
+}
+
+// listener is a listened inbox whose grants are kept, in arrival order.
+type listener struct {
+	name    string
+	ch      chan lock.Grant
+	dropped atomic.Int32
+}
+
+// listen listens on a new inbox until the end of the test.
+func listen(t *testing.T, ctx context.Context, p lock.Provider) *listener {
+	t.Helper()
+	return listenOn(t, ctx, p, "inbox:"+uniqueName(t))
+}
+
+func listenOn(t *testing.T, ctx context.Context, p lock.Provider, name string) *listener {
+	t.Helper()
+	in := &listener{name: name, ch: make(chan lock.Grant, 256)}
+	stop, err := p.Listen(ctx, name, func(g lock.Grant) {
+		select {
+		case in.ch <- g:
+		default: // deliver must not block
+			in.dropped.Add(1)
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		stop()
+		assert.Zero(t, in.dropped.Load(), "inbox %s: no grant was dropped for a full buffer", name)
+	})
+	return in
+}
+
+// waiter returns a new waiter with in's inbox.
+func (in *listener) waiter(ttl time.Duration) lock.Waiter {
+	return lock.Waiter{Owner: newOwner(), TTL: ttl, Inbox: in.name}
+}
+
+// next returns the first grant not read yet, waiting up to 5s for it.
+func (in *listener) next(t *testing.T, msgAndArgs ...any) lock.Grant {
+	t.Helper()
+	select {
+	case g := <-in.ch:
+		return g
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "no grant within 5s on inbox "+in.name, msgAndArgs...)
+		return lock.Grant{}
+	}
+}
+
+// quiet checks that ins were sent nothing besides the grants already read:
+// it queues a waiter of each inbox on a fence key and ends the fence's
+// record, which tells every inbox; an inbox's messages arrive in the order
+// they were sent, so any grant read before the fence's was sent before it.
+func quiet(t *testing.T, ctx context.Context, p lock.Provider, ins ...*listener) {
+	t.Helper()
+	fence, f := uniqueName(t)+":quiet", newOwner()
+	mustAcquire(t, p, fence, f, time.Minute)
+	for _, in := range ins {
+		mustQueue(t, ctx, p, fence, in.waiter(time.Minute))
+	}
+	require.NoError(t, p.Update(ctx, fence, f, time.Minute, true), "ending the fence's record")
+	for _, in := range ins {
+		for {
+			g := in.next(t, "the fence's grace-period message reaches inbox %s", in.name)
+			if g.Key == fence && g.Owner == "" {
+				break
+			}
+			assert.Fail(t, "unexpected grant", "inbox %s was sent %+v; wanted no more grants", in.name, g)
+		}
+	}
+	assert.NoError(t, p.Release(ctx, fence, f), "the fence's owner deletes its ended record")
+}
+
+// mustQueue queues w on the held key.
+func mustQueue(t *testing.T, ctx context.Context, p lock.Provider, key string, w lock.Waiter) {
+	t.Helper()
+	rec, err := p.Queue(ctx, key, w)
+	require.NoError(t, err)
+	require.True(t, rec.Queued, "%s should have been queued on held key %q, got %+v", w.Owner, key, rec)
+}
+
+// assertFree checks that key is free by taking it with a fresh owner, and
+// releases it.
+func assertFree(t *testing.T, ctx context.Context, p lock.Provider, key, msg string) {
+	t.Helper()
+	o := newOwner()
+	rec, err := p.Acquire(ctx, key, o, queueTTL)
+	require.NoError(t, err)
+	if assert.Equal(t, o, rec.Owner, "%s: wanted the key free, found it held (%+v)", msg, rec) {
+		assert.NoError(t, p.Release(ctx, key, o))
+	}
+}
+
+// expire makes owner's record under key expire now: it shortens its TTL to
+// 1ms and waits until the record is gone.
+func expire(t *testing.T, ctx context.Context, p lock.Provider, key, owner string) {
+	t.Helper()
+	require.NoError(t, p.Update(ctx, key, owner, time.Millisecond, false))
+	require.Eventually(t, func() bool {
+		return errors.Is(p.Update(ctx, key, owner, time.Millisecond, false), lock.ErrLost)
+	}, 5*time.Second, 5*time.Millisecond, "%s's record expires after a 1ms TTL", owner)
+}

@@ -1,0 +1,116 @@
+// Package locktest is the conformance suite of lock.Provider, exported so
+// that a backend written outside this module proves itself the way the
+// built-in providers (memory, Redis) do: they pass this very suite. A backend
+// author runs it from a test of their own package:
+//
+//	func TestConformance(t *testing.T) {
+//		srv := startServer(t) // the storage every replica shares
+//		locktest.Run(t, locktest.Backend{
+//			New: func(t testing.TB) lock.Provider {
+//				p := mybackend.New(srv.Addr()) // its own connections
+//				t.Cleanup(func() { _ = p.Close() })
+//				return p
+//			},
+//			Expires: true,
+//			Remote:  true,
+//		})
+//	}
+//
+// The suite works through the lock.Provider interface only. It checks
+// records, fencing tokens, renewals and grace periods (Acquire, Release,
+// Update), bad input, and the wait queue (Queue, Leave, Listen, and how
+// Release and Update serve a queue); each check is a subtest named after the
+// property it checks, so that one can be rerun with go test -run. Checks of
+// behaviour that the contract leaves open run only when the Backend says the
+// provider has it (see its fields).
+//
+// Every key and inbox the suite uses contains the name of the subtest that
+// uses it (t.Name(), with "/" replaced by ":") and a random part, so runs can
+// share one server, and what a run left there can be found by its name. A
+// check that passes releases every record it took; what a backend keeps
+// beside its records (the Redis provider's fencing counters, which expire
+// within an hour) is the backend's to clean up.
+package locktest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seed05627090/lock"
+)
+
+// Backend describes the provider under test to Run. Only New is required.
+// The zero value of every other field is the cautious one: a false
+// capability (Expires, SkipsUnlistened, ExclusiveInbox) skips the checks that
+// need it, and a false Remote runs the concurrent checks at full size.
+type Backend struct {
+	// New returns a provider over the backend's storage. Each call may return
+	// a new provider, with its own connections, standing in for another
+	// process: every provider New returns must share the records, queues and
+	// inboxes of the others (an in-process backend may return one provider
+	// every time). Resources it opens are closed with t.Cleanup. Run calls
+	// it once for most checks, and again for the checks that involve two
+	// processes. Required.
+	New func(t testing.TB) lock.Provider
+
+	// Expires says that records expire in real time when their TTL runs out.
+	// When false (a server whose clock does not run, such as miniredis),
+	// the checks that wait for a record to expire are skipped, or stop
+	// before that part.
+	Expires bool
+
+	// SkipsUnlistened says that Release, handing a key on, passes over a
+	// waiter whose inbox nobody listens to, and frees the key when no
+	// waiter is left; the memory provider and the Redis provider do (not on
+	// a Redis Cluster, where a publisher cannot tell). When false, that
+	// check is skipped.
+	SkipsUnlistened bool
+
+	// ExclusiveInbox says that Listen refuses, with lock.ErrInvalidArgument,
+	// an inbox that another Listen is listening to, as the memory provider
+	// does; the Redis provider lets two Listens share one. When false, that
+	// check is skipped.
+	ExclusiveInbox bool
+
+	// Remote says that each call is a round trip to a server: the checks
+	// that take many grants in a row or at once take fewer (30 grants in a
+	// row rather than 100, 8 workers of 40 rounds rather than 16 of 200, 40
+	// queued hand-overs rather than 200), so that they stay quick. When false,
+	// the full number is taken.
+	Remote bool
+}
+
+// Run runs the conformance suite against b as subtests of t, one for each
+// property checked, one after another. When it returns, every check has run,
+// and t has failed if any check did; a check that passed left no record
+// behind. Run fails t at once when b.New is nil.
+func Run(t *testing.T, b Backend) {
+	t.Helper()
+	if b.New == nil {
+		t.Fatal("locktest: Backend.New is nil")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	s := &suite{b: b, p: b.New(t), ctx: ctx}
+	s.runRecords(t)
+	s.runQueue(t)
+}
+
+// suite is one backend's provider under test.
+type suite struct {
+	b   Backend
+	p   lock.Provider
+	ctx context.Context
+}
+
+// expires reports whether the backend's records expire in real time, and
+// says so in the log when they do not.
+func (s *suite) expires(t *testing.T) bool {
+	t.Helper()
+	if !s.b.Expires {
+		t.Log("the backend's TTLs do not run out in real time (Backend.Expires is false); expiry not checked")
+		return false
+	}
+	return true
+}
