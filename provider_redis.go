@@ -18,8 +18,6 @@ var _ Provider = (*RedisProvider)(nil)
 var (
 	//go:embed scripts/record.lua
 	recordLua string
-	//go:embed scripts/handoff.lua
-	handoffLua string
 
 	//go:embed scripts/acquire.lua
 	acquireLua    string
@@ -27,19 +25,19 @@ var (
 
 	//go:embed scripts/queue.lua
 	queueLua    string
-	queueScript = redis.NewScript(recordLua + handoffLua + queueLua)
+	queueScript = redis.NewScript(recordLua + queueLua)
 
 	//go:embed scripts/leave.lua
 	leaveLua    string
-	leaveScript = redis.NewScript(recordLua + handoffLua + leaveLua)
+	leaveScript = redis.NewScript(recordLua + leaveLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(recordLua + handoffLua + releaseLua)
+	releaseScript = redis.NewScript(recordLua + releaseLua)
 
 	//go:embed scripts/update.lua
 	updateLua    string
-	updateScript = redis.NewScript(recordLua + handoffLua + updateLua)
+	updateScript = redis.NewScript(recordLua + updateLua)
 )
 
 // fenceTTL is how long a key's fencing counter lives from its first grant;

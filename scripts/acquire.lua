@@ -4,7 +4,7 @@
 -- reports it. The token is taken first, so that a free key costs one write:
 -- a contended attempt uses up a token, and tokens still increase.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms
--- The fencing token, written out here as handoff.lua's nexttoken does it
+-- The fencing token, written out here as record.lua's nexttoken does it
 -- (see there): this script runs most often, and a function made on every
 -- call costs Redis more than the rest of it.
 local token = redis.pcall('INCR', KEYS[2])
@@ -25,9 +25,13 @@ if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
   return {v, tonumber(ARGV[2])}
 end
 v = redis.call('GET', KEYS[1])
-local owner, _, ended = parse(v)
-if owner == ARGV[1] and not ended then
-  -- Our own record from an attempt whose reply was lost: renew it.
+-- Our own live record from an attempt whose reply was lost: renew it. (As
+-- in release.lua; any other value goes back to the caller, who reads it.)
+local o, mine, rest = ARGV[1]
+if string.sub(v, 1, #o + 1) == o .. ',' then
+  mine, rest = string.match(v, '^([1-9]%d*)(.*)$', #o + 2)
+end
+if mine and #mine <= 19 and (rest == '' or rest == ',q') then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {v, tonumber(ARGV[2])}
 end

@@ -5,10 +5,10 @@
 redis.call('LREM', KEYS[3], 1, ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if not v then return {1} end
-local owner, _, ended, queued = parse(v)
+local owner, _, ended, queued = lib().parse(v)
 if owner ~= ARGV[1] or ended then return {1} end
 if queued then
-  local first, _, err = handoff().serve(ARGV[3], ARGV[4], ARGV[5])
+  local first, _, err = lib().serve(ARGV[3], ARGV[4], ARGV[5])
   if err then return err end
   if first then return {1} end
 end

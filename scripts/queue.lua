@@ -14,7 +14,7 @@ if mode == 'c' then
   local n = redis.call('RPUSHX', KEYS[3], entry)
   if n > 0 then return {false, 0, 1, n - 1} end
 end
-local h = handoff()
+local h = lib()
 local v
 if mode == '' or mode == 'c' then
   local token, err = h.nexttoken(ARGV[3])
@@ -36,7 +36,7 @@ if not v then
   end
   v = fv
 end
-local holder, _, ended, queued = parse(v)
+local holder, _, ended, queued = h.parse(v)
 if not holder then return {v, 0} end
 if holder == owner and not ended then
   -- Handed to the caller from the queue, or granted by an attempt whose

@@ -1,19 +1,102 @@
--- Prepended to every script: the record format and fencing tokens. KEYS[1]
--- is the record, KEYS[2] the fencing counter, KEYS[3] the wait queue: a list
--- of entries "owner ttl-ms inbox" in arrival order.
+-- Prepended to every script: lib() makes the functions that read and grant
+-- records and serve the wait queue. It makes them only when a script needs
+-- them: a function made on every call of a script costs Redis more than the
+-- rest of an uncontended acquire, release or renewal, which read a record
+-- of their own owner inline (as release.lua shows) and call lib() only for
+-- anything else. KEYS[1] is the record, KEYS[2] the fencing counter,
+-- KEYS[3] the wait queue: a list of entries "owner ttl-ms inbox" in arrival
+-- order.
 --
 -- A record is "owner,token" while held, "owner,token,q" while held with a
 -- queue waiting for it, and "owner,token,ended" during a grace period; owner
 -- is 1 to 128 bytes without commas or white space, token 1 to 19 digits
 -- without a leading zero. parseRecord in provider.go is the same parser in Go.
 
--- parse returns owner, token, ended and queued, or nil when v is not a
--- record.
-local function parse(v)
-  local owner, token, rest = string.match(v, '^([^,%s]+),([1-9]%d*)(.*)$')
-  if not owner or #owner > 128 or #token > 19 then return nil end
-  if rest == '' then return owner, token, false, false end
-  if rest == ',q' then return owner, token, false, true end
-  if rest == ',ended' then return owner, token, true, false end
-  return nil
+local function lib()
+  -- parse returns owner, token, ended and queued, or nil when v is not a
+  -- record.
+  local function parse(v)
+    local owner, token, rest = string.match(v, '^([^,%s]+),([1-9]%d*)(.*)$')
+    if not owner or #owner > 128 or #token > 19 then return nil end
+    if rest == '' then return owner, token, false, false end
+    if rest == ',q' then return owner, token, false, true end
+    if rest == ',ended' then return owner, token, true, false end
+    return nil
+  end
+
+  -- nexttoken returns a fresh fencing token from the counter KEYS[2], or nil
+  -- and the error to return. A new counter starts at the server's time in
+  -- microseconds and lives for fencettl ms (INCR keeps its TTL); the next one
+  -- starts at the time then, higher than any token the old one gave (that
+  -- would take a grant a microsecond). So tokens keep increasing across
+  -- counters, and after the server restarts empty, as long as its clock does.
+  -- A server error (OOM, READONLY...) is returned as it is; only a counter that
+  -- holds something else than an integer is reported as corrupt.
+  local function nexttoken(fencettl)
+    local token = redis.pcall('INCR', KEYS[2])
+    if type(token) == 'table' then
+      local msg = token.err or ''
+      if string.find(msg, 'not an integer', 1, true) or string.find(msg, 'WRONGTYPE', 1, true) then
+        return nil, redis.error_reply('LOCKCORRUPT fencing counter is not an integer')
+      end
+      return nil, token
+    end
+    if token == 1 then
+      local t = redis.call('TIME')
+      token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      redis.call('SET', KEYS[2], string.format('%d', token), 'PX', fencettl)
+    end
+    return string.format('%d', token)
+  end
+
+  -- grant stores a new record for owner with a fresh token, marked queued when
+  -- queued is true, and returns its value, or nil and the error to return.
+  local function grant(owner, ttl, fencettl, queued)
+    local token, err = nexttoken(fencettl)
+    if not token then return nil, err end
+    local v = owner .. ',' .. token
+    if queued then v = v .. ',q' end
+    redis.call('SET', KEYS[1], v, 'PX', ttl)
+    return v
+  end
+
+  -- serve hands the lock to the first waiter in the queue: it stores a record
+  -- for it (marked queued: others may follow) and publishes "value ttl\nkey" on
+  -- its inbox. A waiter whose inbox nobody listens to any more (PUBLISH reaches
+  -- no one) is skipped when skipdead is '1' (not on a Cluster, where PUBLISH
+  -- counts only the receivers of one node). It returns the owner and the value
+  -- of the new record; nothing when the queue is empty (the record is then
+  -- unchanged, or deleted if it had been handed to a dead waiter); or nil, nil
+  -- and an error. The entry me (if given) is granted without a message.
+  local function serve(fencettl, key, skipdead, me)
+    while true do
+      local e = redis.call('LPOP', KEYS[3])
+      if not e then return nil end
+      local owner, ttl, inbox = string.match(e, '^(%S+) (%d+) (%S+)$')
+      if owner then
+        local v, err = grant(owner, ttl, fencettl, true)
+        if not v then return nil, nil, err end
+        if e == me then return owner, v end
+        local n = redis.call('PUBLISH', inbox, v .. ' ' .. ttl .. '\n' .. key)
+        if n > 0 or skipdead ~= '1' then return owner, v end
+        redis.call('DEL', KEYS[1])
+      end
+    end
+  end
+
+  -- tellall publishes "\nkey" once on every inbox of the queue and deletes the
+  -- queue: the lock entered a grace period, and none of them will get it.
+  local function tellall(key)
+    local seen = {}
+    for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+      local inbox = string.match(e, ' (%S+)$')
+      if inbox and not seen[inbox] then
+        seen[inbox] = true
+        redis.call('PUBLISH', inbox, '\n' .. key)
+      end
+    end
+    redis.call('DEL', KEYS[3])
+  end
+
+  return {parse = parse, nexttoken = nexttoken, grant = grant, serve = serve, tellall = tellall}
 end

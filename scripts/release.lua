@@ -7,11 +7,18 @@
 -- record.
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local owner, _, _, queued = parse(v)
-if not owner then return {-2, v} end
-if owner ~= ARGV[1] then return {-1, v} end
-if queued then
-  local first, _, err = handoff().serve(ARGV[2], ARGV[3], ARGV[4])
+-- Is v owner's record? parse, restricted to one owner, without making a
+-- function: token is its token and rest how it ends, or token is nil.
+local o, token, rest = ARGV[1]
+if string.sub(v, 1, #o + 1) == o .. ',' then
+  token, rest = string.match(v, '^([1-9]%d*)(.*)$', #o + 2)
+end
+if not token or #token > 19 or (rest ~= '' and rest ~= ',q' and rest ~= ',ended') then
+  if lib().parse(v) then return {-1, v} end
+  return {-2, v}
+end
+if rest == ',q' then
+  local first, _, err = lib().serve(ARGV[2], ARGV[3], ARGV[4])
   if err then return err end
   if first then return {2} end
 end

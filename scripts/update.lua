@@ -6,12 +6,18 @@
 -- owner holds it or it has ended, {-2, value} when the value is not a record.
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local owner, token, ended, queued = parse(v)
-if not owner then return {-2, v} end
-if owner ~= ARGV[1] or ended then return {-1, v} end
+-- Is v owner's live record? (as in release.lua)
+local o, token, rest = ARGV[1]
+if string.sub(v, 1, #o + 1) == o .. ',' then
+  token, rest = string.match(v, '^([1-9]%d*)(.*)$', #o + 2)
+end
+if not token or #token > 19 or (rest ~= '' and rest ~= ',q') then
+  if lib().parse(v) then return {-1, v} end
+  return {-2, v}
+end
 if ARGV[3] == '1' then
-  redis.call('SET', KEYS[1], owner .. ',' .. token .. ',ended', 'PX', ARGV[2])
-  if queued then handoff().tellall(ARGV[4]) end
+  redis.call('SET', KEYS[1], o .. ',' .. token .. ',ended', 'PX', ARGV[2])
+  if rest == ',q' then lib().tellall(ARGV[4]) end
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
