@@ -45,7 +45,9 @@ type Provider interface {
 	Leave(ctx context.Context, key string, w Waiter) error
 
 	// Listen calls deliver, until stop is called, with every Grant addressed
-	// to inbox after Listen returns. deliver must not block. stop waits until
+	// to inbox after Listen returns, and with a Grant without Key when grants
+	// may have been lost (a broken connection, reopened): every waiter of the
+	// inbox should then look again. deliver must not block. stop waits until
 	// deliver is no longer running.
 	Listen(ctx context.Context, inbox string, deliver func(Grant)) (stop func(), err error)
 
@@ -86,7 +88,8 @@ type Waiter struct {
 
 // Grant is a message from a provider to a waiter's inbox: the lock under Key
 // was handed to Owner from the queue, with Token and TTL, or, with no Owner,
-// the lock under Key entered a grace period and its waiters should look again.
+// the lock under Key entered a grace period and its waiters should look
+// again; with no Key, every waiter of the inbox should look again.
 type Grant struct {
 	Key   string
 	Owner string

@@ -222,7 +222,8 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 // channel, inbox. It returns once Redis has confirmed the subscription, so
 // that every grant published afterwards reaches deliver; a connection that
 // breaks is reconnected and resubscribed by go-redis, and grants published
-// meanwhile are lost (the waiters find them when they look again).
+// meanwhile are lost: each new confirmation is delivered as a Grant without
+// Key, so that the waiters look again.
 func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
 	if err := p.check(); err != nil {
 		return nil, err
@@ -241,9 +242,14 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for msg := range ps.Channel() {
-			if g, ok := parseGrant(msg.Payload); ok {
-				deliver(g)
+		for m := range ps.ChannelWithSubscriptions() {
+			switch m := m.(type) {
+			case *redis.Subscription:
+				deliver(Grant{}) // resubscribed after a break
+			case *redis.Message:
+				if g, ok := parseGrant(m.Payload); ok {
+					deliver(g)
+				}
 			}
 		}
 	}()

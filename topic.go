@@ -74,7 +74,7 @@ func (in *inbox) leave(w *waiter) {
 }
 
 // deliver hands g to its waiter; a grant without owner (a grace period)
-// wakes every waiter of its key.
+// wakes every waiter of its key, and one without key every waiter.
 func (in *inbox) deliver(g Grant) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -88,7 +88,7 @@ func (in *inbox) deliver(g Grant) {
 		return
 	}
 	for _, w := range in.waiters {
-		if w.key == g.Key {
+		if g.Key == "" || w.key == g.Key {
 			select {
 			case w.wake <- struct{}{}:
 			default:

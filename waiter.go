@@ -76,18 +76,27 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 	}
 }
 
-// lookAgain returns when a queued waiter looks again if nothing wakes it:
-// as soon as the record it saw expires (its holder may have died, and nobody
-// would hand the lock on), and otherwise after a poll interval, or up to
-// ten for a waiter far back in the queue, which a lost message cannot
-// concern yet: so the looks of many waiters cost the provider little.
+// lookAgain returns when a queued waiter looks again if nothing wakes it.
+// The first few waiters look every poll interval, and as soon as the record
+// they saw expires (its holder may have died, and nobody would hand the
+// lock on: the first look that finds it free serves the queue). A waiter
+// further back looks less often, the further back the less (up to a
+// minute), so that many waiters cost the provider little: the lock cannot be
+// its own yet, and a grant lost with a broken connection is looked for at
+// once (the inbox wakes every waiter when its connection is back).
 func (w *waiter) lookAgain() time.Duration {
-	d := w.c.poll * time.Duration(min(1+w.place/16, 10))
-	if w.seenTTL > 0 {
-		d = min(d, w.seenTTL+time.Millisecond)
+	if w.place >= lookers {
+		return min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
 	}
-	return d
+	if w.seenTTL > 0 {
+		return min(w.c.poll, w.seenTTL+time.Millisecond)
+	}
+	return w.c.poll
 }
+
+// lookers is how many waiters at the head of a queue look every poll
+// interval.
+const lookers = 16
 
 // ask sends one request. It returns the lock when the reply grants it, an
 // error when w gives up, and neither when w is queued.
