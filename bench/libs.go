@@ -64,6 +64,49 @@ var (
 	}
 )
 
+// libLock8 spreads the goroutines over 8 Clients, as 8 processes with many
+// waiters each would have.
+var libLock8 = library{
+	name:    "lock 8 clients",
+	detail:  "this library with 8 lock.Clients (8 processes), goroutine i on Client i%8, Acquire with Options{Wait: true}",
+	lockers: ourLockersSpread(8),
+}
+
+// ourLockersSpread returns lockers over the given number of Clients.
+func ourLockersSpread(clients int) func(rc *redis.Client, n int) ([]locker, func(), error) {
+	return func(rc *redis.Client, n int) ([]locker, func(), error) {
+		p := lock.NewRedisProvider(rc)
+		cs := make([]*lock.Client, clients)
+		free := func() {
+			for _, c := range cs {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+		}
+		for i := range cs {
+			c, err := lock.NewClient(p)
+			if err != nil {
+				free()
+				return nil, nil, err
+			}
+			cs[i] = c
+		}
+		ls := make([]locker, n)
+		for i := range ls {
+			c := cs[i%clients]
+			ls[i] = func(ctx context.Context, key string) (func(context.Context) error, error) {
+				l, err := c.Acquire(ctx, key, lock.Options{Wait: true})
+				if err != nil {
+					return nil, err
+				}
+				return l.Release, nil
+			}
+		}
+		return ls, free, nil
+	}
+}
+
 func ourLockers(clientPerGoroutine, fair bool) func(rc *redis.Client, n int) ([]locker, func(), error) {
 	return func(rc *redis.Client, n int) ([]locker, func(), error) {
 		p := lock.NewRedisProvider(rc)

@@ -37,6 +37,9 @@ const (
 
 var manyWaiters = []int{16, 256} // scenario e
 
+// spreadWaiters are the waiter counts of scenario f, over 8 Clients.
+var spreadWaiters = []int{16, 256, 4096}
+
 func main() {
 	os.Exit(mainCode())
 }
@@ -165,7 +168,7 @@ type scenario struct {
 
 var (
 	peers   = []library{libRedsync, libRedislockLinear, libRedislockExp}
-	columns = append([]library{libLock, libLockMulti, libLockFair}, peers...)
+	columns = append([]library{libLock, libLockMulti, libLockFair, libLock8}, peers...)
 )
 
 func scenarios(d time.Duration) []scenario {
@@ -191,6 +194,15 @@ func scenarios(d time.Duration) []scenario {
 			id:    "e" + strconv.Itoa(n),
 			title: fmt.Sprintf("(e) %d waiters on one key, %v busy section, no pause", n, busySection),
 			libs:  withPeers(libLock, libLockMulti, libLockFair),
+			run:   con(n, 0),
+			rows:  waitersRows,
+		})
+	}
+	for _, n := range spreadWaiters {
+		scs = append(scs, scenario{
+			id:    "f" + strconv.Itoa(n),
+			title: fmt.Sprintf("(f) %d waiters over 8 Clients on one key, %v busy section, no pause (this library only)", n, busySection),
+			libs:  []library{libLock8},
 			run:   con(n, 0),
 			rows:  waitersRows,
 		})
