@@ -208,3 +208,48 @@ func (p *releaseFails) Release(ctx context.Context, key, owner string) error {
 	}
 	return p.MemoryProvider.Release(ctx, key, owner)
 }
+
+// leaveFails is a memory provider whose Leave fails, as during a failover.
+type leaveFails struct{ *lock.MemoryProvider }
+
+func (leaveFails) Leave(context.Context, string, lock.Waiter) error {
+	return errors.New("connection refused")
+}
+
+// A waiter that gave up while its Leave failed (an outage) stays in the
+// provider's queue. When a release later hands it the lock, its Client must
+// hand the lock back at once: it used to drop the grant, and the lock sat
+// held for nobody for a whole lease.
+func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	ctx := ctxTimeout(t, 20*time.Second)
+	name := uniqueName(t)
+	holder := newClient(t, mem)
+	gone := newClient(t, leaveFails{mem}) // listens, so the provider does not skip it
+	live := newClient(t, mem, lock.WithPollInterval(time.Minute))
+	const lease = 10 * time.Second
+
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	_, err = gone.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 100 * time.Millisecond, Lease: lease})
+	require.ErrorIs(t, err, lock.ErrTimeout, "the first waiter gives up; its Leave fails")
+
+	got := make(chan error, 1)
+	go func() {
+		l2, err := live.Acquire(ctx, name, lock.Options{Wait: true})
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the live waiter queues behind the gone one
+	start := time.Now()
+	require.NoError(t, l.Release(ctx)) // hands the lock to the gone waiter
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+		assert.Less(t, time.Since(start), 2*time.Second, "the lock is passed on at once, not after the gone waiter's lease")
+	case <-time.After(lease / 2):
+		t.Fatalf("the live waiter did not get the lock within %v: the grant to the waiter that gave up was not handed back", lease/2)
+	}
+}

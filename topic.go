@@ -13,8 +13,9 @@ import (
 //
 // The inbox is joined before a waiter's first request, so that a grant made
 // in answer to it always finds the waiter (no lost wake-up). A grant for an
-// owner that is no longer waiting is dropped: that waiter has called, or is
-// calling, Provider.Leave, which passes the lock on.
+// owner that is no longer waiting is handed back: released, owner-checked,
+// which passes it on. (The waiter's own Provider.Leave does the same, but it
+// may have failed, during an outage, and left the waiter in the queue.)
 type inbox struct {
 	c *Client
 
@@ -67,26 +68,46 @@ func (in *inbox) join(ctx context.Context, w *waiter) {
 	in.stop = stop
 }
 
+// leave unregisters w; a grant that reached it too late is handed back.
 func (in *inbox) leave(w *waiter) {
 	in.mu.Lock()
 	delete(in.waiters, w.req.Owner)
 	in.mu.Unlock()
+	if w.state == granted {
+		return
+	}
+	select {
+	case g := <-w.grants:
+		in.handBack(g)
+	default:
+	}
+}
+
+// handBack releases a lock handed to an owner that no longer waits for it,
+// in the background.
+func (in *inbox) handBack(g Grant) {
+	c := in.c
+	c.background(context.Background(), func(ctx context.Context) { _ = c.provider.Release(ctx, g.Key, g.Owner) })
 }
 
 // deliver hands g to its waiter; a grant without owner (a grace period)
 // wakes every waiter of its key, and one without key every waiter.
 func (in *inbox) deliver(g Grant) {
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if g.Owner != "" {
-		if w := in.waiters[g.Owner]; w != nil && w.key == g.Key {
-			select {
-			case w.grants <- g:
-			default:
-			}
+		w := in.waiters[g.Owner]
+		in.mu.Unlock()
+		if w == nil || w.key != g.Key {
+			in.handBack(g)
+			return
+		}
+		select {
+		case w.grants <- g:
+		default:
 		}
 		return
 	}
+	defer in.mu.Unlock()
 	for _, w := range in.waiters {
 		if g.Key == "" || w.key == g.Key {
 			select {

@@ -158,6 +158,7 @@ func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 func (w *waiter) giveUp(ctx context.Context, reason error) error {
 	w.state = gaveUp
 	c, key, req := w.c, w.key, w.req
+	c.inbox.leave(w) // from now on, a grant for w is handed back
 	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
 	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
 }

@@ -29,11 +29,13 @@ type SentinelOptions struct {
 	// failover: a majority of Sentinels.
 	Quorum int
 	// DownAfter is how long a node must not answer before a sentinel finds
-	// it down (down-after-milliseconds): 1s.
+	// it down (down-after-milliseconds): 750ms.
 	DownAfter time.Duration
-	// FailoverTimeout is the sentinels' failover-timeout: 1s. A sentinel
+	// FailoverTimeout is the sentinels' failover-timeout: 1.5s. A sentinel
 	// does not start a failover of the same master within twice that after
-	// the last one started.
+	// the last one started (or after it voted for another's), and gives
+	// up one whose promoted replica does not report itself master within
+	// it: sentinels look at a promoted replica once a second.
 	FailoverTimeout time.Duration
 }
 
@@ -69,8 +71,9 @@ type sentinelProc struct {
 
 // StartSentinel starts a master, its replicas and the sentinels that watch
 // it, and returns once every sentinel knows every replica and every other
-// sentinel, so that a failover can happen. It skips or fails the test as
-// RequireRedis does when there is no redis-server.
+// sentinel, and the replicas have caught up, so that a failover can happen
+// (see WaitStable). It skips or fails the test as RequireRedis does when
+// there is no redis-server.
 func StartSentinel(t testing.TB, o SentinelOptions) *Sentinel {
 	t.Helper()
 	o = o.withDefaults()
@@ -109,6 +112,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *Sentinel {
 	}
 	for _, p := range s.sentinels {
 		s.Addrs = append(s.Addrs, p.addr)
+		if err := s.shortenPeriods(ctx, p.addr); err != nil {
+			t.Fatalf("sentinel %s: %v", p.addr, err)
+		}
 	}
 	if err := s.WaitStable(ctx, master); err != nil {
 		t.Fatalf("sentinels not ready: %v\n%s", err, s.Logs())
@@ -127,10 +133,10 @@ func (o SentinelOptions) withDefaults() SentinelOptions {
 		o.Quorum = o.Sentinels/2 + 1
 	}
 	if o.DownAfter == 0 {
-		o.DownAfter = time.Second
+		o.DownAfter = 750 * time.Millisecond
 	}
 	if o.FailoverTimeout == 0 {
-		o.FailoverTimeout = time.Second
+		o.FailoverTimeout = 1500 * time.Millisecond
 	}
 	return o
 }
@@ -212,6 +218,21 @@ func (s *Sentinel) sentinelConfig(dir string, ports []int, i int, o SentinelOpti
 	return strings.Join(lines, "\n") + "\n"
 }
 
+// shortenPeriods makes the sentinel at addr ping every node every 300 ms
+// (1 s by default), ask the others whether the master is down every 100 ms
+// and publish its hello every 200 ms (as Redis's own Sentinel tests do), so
+// that a dead master is found soon after DownAfter and the sentinels agree
+// quickly. A ping period as long as DownAfter would make a sentinel find a
+// master down just after it switched to it (its first ping goes out one
+// period after the switch); one shorter than 200 ms would make it find no
+// replica good enough to promote (their INFO, asked for once a second
+// during a failover, must be younger than five ping periods).
+func (s *Sentinel) shortenPeriods(ctx context.Context, addr string) error {
+	cmd := redis.NewCmd(ctx, "SENTINEL", "DEBUG", "ping-period", 300, "ask-period", 100, "publish-period", 200)
+	_ = s.sentinelClient(addr).Process(ctx, cmd)
+	return cmd.Err()
+}
+
 // sentinelID is the run id (40 hex digits) of the sentinel on port.
 func sentinelID(port int) string { return fmt.Sprintf("%040x", port) }
 
@@ -271,7 +292,8 @@ func (s *Sentinel) Masters(ctx context.Context) []string {
 // WaitStable waits until the deployment can survive the loss of master: every
 // sentinel reports master, sees it up and no failover under way, knows every
 // other sentinel, and sees every other data node as a replica that is up; and
-// master has every other data node as an online replica.
+// master has every other data node as an online replica that has caught up
+// with it (see checkReplicas).
 func (s *Sentinel) WaitStable(ctx context.Context, master string) error {
 	var last error
 	for {
@@ -332,8 +354,14 @@ func (s *Sentinel) checkSentinel(ctx context.Context, addr, master string) error
 }
 
 // checkReplicas checks that master has every other node as an online
-// replica.
+// replica that has processed everything master had written before the
+// check, a write of its own included. (After a full sync, a master holds
+// the stream back until the replica's first acknowledgement, up to a second
+// later: a replica can be "online" and a second behind.)
 func (s *Sentinel) checkReplicas(ctx context.Context, master string) error {
+	if err := s.nodeClient(master).Incr(ctx, "faults:probe").Err(); err != nil {
+		return fmt.Errorf("write to %s: %w", master, err)
+	}
 	info, err := s.nodeClient(master).Info(ctx, "replication").Result()
 	if err != nil {
 		return fmt.Errorf("INFO of %s: %w", master, err)
@@ -341,13 +369,37 @@ func (s *Sentinel) checkReplicas(ctx context.Context, master string) error {
 	if !strings.Contains(info, "role:master") {
 		return fmt.Errorf("%s is not a master:\n%s", master, info)
 	}
+	offset := InfoField(info, "master_repl_offset")
 	for _, n := range s.Nodes {
+		if n.Addr == master {
+			continue
+		}
 		_, port, _ := net.SplitHostPort(n.Addr)
-		if n.Addr != master && !strings.Contains(info, ",port="+port+",state=online,") {
+		if !strings.Contains(info, ",port="+port+",state=online,") {
 			return fmt.Errorf("%s has no online replica %s:\n%s", master, n.Addr, info)
+		}
+		rinfo, err := s.nodeClient(n.Addr).Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("INFO of %s: %w", n.Addr, err)
+		}
+		if got := InfoField(rinfo, "slave_repl_offset"); got < offset {
+			return fmt.Errorf("replica %s has processed %d bytes of the stream, %s had written %d", n.Addr, got, master, offset)
 		}
 	}
 	return nil
+}
+
+// InfoField returns the integer field name of an INFO reply, -1 when it has
+// none.
+func InfoField(info, name string) int64 {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 func (s *Sentinel) waitReplicas(ctx context.Context, master string) error {
@@ -378,10 +430,39 @@ func (s *Sentinel) Rejoin(ctx context.Context, r *Redis, master string) error {
 	return s.replicate(ctx, r, master)
 }
 
-// configure makes a node, once a master, sync a new replica at once: Redis
-// 7 otherwise waits five seconds (repl-diskless-sync-delay) for others.
+// replUser is the ACL user (and password) replicas log in to their master
+// with, so that CutReplication can keep them out.
+const replUser = "faults-repl"
+
+// configure prepares a node, before it replicates or is replicated: it syncs
+// a new replica at once (Redis 7 otherwise waits five seconds,
+// repl-diskless-sync-delay, for others), and its replicas log in as
+// replUser.
 func (s *Sentinel) configure(ctx context.Context, r *Redis) error {
-	return s.nodeClient(r.Addr).ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err()
+	rc := s.nodeClient(r.Addr)
+	if err := rc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		return err
+	}
+	if err := rc.Do(ctx, "ACL", "SETUSER", replUser, "on", ">"+replUser, "+psync", "+replconf", "+ping").Err(); err != nil {
+		return err
+	}
+	if err := rc.ConfigSet(ctx, "masteruser", replUser).Err(); err != nil {
+		return err
+	}
+	return rc.ConfigSet(ctx, "masterauth", replUser).Err()
+}
+
+// CutReplication stops master from replicating while it goes on serving its
+// clients, as a broken link to its replicas would: their connections are
+// closed and they cannot log in again. Whatever master writes from then on
+// is lost if it dies. A node that is started again (Rejoin) replicates
+// normally.
+func (s *Sentinel) CutReplication(ctx context.Context, master string) error {
+	rc := s.nodeClient(master)
+	if err := rc.Do(ctx, "ACL", "SETUSER", replUser, "off").Err(); err != nil {
+		return err
+	}
+	return rc.ClientKillByFilter(ctx, "TYPE", "replica").Err()
 }
 
 func (s *Sentinel) replicate(ctx context.Context, r *Redis, master string) error {
