@@ -121,8 +121,21 @@ func fillUntilOOM(t *testing.T, ctx context.Context, rc *redis.Client) {
 			}
 		}
 	}
-	err := rc.Incr(ctx, "servererr-probe").Err()
-	require.Error(t, err, "INCR of a new key succeeds after %d writes at maxmemory", i)
+	// Memory in use moves a little (client buffers): put maxmemory well
+	// below it, so that every write from here on is refused.
+	info, err := rc.Info(ctx, "memory").Result()
+	require.NoError(t, err)
+	used := int64(0)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			used, err = strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, used, "INFO memory has used_memory")
+	require.NoError(t, rc.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used*3/4, 10)).Err())
+	err = rc.Incr(ctx, "servererr-probe").Err()
+	require.Error(t, err, "INCR of a new key succeeds after %d writes, with maxmemory under the memory in use", i)
 	require.Contains(t, err.Error(), "OOM")
 }
 
