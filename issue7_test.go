@@ -637,3 +637,26 @@ func TestKeysOfDistinctNamesDiffer(t *testing.T) {
 		require.NoError(t, l2.Release(ctx))
 	}
 }
+
+// slowFailing is a provider whose Acquire fails with its own error once the
+// caller's context has ended, as a network call that times out does.
+type slowFailing struct{ lock.Provider }
+
+func (slowFailing) Acquire(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
+	<-ctx.Done()
+	return lock.Record{}, errors.New("read tcp: i/o timeout")
+}
+
+// When the context ends while the provider fails, the error keeps both (the
+// context's, for errors.Is, and the provider's text) and names the key once.
+func TestContextEndAndProviderErrorNameTheKeyOnce(t *testing.T) {
+	c := newClient(t, slowFailing{lock.NewMemoryProvider()})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	name := uniqueName(t)
+	_, err := c.Acquire(ctx, name, lock.Options{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, lock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "i/o timeout", "the provider's error is kept")
+	assert.Equal(t, 1, strings.Count(err.Error(), c.Key(name)), "the key is named once: %v", err)
+}

@@ -130,7 +130,14 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed)
 	switch cause := context.Cause(ctx); {
 	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
-		reason = fmt.Errorf("%w: %w", cause, reason) // the provider failed as the context ended
+		// The provider failed as the context ended: keep both, and name the
+		// key once (the NotAcquiredError does).
+		var op *opError
+		if errors.As(reason, &op) {
+			reason = fmt.Errorf("%w: %s: %w", cause, op.op, op.err)
+		} else {
+			reason = fmt.Errorf("%w: %w", cause, reason)
+		}
 	case cause != nil:
 		reason = cause
 	case !held:
@@ -155,8 +162,17 @@ func (a *acquisition) failed(op string, err error) error {
 	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
 		return err
 	}
-	return fmt.Errorf("lock: %s %q: %w", op, a.key, err)
+	return &opError{op: op, key: a.key, err: err}
 }
+
+// opError is a provider's error, with the operation and the key it failed on.
+type opError struct {
+	op, key string
+	err     error
+}
+
+func (e *opError) Error() string { return fmt.Sprintf("lock: %s %q: %v", e.op, e.key, e.err) }
+func (e *opError) Unwrap() error { return e.err }
 
 // granted returns the held Lock of a grant of rec, requested at sent.
 func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
