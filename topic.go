@@ -92,19 +92,24 @@ func (in *inbox) handBack(g Grant) {
 
 // deliver hands g to its waiter; a grant without owner (a grace period)
 // wakes every waiter of its key, and one without key every waiter.
+//
+// A grant is put in its waiter's channel under in.mu, so that it happens
+// either before leave unregisters the waiter (leave then finds it) or not
+// at all (it is handed back here).
 func (in *inbox) deliver(g Grant) {
 	in.mu.Lock()
 	if g.Owner != "" {
 		w := in.waiters[g.Owner]
-		in.mu.Unlock()
-		if w == nil || w.key != g.Key {
-			in.handBack(g)
+		if w != nil && w.key == g.Key {
+			select {
+			case w.grants <- g:
+			default: // a grant of the same record is there already
+			}
+			in.mu.Unlock()
 			return
 		}
-		select {
-		case w.grants <- g:
-		default:
-		}
+		in.mu.Unlock()
+		in.handBack(g)
 		return
 	}
 	defer in.mu.Unlock()
