@@ -224,9 +224,9 @@ func FromContext(ctx context.Context) (*Lock, bool) {
 // heldBy reports whether ctx's call chain holds the lock under key with c.
 func heldBy(ctx context.Context, c *Client, key string) bool {
 	for ch := chainOf(ctx); ch != nil; ch = ch.outer {
-		if ch.l.c == c && ch.l.key == key && ch.l.Err() == nil {
+		if ch.l.c == c && ch.l.key == key {
 			select {
-			case <-ch.l.done:
+			case <-ch.l.done: // released or lost
 			default:
 				return true
 			}

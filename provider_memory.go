@@ -136,12 +136,9 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 		return rec, nil
 	}
 	rec := m.held(r, w.Owner, w.TTL, now)
-	switch {
-	case rec.Owner == w.Owner && !rec.Ended:
-		m.dequeue(key, w.Owner)
-	case rec.Ended:
-		m.dequeue(key, w.Owner)
-	default:
+	if rec.Ended || rec.Owner == w.Owner {
+		m.dequeue(key, w.Owner) // granted, or closed for a window: not waiting
+	} else {
 		rec.Queued, rec.Position = true, m.enqueue(key, w)
 	}
 	m.mu.Unlock()

@@ -109,9 +109,11 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	defer cancel()
 	w := &waiter{
 		acquisition: a,
-		req:         Waiter{Owner: a.owner, TTL: a.o.Lease, Fair: a.o.Fair, Contended: a.c.busy.has(a.key)},
-		grants:      make(chan Grant, 1),
-		wake:        make(chan struct{}, 1),
+		// A wait starts only once the key was seen busy (Acquire): first
+		// look for a queue to join.
+		req:    Waiter{Owner: a.owner, TTL: a.o.Lease, Fair: a.o.Fair, Contended: true},
+		grants: make(chan Grant, 1),
+		wake:   make(chan struct{}, 1),
 	}
 	a.c.inbox.join(ctx, w)
 	defer a.c.inbox.leave(w)
