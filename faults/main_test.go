@@ -353,3 +353,44 @@ func readLine(r *bufio.Reader) string {
 }
 
 var stdin = sync.OnceValue(func() *bufio.Reader { return bufio.NewReader(os.Stdin) })
+
+// checkHandedOver has holder take the lock called name and waiter wait for
+// it, then checks that the release hands it to the waiter at once: waiter
+// polls every 10 s, so only the handoff can wake it that soon. contended
+// receives when the waiter has found the lock held (its EventContended).
+func checkHandedOver[T any](t *testing.T, ctx context.Context, holder, waiter *lock.Client, name string, contended <-chan T) {
+	t.Helper()
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	stats.grants.Add(1)
+	type result struct {
+		l   *lock.Lock
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
+		done <- result{wl, err, time.Now()}
+	}()
+	// The waiter reports the contention once it has queued; from then on
+	// only the handoff, or its 10 s poll, grants it the lock.
+	select {
+	case <-contended:
+	case r := <-done:
+		t.Fatalf("the waiter ended before the release: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("the waiter never found the lock held")
+	}
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	r := <-done
+	require.NoError(t, r.err, "the waiter's acquisition")
+	stats.grants.Add(1)
+	took := r.at.Sub(released)
+	t.Logf("waiter acquired %v after the release (poll interval 10s)", took.Round(time.Millisecond))
+	expect(t, took < 2*time.Second, "the waiter took %v after the release: the announcement did not wake it", took)
+	expect(t, r.l.Token() > l.Token(), "token %d after %d", r.l.Token(), l.Token())
+	require.NoError(t, r.l.Release(ctx))
+}

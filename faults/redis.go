@@ -129,22 +129,32 @@ func (r *Redis) Start() error {
 		close(exited)
 	}()
 	r.cmd, r.exited, r.log = cmd, exited, log
+	if err := waitPing("redis-server", r.Addr, exited, log); err != nil {
+		_ = cmd.Process.Kill() // when it did not answer in time
+		<-exited
+		r.cmd = nil
+		return err
+	}
+	return nil
+}
+
+// waitPing waits up to ten seconds for the server a process started on addr
+// to answer PING. It fails, with what the process printed, when the process
+// exits first or does not answer in time.
+func waitPing(what, addr string, exited <-chan struct{}, log *boundedBuffer) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := ping(r.Addr); err == nil {
+		err := ping(addr)
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-exited:
-			r.cmd = nil
-			return fmt.Errorf("redis-server on port %d exited: %s", r.port, strings.TrimSpace(log.String()))
+			return fmt.Errorf("%s %s exited: %s", what, addr, strings.TrimSpace(log.String()))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			r.cmd = nil
-			return fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", r.port, strings.TrimSpace(log.String()))
+			return fmt.Errorf("%s %s did not answer PING within 10s (%v): %s", what, addr, err, strings.TrimSpace(log.String()))
 		}
 	}
 }

@@ -181,7 +181,7 @@ func (s *Sentinel) startSentinels(bin string, o SentinelOptions) ([]*sentinelPro
 		procs = append(procs, sp)
 	}
 	for _, sp := range procs {
-		if err := sp.waitPing(); err != nil {
+		if err := waitPing("sentinel", sp.addr, sp.exited, sp.log); err != nil {
 			for _, sp := range procs {
 				sp.kill()
 			}
@@ -235,24 +235,6 @@ func (s *Sentinel) shortenPeriods(ctx context.Context, addr string) error {
 
 // sentinelID is the run id (40 hex digits) of the sentinel on port.
 func sentinelID(port int) string { return fmt.Sprintf("%040x", port) }
-
-func (p *sentinelProc) waitPing() error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := ping(p.addr)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("sentinel %s exited: %s", p.addr, strings.TrimSpace(p.log.String()))
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sentinel %s did not answer PING within 10s: %v", p.addr, err)
-		}
-	}
-}
 
 func (p *sentinelProc) kill() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)

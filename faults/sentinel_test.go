@@ -137,37 +137,7 @@ func TestSentinel(t *testing.T) {
 				}
 			}
 		}))
-		l, err := holder.Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err)
-		stats.grants.Add(1)
-		type result struct {
-			l   *lock.Lock
-			err error
-			at  time.Time
-		}
-		done := make(chan result, 1)
-		go func() {
-			wl, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
-			done <- result{wl, err, time.Now()}
-		}()
-		select {
-		case <-contended:
-		case r := <-done:
-			t.Fatalf("the waiter ended before the release: %v", r.err)
-		case <-ctx.Done():
-			t.Fatal("the waiter never found the lock held")
-		}
-		time.Sleep(100 * time.Millisecond)
-		released := time.Now()
-		require.NoError(t, l.Release(ctx))
-		r := <-done
-		require.NoError(t, r.err, "the waiter's acquisition")
-		stats.grants.Add(1)
-		took := r.at.Sub(released)
-		t.Logf("waiter acquired %v after the release (poll interval 10s)", took.Round(time.Millisecond))
-		expect(t, took < 2*time.Second, "the waiter took %v after the release: the announcement did not wake it", took)
-		expect(t, r.l.Token() > l.Token(), "token %d after %d", r.l.Token(), l.Token())
-		require.NoError(t, r.l.Release(ctx))
+		checkHandedOver(t, ctx, holder, waiter, name, contended)
 	})
 
 	t.Run("mutual exclusion", func(t *testing.T) {
