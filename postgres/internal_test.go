@@ -1,0 +1,63 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/seed05627090/lock"
+)
+
+func TestUpperBound(t *testing.T) {
+	str := func(s string) *string { return &s }
+	cases := []struct {
+		prefix string
+		want   *string
+	}{
+		{"", nil},
+		{"a", str("b")},
+		{"lock:{x", str("lock:{y")},
+		{"a%_", str("a%`")},
+		{"é", str("ê")},
+		{"a\u007f", str("a\u0080")},
+		{"a\ud7ff", str("a\ue000")},
+		{"a\U0010ffff", str("b")},
+		{"\U0010ffff", nil},
+	}
+	for _, c := range cases {
+		got := upperBound(c.prefix)
+		if c.want == nil {
+			assert.Nil(t, got, "prefix %q has no upper bound", c.prefix)
+			continue
+		}
+		if assert.NotNil(t, got, "prefix %q", c.prefix) {
+			assert.Equal(t, *c.want, *got, "prefix %q", c.prefix)
+			assert.Greater(t, *got, c.prefix+"\U0010ffff", "every key with prefix %q sorts before the bound", c.prefix)
+		}
+	}
+}
+
+func TestChannel(t *testing.T) {
+	short := strings.Repeat("i", maxChannelLen)
+	assert.Equal(t, short, channel(short), "an inbox that fits a channel name is the channel")
+	long := short + "x"
+	assert.LessOrEqual(t, len(channel(long)), maxChannelLen)
+	assert.Equal(t, channel(long), channel(long), "the same inbox, the same channel")
+	assert.NotEqual(t, channel(long), channel(short+"y"), "other inboxes, other channels")
+}
+
+func TestParseGrant(t *testing.T) {
+	g, ok := parseGrant(`{"k":"lock:{a}","o":"o-1","t":42,"ttl":1500}`)
+	assert.True(t, ok)
+	assert.Equal(t, lock.Grant{Key: "lock:{a}", Owner: "o-1", Token: 42, TTL: 1500 * time.Millisecond}, g)
+	g, ok = parseGrant(`{"k":"lock:{a}"}`)
+	assert.True(t, ok)
+	assert.Equal(t, lock.Grant{Key: "lock:{a}"}, g, "a grace period")
+	for _, bad := range []string{"", "garbage", `{}`, `{"o":"x","t":1,"ttl":1}`, `{"k":"a","o":"x","ttl":1}`,
+		`{"k":"a","o":"x","t":1}`, `{"k":"a","o":"x","t":-1,"ttl":1}`, `["k"]`} {
+		_, ok := parseGrant(bad)
+		assert.False(t, ok, "payload %q is not a grant", bad)
+	}
+}

@@ -1,0 +1,420 @@
+// Package postgres is a lock.Provider that keeps the locks of
+// github.com/seed05627090/lock in PostgreSQL (11 or later), for services
+// whose replicas share a database rather than a Redis:
+//
+//	pool, _ := pgxpool.New(ctx, "postgres://...")
+//	p, err := postgres.NewProvider(ctx, pool)
+//	c, err := lock.NewClient(p)
+//	err = c.Do(ctx, "nightly-report", lock.Options{}, sendReport)
+//
+// # Schema
+//
+// NewProvider creates, if they do not exist, in the schema that is current
+// on the pool's connections (see WithTablePrefix for the names):
+//
+//	lock_records  key text (primary key), owner text, token bigint,
+//	              ended boolean, since timestamptz, expires_at timestamptz
+//	lock_queue    position bigserial (primary key: arrival order), key text,
+//	              owner text, ttl_ms bigint, channel text, expires_at timestamptz
+//	lock_tokens   a sequence: the fencing tokens
+//
+// and PL/pgSQL functions (lock_acquire, lock_wait, lock_release, ...; the
+// text is schema.sql in this package). Each method of the provider is one
+// call of one of them: one statement, one round trip, one transaction,
+// which first takes an advisory lock made from the key
+// (pg_advisory_xact_lock(class, hashtext(key)), class a number made from the
+// schema and prefix), so that every method is atomic per key across
+// processes. Every process that shares a prefix must run the same version
+// of this package.
+//
+// # Guarantees and limits
+//
+// Expiry is by the server's clock: a record whose expires_at has passed
+// (clock_timestamp() on the server) counts as absent, and is overwritten or
+// deleted by a later call; a grant deletes a couple of expired records of
+// other keys as it goes, so that keys that are never used again do not pile
+// up. Record.Since is the server's clock at the grant, and Record.TTL the
+// time the record has left by the server's clock, in milliseconds. Fencing
+// tokens come from one sequence, so they strictly increase across all keys.
+//
+// A lock handed to a waiter from the queue is announced with NOTIFY on the
+// channel of the waiter's inbox, in the transaction that stores the
+// waiter's record: it is delivered when that transaction commits, never
+// for a hand-over that did not happen. Listen holds a connection of its own
+// per inbox (taken from the pool and kept out of it), with
+// application_name "lock-listen" (see WithListenApplicationName). An inbox
+// longer than 63 bytes, the limit of a channel name, is listened to on a
+// channel named after its SHA-256 sum.
+//
+// PostgreSQL cannot tell whether anyone listens on a channel, so a lock is
+// handed to the first waiter in the queue even when that waiter's process
+// died: the lock then idles until the record's TTL (the waiter's lease)
+// runs out, and the next waiter's look serves the queue. A queue entry ages
+// out two minutes after its waiter's last look.
+//
+// When the Listen connection breaks, the provider reconnects (waiting up
+// to 5s between attempts), listens again, and delivers a Grant without Key:
+// grants notified meanwhile were lost, and the Client's waiters look again
+// at once.
+//
+// Keys, owners and inboxes must be valid UTF-8 without NUL bytes (text
+// that PostgreSQL can store); others are refused with
+// lock.ErrInvalidArgument. Calls need READ COMMITTED (the default) as the
+// connections' isolation level.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seed05627090/lock"
+)
+
+var _ lock.Provider = (*Provider)(nil)
+
+// DefaultTablePrefix starts the name of every table, sequence and function
+// of the provider when no WithTablePrefix is given.
+const DefaultTablePrefix = "lock_"
+
+// DefaultListenApplicationName is the application_name of the connections
+// that Listen holds, when no WithListenApplicationName is given.
+const DefaultListenApplicationName = "lock-listen"
+
+// Provider is a lock.Provider backed by PostgreSQL through a pgx pool. Make
+// one with NewProvider; it is safe for concurrent use. The pool stays the
+// caller's to close, after every Listen has stopped.
+type Provider struct {
+	pool    *pgxpool.Pool
+	obj     objects
+	appName string
+	sql     queries
+}
+
+// queries are the statements of the methods, with their names filled in.
+type queries struct {
+	acquire, wait, leave, release, update, force, inspect, list string
+}
+
+// Option configures a Provider.
+type Option func(*config)
+
+type config struct {
+	prefix  string
+	appName string
+}
+
+// WithTablePrefix sets the text that starts the name of every table,
+// sequence and function the provider makes (DefaultTablePrefix when not
+// given): 1 to 40 lowercase ASCII letters, digits and underscores, starting
+// with a letter or an underscore. Providers with different prefixes keep
+// separate locks.
+func WithTablePrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// WithListenApplicationName sets the application_name of the connections
+// that Listen holds (DefaultListenApplicationName when not given or empty),
+// so that they can be told apart in pg_stat_activity.
+func WithListenApplicationName(name string) Option {
+	return func(c *config) {
+		if name != "" {
+			c.appName = name
+		}
+	}
+}
+
+var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// NewProvider returns a provider that keeps its locks in pool's database.
+// It creates the provider's tables, sequence and functions in the current
+// schema when they do not exist, and (re)defines the functions. It fails
+// with lock.ErrInvalidArgument for a nil pool or a bad prefix, and with the
+// server's error when the objects cannot be made; nothing is left half made
+// then (one transaction).
+func NewProvider(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Provider, error) {
+	if pool == nil {
+		return nil, invalidf("nil pool")
+	}
+	cfg := config{prefix: DefaultTablePrefix, appName: DefaultListenApplicationName}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if !prefixPattern.MatchString(cfg.prefix) {
+		return nil, invalidf("table prefix %q: want 1 to 40 of a-z, 0-9 and _, not starting with a digit", cfg.prefix)
+	}
+	var schema *string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return nil, fmt.Errorf("lock: postgres set-up: %w", err)
+	}
+	if schema == nil {
+		return nil, errors.New("lock: postgres set-up: no current schema (search_path names none that exists)")
+	}
+	p := &Provider{pool: pool, obj: newObjects(*schema, cfg.prefix), appName: cfg.appName}
+	p.sql = p.obj.queries()
+	if err := p.inSetupLock(ctx, p.obj.ddl()); err != nil {
+		return nil, fmt.Errorf("lock: postgres set-up of %s.%s*: %w", *schema, cfg.prefix, err)
+	}
+	return p, nil
+}
+
+// Drop removes the provider's tables, sequence and functions, with every
+// lock and queue they hold: for tests and examples that made their own
+// prefix. Calls on the provider fail afterwards.
+func (p *Provider) Drop(ctx context.Context) error {
+	if err := p.inSetupLock(ctx, p.obj.dropDDL()); err != nil {
+		return fmt.Errorf("lock: postgres drop %s.%s*: %w", p.obj.schema, p.obj.prefix, err)
+	}
+	return nil
+}
+
+func (o objects) queries() queries {
+	f := o.funcs
+	// The queue entries of a record, by the time of the same statement.
+	waiters := `(SELECT count(*) FROM ` + o.queue + ` q WHERE q.key = k.key AND q.expires_at > c.t)`
+	return queries{
+		acquire: `SELECT * FROM ` + f["acquire"] + `($1, $2, $3)`,
+		wait:    `SELECT * FROM ` + f["wait"] + `($1, $2, $3, $4, $5, $6)`,
+		leave:   `SELECT ` + f["leave"] + `($1, $2)`,
+		release: `SELECT * FROM ` + f["release"] + `($1, $2)`,
+		update:  `SELECT * FROM ` + f["update"] + `($1, $2, $3, $4)`,
+		force:   `SELECT * FROM ` + f["force_release"] + `($1)`,
+		inspect: `WITH c AS (SELECT clock_timestamp() AS t), k AS (SELECT $1::text COLLATE "C" AS key)
+SELECT coalesce(r.owner, ''), coalesce(r.token, 0), coalesce(r.ended, false),
+	coalesce(r.expires_at, c.t), coalesce(r.since, c.t), c.t, ` + waiters + `
+FROM c CROSS JOIN k LEFT JOIN ` + o.records + ` r ON r.key = k.key AND r.expires_at > c.t`,
+		// A page of the live records whose keys start with $1, after $2, and
+		// before $3 when it is not NULL (the keys past every key with the
+		// prefix, in byte order: see upperBound).
+		list: `WITH c AS (SELECT clock_timestamp() AS t)
+SELECT k.key, k.owner, k.token, k.ended, k.expires_at, k.since, c.t, ` + waiters + `
+FROM c CROSS JOIN ` + o.records + ` k
+WHERE k.key > $2 AND ($3::text IS NULL OR k.key < $3) AND starts_with(k.key, $1) AND k.expires_at > c.t
+ORDER BY k.key LIMIT $4`,
+	}
+}
+
+// Acquire implements lock.Provider.
+func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return lock.Record{}, err
+	}
+	var r row
+	err := p.pool.QueryRow(ctx, p.sql.acquire, key, owner, ttl.Milliseconds()).Scan(r.fields()...)
+	if err != nil {
+		return lock.Record{}, fail("acquire", key, err)
+	}
+	return r.record(), nil
+}
+
+// Queue implements lock.Provider. Waiter.Contended is not used: the record
+// is always read.
+func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	if err := checkWaiter(key, w); err != nil {
+		return lock.Record{}, err
+	}
+	var r row
+	var queued bool
+	var place int64
+	err := p.pool.QueryRow(ctx, p.sql.wait, key, w.Owner, w.TTL.Milliseconds(), channel(w.Inbox), w.Fair, w.Again).
+		Scan(append(r.fields(), &queued, &place)...)
+	if err != nil {
+		return lock.Record{}, fail("queue", key, err)
+	}
+	rec := r.record()
+	if queued {
+		rec.Queued, rec.Position = true, int(place)
+	}
+	return rec, nil
+}
+
+// Leave implements lock.Provider.
+func (p *Provider) Leave(ctx context.Context, key string, w lock.Waiter) error {
+	if err := checkWaiter(key, w); err != nil {
+		return err
+	}
+	if _, err := p.pool.Exec(ctx, p.sql.leave, key, w.Owner); err != nil {
+		return fail("leave", key, err)
+	}
+	return nil
+}
+
+// Release implements lock.Provider.
+func (p *Provider) Release(ctx context.Context, key, owner string) error {
+	if err := checkKeyOwner(key, owner); err != nil {
+		return err
+	}
+	var code int32
+	if err := p.pool.QueryRow(ctx, p.sql.release, key, owner).Scan(&code); err != nil {
+		return fail("release", key, err)
+	}
+	if code == 0 {
+		return &lock.LostError{Key: key}
+	}
+	return nil
+}
+
+// Update implements lock.Provider.
+func (p *Provider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return err
+	}
+	var code int32
+	var token int64
+	err := p.pool.QueryRow(ctx, p.sql.update, key, owner, ttl.Milliseconds(), ended).Scan(&code, &token)
+	if err != nil {
+		return fail("update", key, err)
+	}
+	if code == 0 {
+		return &lock.LostError{Key: key, Token: uint64(token)}
+	}
+	return nil
+}
+
+// Inspect implements lock.Provider. It reads the record and counts the
+// queue in one statement, without taking the key's lock. A free key
+// inspects as the zero Record, even when waiters are still queued (after
+// its record expired), as with the other providers.
+func (p *Provider) Inspect(ctx context.Context, key string) (lock.Record, error) {
+	if err := checkKey(key); err != nil {
+		return lock.Record{}, err
+	}
+	var r row
+	var waiters int64
+	if err := p.pool.QueryRow(ctx, p.sql.inspect, key).Scan(append(r.fields(), &waiters)...); err != nil {
+		return lock.Record{}, fail("inspect", key, err)
+	}
+	rec := r.record()
+	if rec.Owner != "" {
+		rec.Waiters = int(waiters)
+	}
+	return rec, nil
+}
+
+// listPage is how many records List reads in one query. No connection is
+// held while fn runs, so fn may call the provider.
+const listPage = 100
+
+// List implements lock.Provider. It reads the records in key order, a page
+// at a time; a record taken or freed meanwhile may be seen or not. The
+// prefix is matched byte for byte (no pattern characters).
+func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
+	if fn == nil {
+		return invalidf("nil list function")
+	}
+	if err := checkText("prefix", prefix); err != nil {
+		return err
+	}
+	upper := upperBound(prefix)
+	after := ""
+	for {
+		keys, recs, err := p.listPage(ctx, prefix, after, upper)
+		if err != nil {
+			return fail("list", prefix, err)
+		}
+		for i, key := range keys {
+			if !fn(key, recs[i], nil) {
+				return nil
+			}
+		}
+		if len(keys) < listPage {
+			return nil
+		}
+		after = keys[len(keys)-1]
+	}
+}
+
+// listPage reads up to listPage live records whose keys start with prefix,
+// in key order, after the key after.
+func (p *Provider) listPage(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error) {
+	rows, err := p.pool.Query(ctx, p.sql.list, prefix, after, upper, listPage)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var keys []string
+	var recs []lock.Record
+	for rows.Next() {
+		var key string
+		var r row
+		var waiters int64
+		if err := rows.Scan(append(append([]any{&key}, r.fields()...), &waiters)...); err != nil {
+			return nil, nil, err
+		}
+		rec := r.record()
+		rec.Waiters = int(waiters)
+		keys, recs = append(keys, key), append(recs, rec)
+	}
+	return keys, recs, rows.Err()
+}
+
+// ForceRelease implements lock.Provider.
+func (p *Provider) ForceRelease(ctx context.Context, key string) (lock.Record, error) {
+	if err := checkKey(key); err != nil {
+		return lock.Record{}, err
+	}
+	var r row
+	if err := p.pool.QueryRow(ctx, p.sql.force, key).Scan(r.fields()...); err != nil {
+		return lock.Record{}, fail("force release", key, err)
+	}
+	return r.record(), nil
+}
+
+// row is a record as the functions return it, with the server's time.
+type row struct {
+	owner                 string
+	token                 int64
+	ended                 bool
+	expires, since, clock time.Time
+}
+
+func (r *row) fields() []any {
+	return []any{&r.owner, &r.token, &r.ended, &r.expires, &r.since, &r.clock}
+}
+
+// record returns r as a lock.Record: the zero Record when no owner.
+func (r *row) record() lock.Record {
+	if r.owner == "" {
+		return lock.Record{}
+	}
+	return lock.Record{
+		Owner: r.owner,
+		Token: uint64(r.token),
+		Ended: r.ended,
+		TTL:   max(r.expires.Sub(r.clock).Truncate(time.Millisecond), 0),
+		Since: r.since,
+	}
+}
+
+// fail names the operation and the key of a server's, network's or
+// context's error.
+func fail(op, key string, err error) error {
+	return fmt.Errorf("lock: postgres %s %q: %w", op, key, err)
+}
+
+// upperBound returns the least string greater than every string that starts
+// with prefix, in byte order (the keys' collation is "C"), or nil when there
+// is none (an empty prefix, or one of only U+10FFFF): the prefix with its
+// last rune that can be incremented incremented, and what follows dropped.
+func upperBound(prefix string) *string {
+	rs := []rune(prefix)
+	for i := len(rs) - 1; i >= 0; i-- {
+		switch r := rs[i]; {
+		case r == 0xD7FF:
+			rs[i] = 0xE000 // past the surrogates, which UTF-8 does not encode
+		case r < 0x10FFFF:
+			rs[i] = r + 1
+		default:
+			continue
+		}
+		s := string(rs[:i+1])
+		return &s
+	}
+	return nil
+}
