@@ -23,6 +23,10 @@ const (
 	// expired, renewal failed, MaxDuration reached, record gone or taken). Err
 	// is the *LostError. Held is how long it was held until then.
 	EventLost
+	// EventForceReleased: this Client's ForceRelease freed a lock that Owner
+	// held, with Token (see Client.ForceRelease). The holder, in whatever
+	// process, emits Lost when it finds out.
+	EventForceReleased
 )
 
 func (k EventKind) String() string {
@@ -37,6 +41,8 @@ func (k EventKind) String() string {
 		return "released"
 	case EventLost:
 		return "lost"
+	case EventForceReleased:
+		return "force-released"
 	}
 	return "unknown"
 }

@@ -88,7 +88,8 @@ func FuzzMemoryProvider(f *testing.F) {
 		}
 		seen, err := p.Acquire(ctx, key, other, time.Second)
 		require.NoError(t, err)
-		require.Equal(t, lock.Record{Owner: owner, Token: rec.Token, TTL: ttl}, seen, "another owner sees the record")
+		since := time.Unix(1_700_000_000, 0)
+		require.Equal(t, lock.Record{Owner: owner, Token: rec.Token, TTL: ttl, Since: since}, seen, "another owner sees the record")
 		require.ErrorIs(t, p.Release(ctx, key, other), lock.ErrLost, "another owner released the record")
 		require.ErrorIs(t, p.Update(ctx, key, other, time.Second, false), lock.ErrLost, "another owner updated the record")
 
@@ -122,45 +123,52 @@ func fuzzSnapshot(t *testing.T, mr *miniredis.Miniredis, key string) fuzzStored 
 }
 
 // fuzzParseRecord parses a stored value as the library's record, by the rules of
-// its doc: "owner,token", "owner,token,q" or "owner,token,ended", owner
-// valid, token 1 to 19 digits without a leading zero.
+// its doc: "owner,token,since", "owner,token,since,q" or
+// "owner,token,since,ended", owner valid, token 1 to 19 digits without a
+// leading zero, since 1 to 15 digits.
 func fuzzParseRecord(v string) (owner string, token uint64, ended bool, ok bool) {
 	ended = strings.HasSuffix(v, ",ended")
 	body := strings.TrimSuffix(v, ",ended")
 	if !ended {
 		body = strings.TrimSuffix(body, ",q")
 	}
-	owner, tok, found := strings.Cut(body, ",")
-	if !found || !fuzzValidOwner(owner) {
+	parts := strings.Split(body, ",")
+	if len(parts) != 3 || !fuzzValidOwner(parts[0]) {
 		return "", 0, false, false
 	}
+	tok, since := parts[1], parts[2]
 	token, err := strconv.ParseUint(tok, 10, 64)
 	if err != nil || token == 0 || len(tok) > 19 || tok[0] == '0' {
 		return "", 0, false, false
 	}
-	return owner, token, ended, true
+	if since == "" || len(since) > 15 || strings.Trim(since, "0123456789") != "" {
+		return "", 0, false, false
+	}
+	return parts[0], token, ended, true
 }
 
 const fuzzOwner = "me"
 
 // FuzzRedisRecord stores a raw value under the record key K (a string, a
-// list, a hash, or nothing) in miniredis and runs Acquire, Release and Update
-// on it: they never panic, return a valid outcome for a record and an error
+// list, a hash, or nothing) in miniredis and runs Acquire, Release, Update,
+// Inspect and ForceRelease on it: they never panic, return a valid outcome for a record and an error
 // matching ErrCorruptRecord otherwise, and never change a value that is not a
 // record.
 func FuzzRedisRecord(f *testing.F) {
 	for _, v := range []string{
-		"me,1", "me,1,ended", "other,5", "other,5,ended", "me,1795000000000000",
-		"me,1,q", "other,5,q", "me,1,q,ended", "me,1,ended,q", "me,1,q,q", "me,1,",
-		"", "garbage", "me", "me,", ",1", "me,-1", "me,1,", "me,1,ended,ended", "me,1ended",
-		"me,007", "me,18446744073709551615", "me,0", "me,18446744073709551616",
-		"me x,1", "other x,1", "me\n,1", "me,1\n", "a,b,c", "\x00,1", "me,\uff11",
-		strings.Repeat("x", lock.MaxOwnerLen+1) + ",1",
+		"me,1,9", "me,1,9,ended", "other,5,9", "other,5,9,ended", "me,1795000000000000,1795000000000",
+		"me,1,9,q", "other,5,9,q", "me,1,9,q,ended", "me,1,9,ended,q", "me,1,9,q,q", "me,1,9,",
+		"", "garbage", "me", "me,", ",1,9", "me,-1,9", "me,1,", "me,1,9,ended,ended", "me,1,9ended",
+		"me,007,9", "me,18446744073709551615,9", "me,0,9", "me,18446744073709551616,9",
+		"me x,1,9", "other x,1,9", "me\n,1,9", "me,1,9\n", "a,b,c", "\x00,1,9", "me,\uff11,9",
+		strings.Repeat("x", lock.MaxOwnerLen+1) + ",1,9",
+		"me,1", "me,1,ended", "me,1,q", "me,1,-9", "me,1,+9", "me,1,0", "me,1,1234567890123456",
+		"me,1,123456789012345", "me,1,\uff19", "me,1, 9",
 	} {
 		f.Add(v, uint8(0))
 	}
-	f.Add("me,1", uint8(1))
-	f.Add("me,1", uint8(2))
+	f.Add("me,1,9", uint8(1))
+	f.Add("me,1,9", uint8(2))
 	f.Add("", uint8(3))
 	mr := miniredis.RunT(f)
 	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -275,9 +283,45 @@ func FuzzRedisRecord(f *testing.F) {
 					bad("%s by %s of %q returned %v", op, fuzzOwner, raw, err)
 				} else if !mine && after != before {
 					bad("%s changed a record it does not hold: %+v -> %+v", op, before, after)
-				} else if mine && end && after.value != owner+","+strconv.FormatUint(token, 10)+",ended" {
+				} else if mine && end && after.value != strings.TrimSuffix(raw, ",q")+",ended" {
 					bad("%s left %q, want it ended", op, after.value)
 				}
+			}
+		}
+
+		// Inspect: changes nothing
+		before = put()
+		rec, err = p.Inspect(ctx, key)
+		switch {
+		case kind == 3:
+			if err != nil || rec != (lock.Record{}) {
+				bad("Inspect of a free key returned %+v, %v", rec, err)
+			}
+		case !isRecord:
+			unchanged("Inspect", before, err)
+		case err != nil || rec.Owner != owner || rec.Token != token || rec.Ended != ended:
+			bad("Inspect of a record returned %+v, %v", rec, err)
+		default:
+			if after := fuzzSnapshot(t, mr, rkey); after.value != before.value {
+				bad("Inspect changed a record: %q -> %q", before.value, after.value)
+			}
+		}
+
+		// ForceRelease
+		before = put()
+		rec, err = p.ForceRelease(ctx, key)
+		switch {
+		case kind == 3:
+			if err != nil || rec != (lock.Record{}) {
+				bad("ForceRelease of a free key returned %+v, %v", rec, err)
+			}
+		case !isRecord:
+			unchanged("ForceRelease", before, err)
+		case err != nil || rec.Owner != owner || rec.Token != token || rec.Ended != ended:
+			bad("ForceRelease of a record returned %+v, %v", rec, err)
+		default:
+			if after := fuzzSnapshot(t, mr, rkey); after.typ != "" {
+				bad("ForceRelease left %+v", after)
 			}
 		}
 

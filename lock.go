@@ -44,8 +44,9 @@ type Client struct {
 	poll           time.Duration
 	releaseTimeout time.Duration
 
-	id  string // this client's random id; owners are id-sequence
-	seq atomic.Uint64
+	id     string // this client's random id; it names its inbox
+	owners string // owners are owners-sequence: id, or identity/id
+	seq    atomic.Uint64
 
 	inbox inbox    // the waiters, and the grants handed to them (topic.go)
 	busy  busyKeys // keys seen contended lately (wait.go)
@@ -74,6 +75,14 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := checkIdentity(c.owners); err != nil {
+		return nil, err
+	}
+	if c.owners == "" {
+		c.owners = c.id
+	} else {
+		c.owners += "/" + c.id
 	}
 	if !hasHashTag(c.Key("x")) {
 		return nil, invalidf("prefix %q starts a Redis hash tag that is empty (\"{}\")", c.prefix)
@@ -159,7 +168,7 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 }
 
 func (c *Client) newOwner() string {
-	return c.id + "-" + strconv.FormatUint(c.seq.Add(1), 36)
+	return c.owners + "-" + strconv.FormatUint(c.seq.Add(1), 36)
 }
 
 // background runs fn on a detached context in a goroutine that Close waits

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -123,6 +124,29 @@ type ClientOption func(*Client)
 // default is DefaultPrefix; "" is allowed.
 func WithPrefix(prefix string) ClientOption {
 	return func(c *Client) { c.prefix = prefix }
+}
+
+// MaxIdentityLen is the longest identity WithIdentity accepts, in bytes.
+const MaxIdentityLen = 64
+
+// WithIdentity names the Client's process (a host and pid, a pod name) in
+// the owner of every lock it acquires: the owner becomes
+// identity/random-id-sequence, so that Inspect, List and lockctl show where a
+// lock is held. An identity is at most MaxIdentityLen bytes without commas or
+// white space; NewClient refuses another with ErrInvalidArgument. The
+// default is none.
+func WithIdentity(identity string) ClientOption {
+	return func(c *Client) { c.owners = identity }
+}
+
+func checkIdentity(id string) error {
+	switch {
+	case len(id) > MaxIdentityLen:
+		return invalidf("identity is %d bytes, more than %d", len(id), MaxIdentityLen)
+	case strings.ContainsAny(id, ", \t\r\n\v\f"):
+		return invalidf("identity %q contains a comma or white space", id)
+	}
+	return nil
 }
 
 // WithLogger sends debug records about acquisitions, waits and releases to l.

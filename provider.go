@@ -9,7 +9,8 @@ import (
 
 // Provider stores lock records and the queues of their waiters. It is the one
 // contract every backend implements, all of it: the Client builds waiting,
-// renewal, grace periods and events on top of these six methods, and a
+// renewal, grace periods and events on the first six methods, and Inspect,
+// List and ForceRelease on the last three; a
 // wrapper that embeds a Provider (for logging or metrics) passes every one on.
 //
 // A key holds at most one record. Every method is atomic with respect to the
@@ -64,6 +65,30 @@ type Provider interface {
 	// a *LostError when the key holds no record, another owner's, or an ended
 	// one, and changes nothing then.
 	Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error
+
+	// Inspect returns the record under key without changing anything: Owner
+	// is empty when the key is free. TTL is the time the record has left,
+	// Since when it was granted, and Waiters the number of callers in the
+	// key's wait queue. A stored value that is not a record yields a
+	// *RecordError.
+	Inspect(ctx context.Context, key string) (Record, error)
+
+	// List calls fn, in no set order, with each key that starts with prefix
+	// and holds a record, and the record as Inspect returns it, until fn
+	// returns false or every key was seen; err is a *RecordError for a key
+	// whose value is not a record. The backend's own companion keys (the Redis
+	// provider's fencing counters and queues) are not keys of records. A key
+	// taken or freed while List runs may be seen or not. List returns the
+	// first error that stopped it.
+	List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error
+
+	// ForceRelease deletes the record under key whoever holds it, held or in
+	// a grace period, as its owner's Release would: the first caller in the
+	// key's wait queue is handed the lock. It returns the record it removed,
+	// with an empty Owner when the key was free. The holder finds out at its
+	// next renewal (a *LostError). A stored value that is not a record is left
+	// as it is and yields a *RecordError.
+	ForceRelease(ctx context.Context, key string) (Record, error)
 }
 
 // Waiter describes a waiting caller to Provider.Queue and Provider.Leave.
@@ -117,6 +142,13 @@ type Record struct {
 	// Position is the caller's place in the queue when Queued: 0 for the
 	// first waiter.
 	Position int
+	// Since is when the record was granted, by the clock of the process (or,
+	// where the backend says so, the server) whose call granted it,
+	// truncated to the millisecond; zero when the key is free.
+	Since time.Time
+	// Waiters is the number of callers in the key's wait queue, as Inspect
+	// and List read it; zero from the other methods.
+	Waiters int
 }
 
 // Limits on keys and owners, checked before anything is sent to a provider.
@@ -133,25 +165,32 @@ const (
 )
 
 // parseRecord decodes a stored value, or reports it as corrupt. A record is
-// "owner,token" while held ("owner,token,q" when a queue waits for it) and
-// "owner,token,ended" during a grace period; the parse function of
-// scripts/record.lua is the same parser in Lua.
+// "owner,token,since" while held ("owner,token,since,q" when a queue waits
+// for it) and "owner,token,since,ended" during a grace period, since in Unix
+// milliseconds; the parse function of scripts/record.lua is the same parser
+// in Lua.
 func parseRecord(key, v string) (Record, error) {
 	ended := strings.HasSuffix(v, endedSuffix)
 	body := strings.TrimSuffix(strings.TrimSuffix(v, endedSuffix), queuedSuffix)
 	if ended && len(body) != len(v)-len(endedSuffix) {
 		return Record{}, &RecordError{Key: key, Value: v} // both suffixes
 	}
-	owner, tok, ok := strings.Cut(body, ",")
-	if !ok || checkOwner(owner) != nil {
+	owner, rest, ok := strings.Cut(body, ",")
+	tok, since, ok2 := strings.Cut(rest, ",")
+	if !ok || !ok2 || checkOwner(owner) != nil {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
-	// 1 to 19 digits without a leading zero, as the Lua parser takes them.
+	// 1 to 19 digits without a leading zero, and 1 to 15 digits, as the Lua
+	// parser takes them.
 	token, err := strconv.ParseUint(tok, 10, 64)
 	if err != nil || token == 0 || len(tok) > 19 || tok[0] == '0' {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
-	return Record{Owner: owner, Token: token, Ended: ended}, nil
+	ms, err := strconv.ParseUint(since, 10, 64)
+	if err != nil || len(since) > 15 {
+		return Record{}, &RecordError{Key: key, Value: v}
+	}
+	return Record{Owner: owner, Token: token, Ended: ended, Since: time.UnixMilli(int64(ms))}, nil
 }
 
 func checkKey(key string) error {

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -63,6 +64,7 @@ type memRecord struct {
 	owner    string
 	token    uint64
 	ended    bool
+	since    time.Time // granted, truncated to the millisecond
 	deadline time.Time
 	index    int // in the expiry heap
 }
@@ -247,22 +249,105 @@ func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time
 	return err
 }
 
+// Inspect implements Provider.
+func (m *MemoryProvider) Inspect(ctx context.Context, key string) (Record, error) {
+	if err := checkKey(key); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.expire()
+	r, ok := m.records[key]
+	if !ok {
+		return Record{}, nil
+	}
+	rec := r.record(now)
+	rec.Waiters = len(m.queues[key])
+	return rec, nil
+}
+
+// List implements Provider, in the order of the keys. fn runs outside the
+// provider's lock, on the records as they were when List began.
+func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
+	if fn == nil {
+		return invalidf("nil list function")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	type entry struct {
+		key string
+		rec Record
+	}
+	var found []entry
+	m.mu.Lock()
+	now := m.expire()
+	for key, r := range m.records {
+		if strings.HasPrefix(key, prefix) {
+			rec := r.record(now)
+			rec.Waiters = len(m.queues[key])
+			found = append(found, entry{key, rec})
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(found, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	for _, e := range found {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !fn(e.key, e.rec, nil) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ForceRelease implements Provider.
+func (m *MemoryProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
+	if err := checkKey(key); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	now := m.expire()
+	r, ok := m.records[key]
+	if !ok {
+		m.mu.Unlock()
+		return Record{}, nil
+	}
+	rec := r.record(now)
+	msgs := m.free(r)
+	m.mu.Unlock()
+	send(msgs)
+	return rec, nil
+}
+
 // held returns r as seen by an acquirer, owner: renewed to ttl when it is
 // owner's own live record. The caller holds m.mu.
 func (m *MemoryProvider) held(r *memRecord, owner string, ttl time.Duration, now time.Time) Record {
 	if r.owner == owner && !r.ended {
 		m.setDeadline(r, now.Add(ttl))
 	}
-	return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now)}
+	return r.record(now)
+}
+
+// record returns r as a Record, its TTL counted from now.
+func (r *memRecord) record(now time.Time) Record {
+	return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now), Since: r.since}
 }
 
 // grant stores a new record for owner under the free key. The caller holds m.mu.
 func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Time) Record {
 	m.token++
-	r := &memRecord{key: key, owner: owner, token: m.token, deadline: now.Add(ttl)}
+	r := &memRecord{key: key, owner: owner, token: m.token, since: now.Truncate(time.Millisecond), deadline: now.Add(ttl)}
 	m.records[key] = r
 	heap.Push(&m.expiry, r)
-	return Record{Owner: owner, Token: r.token, TTL: ttl}
+	return Record{Owner: owner, Token: r.token, TTL: ttl, Since: r.since}
 }
 
 // free deletes r, and hands the key to its first waiter. The caller holds m.mu.

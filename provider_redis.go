@@ -38,7 +38,19 @@ var (
 	//go:embed scripts/update.lua
 	updateLua    string
 	updateScript = redis.NewScript(recordLua + updateLua)
+
+	//go:embed scripts/inspect.lua
+	inspectLua    string
+	inspectScript = redis.NewScript(inspectLua)
+
+	//go:embed scripts/forcerelease.lua
+	forceReleaseLua    string
+	forceReleaseScript = redis.NewScript(recordLua + forceReleaseLua)
 )
+
+// now is the time a script stores as a grant's Since: this process's clock,
+// in Unix milliseconds.
+func now() any { return time.Now().UnixMilli() }
 
 // fenceTTL is how long a key's fencing counter lives from its first grant;
 // the next counter starts at the server's clock in microseconds, above every
@@ -131,7 +143,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := acquireScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), fenceTTLArg).Slice()
+	res, err := acquireScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), fenceTTLArg, now()).Slice()
 	return p.record(ctx, "acquire", key, res, err)
 }
 
@@ -157,7 +169,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 		mode = "f"
 	}
 	res, err := queueScript.Run(ctx, p.client, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
-		entry(w), mode, queueTTLArg, key, p.skipDead).Slice()
+		entry(w), mode, queueTTLArg, key, p.skipDead, now()).Slice()
 	return p.record(ctx, "queue", key, res, err)
 }
 
@@ -178,7 +190,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if err != nil {
 		return err
 	}
-	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTLArg, key, p.skipDead).Err()
+	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTLArg, key, p.skipDead, now()).Err()
 	return p.wrap(key, err)
 }
 
@@ -194,7 +206,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, p.skipDead).Slice()
+	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, p.skipDead, now()).Slice()
 	return p.result("release", key, res, err)
 }
 
@@ -216,6 +228,186 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	}
 	res, err := updateScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), flag, key).Slice()
 	return p.result("update", key, res, err)
+}
+
+// Inspect implements Provider, in one script that writes nothing.
+func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error) {
+	if err := p.check(); err != nil {
+		return Record{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Record{}, err
+	}
+	keys, err := p.keys(key)
+	if err != nil {
+		return Record{}, err
+	}
+	res, err := inspectScript.Run(ctx, p.client, keys).Slice()
+	return p.inspected(key, res, err)
+}
+
+// inspected turns an inspect script's reply, {value, pttl, waiters}, into a
+// Record.
+func (p *RedisProvider) inspected(key string, res []any, err error) (Record, error) {
+	if err != nil {
+		return Record{}, p.wrap(key, err)
+	}
+	if len(res) != 3 {
+		return Record{}, fmt.Errorf("lock: inspect %q: unexpected reply %v", key, res)
+	}
+	v, ok := res[0].(string)
+	if !ok {
+		return Record{}, nil
+	}
+	rec, err := parseRecord(key, v)
+	if err != nil {
+		return Record{}, err
+	}
+	if pttl, _ := res[1].(int64); pttl > 0 {
+		rec.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	n, _ := res[2].(int64)
+	rec.Waiters = int(n)
+	return rec, nil
+}
+
+// listBatch is how many keys List asks SCAN for at a time, and inspects in
+// one pipeline.
+const listBatch = 256
+
+// List implements Provider with SCAN, on every primary of a Cluster, and
+// inspects each batch of keys in one pipeline. Keys that end with ":fence"
+// or ":q" are taken for the companions of records (see RedisKeys), and a
+// key of the form K{crc} for the record of key K without a hash tag.
+func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalidf("nil list function")
+	}
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			found, next, err := c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result()
+			if err != nil {
+				return fmt.Errorf("lock: list %q: %w", prefix, err)
+			}
+			if !p.inspectAll(ctx, c, found, fn) {
+				return errStopList
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	if cc, ok := p.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, p.client)
+	}
+	if errors.Is(err, errStopList) {
+		return nil
+	}
+	return err
+}
+
+// errStopList ends a List whose function returned false.
+var errStopList = errors.New("lock: list stopped")
+
+// inspectAll inspects the records among found in one pipeline and calls fn
+// with each; it reports whether fn asked for more.
+func (p *RedisProvider) inspectAll(ctx context.Context, c redis.Cmdable, found []string, fn func(string, Record, error) bool) bool {
+	type item struct {
+		key string
+		cmd *redis.Cmd
+	}
+	var items []item
+	pipe := c.Pipeline()
+	for _, k := range found {
+		if strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":q") {
+			continue
+		}
+		key := keyOfRecord(k)
+		keys, err := p.keys(key)
+		if err != nil {
+			continue
+		}
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+		items = append(items, item{key, inspectScript.Eval(ctx, pipe, keys)})
+	}
+	if len(items) == 0 {
+		return true
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	for _, it := range items {
+		res, err := it.cmd.Slice()
+		rec, err := p.inspected(it.key, res, err)
+		if err == nil && rec.Owner == "" {
+			continue // freed since the scan
+		}
+		if !fn(it.key, rec, err) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyOfRecord returns the key whose record Redis stores under k: k itself,
+// or K for a k of the form K{crc} that RedisKeys made for a K without a hash
+// tag.
+func keyOfRecord(k string) string {
+	i := strings.LastIndexByte(k, '{')
+	if i < 0 || !strings.HasSuffix(k, "}") {
+		return k
+	}
+	key := k[:i]
+	if !hasHashTag(key) && k[i+1:len(k)-1] == strconv.FormatUint(uint64(crcName(key)), 36) {
+		return key
+	}
+	return k
+}
+
+// globEscape quotes the characters that SCAN MATCH reads as a pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ForceRelease implements Provider.
+func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
+	if err := p.check(); err != nil {
+		return Record{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Record{}, err
+	}
+	keys, err := p.keys(key)
+	if err != nil {
+		return Record{}, err
+	}
+	res, err := forceReleaseScript.Run(ctx, p.client, keys, fenceTTLArg, key, p.skipDead, now()).Slice()
+	if err != nil {
+		return Record{}, p.wrap(key, err)
+	}
+	code, _ := res[0].(int64)
+	switch {
+	case code == 0:
+		return Record{}, nil
+	case code == -2 && len(res) == 2:
+		v, _ := res[1].(string)
+		return Record{}, &RecordError{Key: key, Value: v}
+	case code == 1 && len(res) == 3:
+		return p.record(ctx, "force release", key, res[1:], nil)
+	}
+	return Record{}, fmt.Errorf("lock: force release %q: unexpected reply %v", key, res)
 }
 
 // Listen implements Provider, on a pub/sub connection of its own with one

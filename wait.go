@@ -160,12 +160,7 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 // failed names the operation and the key of a provider error, keeping the
 // error for errors.Is and errors.As. The library's own errors name the key
 // already.
-func (a *acquisition) failed(op string, err error) error {
-	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
-		return err
-	}
-	return &opError{op: op, key: a.key, err: err}
-}
+func (a *acquisition) failed(op string, err error) error { return a.c.failed(op, a.key, err) }
 
 // opError is a provider's error, with the operation and the key it failed on.
 type opError struct {

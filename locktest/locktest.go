@@ -18,8 +18,9 @@
 //
 // The suite works through the lock.Provider interface only. It checks
 // records, fencing tokens, renewals and grace periods (Acquire, Release,
-// Update), bad input, and the wait queue (Queue, Leave, Listen, and how
-// Release and Update serve a queue); each check is a subtest named after the
+// Update), bad input, the wait queue (Queue, Leave, Listen, and how Release
+// and Update serve a queue), and what operators use (Inspect, List,
+// ForceRelease); each check is a subtest named after the
 // property it checks, so that one can be rerun with go test -run. Checks of
 // behaviour that the contract leaves open run only when the Backend says the
 // provider has it (see its fields).
@@ -95,6 +96,7 @@ func Run(t *testing.T, b Backend) {
 	s := &suite{b: b, p: b.New(t), ctx: ctx}
 	s.runRecords(t)
 	s.runQueue(t)
+	s.runInspect(t)
 }
 
 // suite is one backend's provider under test.

@@ -7,7 +7,8 @@
 -- first attempt at a busy key, 'a' a look again (the caller may be queued),
 -- 'f' a fair first attempt, '' a first attempt (after 'c' finds no queue,
 -- nobody waits, so fair or not is the same); ARGV[6] queue ttl ms,
--- ARGV[7] key (for messages), ARGV[8] skipdead (see serve).
+-- ARGV[7] key (for messages), ARGV[8] skipdead (see serve), ARGV[9] now
+-- (Unix ms).
 local owner, entry, mode = ARGV[1], ARGV[4], ARGV[5]
 if mode == 'c' then
   -- A queue exists, so the lock is busy: one command to join it.
@@ -19,7 +20,7 @@ local v
 if mode == '' or mode == 'c' then
   local token, err = h.nexttoken(ARGV[3])
   if not token then return err end
-  v = owner .. ',' .. token
+  v = owner .. ',' .. token .. ',' .. ARGV[9]
   if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
     return {v, tonumber(ARGV[2])}
   end
@@ -27,10 +28,10 @@ end
 v = redis.call('GET', KEYS[1])
 if not v then
   -- Free (a fair attempt, or a look again): the first waiter goes first.
-  local first, fv, err = h.serve(ARGV[3], ARGV[7], ARGV[8], entry)
+  local first, fv, err = h.serve(ARGV[3], ARGV[7], ARGV[8], ARGV[9], entry)
   if err then return err end
   if not first then
-    fv, err = h.grant(owner, ARGV[2], ARGV[3], false)
+    fv, err = h.grant(owner, ARGV[2], ARGV[3], ARGV[9], false)
     if not fv then return err end
     return {fv, tonumber(ARGV[2])}
   end

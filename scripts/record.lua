@@ -7,17 +7,19 @@
 -- KEYS[3] the wait queue: a list of entries "owner ttl-ms inbox" in arrival
 -- order.
 --
--- A record is "owner,token" while held, "owner,token,q" while held with a
--- queue waiting for it, and "owner,token,ended" during a grace period; owner
--- is 1 to 128 bytes without commas or white space, token 1 to 19 digits
--- without a leading zero. parseRecord in provider.go is the same parser in Go.
+-- A record is "owner,token,since" while held, "owner,token,since,q" while
+-- held with a queue waiting for it, and "owner,token,since,ended" during a
+-- grace period; owner is 1 to 128 bytes without commas or white space, token
+-- 1 to 19 digits without a leading zero, since the grant's time in Unix
+-- milliseconds, 1 to 15 digits, by the clock of the process whose call
+-- granted it (ARGV now). parseRecord in provider.go is the same parser in Go.
 
 local function lib()
   -- parse returns owner, token, ended and queued, or nil when v is not a
   -- record.
   local function parse(v)
-    local owner, token, rest = string.match(v, '^([^,%s]+),([1-9]%d*)(.*)$')
-    if not owner or #owner > 128 or #token > 19 then return nil end
+    local owner, token, since, rest = string.match(v, '^([^,%s]+),([1-9]%d*),(%d+)(.*)$')
+    if not owner or #owner > 128 or #token > 19 or #since > 15 then return nil end
     if rest == '' then return owner, token, false, false end
     if rest == ',q' then return owner, token, false, true end
     if rest == ',ended' then return owner, token, true, false end
@@ -49,12 +51,13 @@ local function lib()
     return string.format('%d', token)
   end
 
-  -- grant stores a new record for owner with a fresh token, marked queued when
-  -- queued is true, and returns its value, or nil and the error to return.
-  local function grant(owner, ttl, fencettl, queued)
+  -- grant stores a new record for owner with a fresh token, granted at now,
+  -- marked queued when queued is true, and returns its value, or nil and the
+  -- error to return.
+  local function grant(owner, ttl, fencettl, now, queued)
     local token, err = nexttoken(fencettl)
     if not token then return nil, err end
-    local v = owner .. ',' .. token
+    local v = owner .. ',' .. token .. ',' .. now
     if queued then v = v .. ',q' end
     redis.call('SET', KEYS[1], v, 'PX', ttl)
     return v
@@ -68,13 +71,13 @@ local function lib()
   -- of the new record; nothing when the queue is empty (the record is then
   -- unchanged, or deleted if it had been handed to a dead waiter); or nil, nil
   -- and an error. The entry me (if given) is granted without a message.
-  local function serve(fencettl, key, skipdead, me)
+  local function serve(fencettl, key, skipdead, now, me)
     while true do
       local e = redis.call('LPOP', KEYS[3])
       if not e then return nil end
       local owner, ttl, inbox = string.match(e, '^(%S+) (%d+) (%S+)$')
       if owner then
-        local v, err = grant(owner, ttl, fencettl, true)
+        local v, err = grant(owner, ttl, fencettl, now, true)
         if not v then return nil, nil, err end
         if e == me then return owner, v end
         local n = redis.call('PUBLISH', inbox, v .. ' ' .. ttl .. '\n' .. key)

@@ -1,7 +1,7 @@
 -- Release: if ARGV[1] holds the record, hand it to the first live waiter of
 -- the queue (when the record says one waits), or delete it.
 -- ARGV[1] owner, ARGV[2] fencing counter ttl ms, ARGV[3] key (for messages),
--- ARGV[4] skipdead (see serve)
+-- ARGV[4] skipdead (see serve), ARGV[5] now (Unix ms)
 -- Returns {1} when deleted, {2} when handed over, {0} when the key is empty,
 -- {-1, value} when another owner holds it, {-2, value} when the value is not a
 -- record.
@@ -9,16 +9,16 @@ local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
 -- Is v owner's record? parse, restricted to one owner, without making a
 -- function: token is its token and rest how it ends, or token is nil.
-local o, token, rest = ARGV[1]
+local o, token, since, rest = ARGV[1]
 if string.sub(v, 1, #o + 1) == o .. ',' then
-  token, rest = string.match(v, '^([1-9]%d*)(.*)$', #o + 2)
+  token, since, rest = string.match(v, '^([1-9]%d*),(%d+)(.*)$', #o + 2)
 end
-if not token or #token > 19 or (rest ~= '' and rest ~= ',q' and rest ~= ',ended') then
+if not token or #token > 19 or #since > 15 or (rest ~= '' and rest ~= ',q' and rest ~= ',ended') then
   if lib().parse(v) then return {-1, v} end
   return {-2, v}
 end
 if rest == ',q' then
-  local first, _, err = lib().serve(ARGV[2], ARGV[3], ARGV[4])
+  local first, _, err = lib().serve(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
   if err then return err end
   if first then return {2} end
 end

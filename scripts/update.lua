@@ -7,16 +7,16 @@
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
 -- Is v owner's live record? (as in release.lua)
-local o, token, rest = ARGV[1]
+local o, token, since, rest = ARGV[1]
 if string.sub(v, 1, #o + 1) == o .. ',' then
-  token, rest = string.match(v, '^([1-9]%d*)(.*)$', #o + 2)
+  token, since, rest = string.match(v, '^([1-9]%d*),(%d+)(.*)$', #o + 2)
 end
-if not token or #token > 19 or (rest ~= '' and rest ~= ',q') then
+if not token or #token > 19 or #since > 15 or (rest ~= '' and rest ~= ',q') then
   if lib().parse(v) then return {-1, v} end
   return {-2, v}
 end
 if ARGV[3] == '1' then
-  redis.call('SET', KEYS[1], o .. ',' .. token .. ',ended', 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], o .. ',' .. token .. ',' .. since .. ',ended', 'PX', ARGV[2])
   if rest == ',q' then lib().tellall(ARGV[4]) end
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
