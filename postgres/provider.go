@@ -150,11 +150,15 @@ func NewProvider(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Prov
 		return nil, invalidf("table prefix %q: want 1 to 40 of a-z, 0-9 and _, not starting with a digit", cfg.prefix)
 	}
 	var schema *string
-	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+	var isolation string
+	err := pool.QueryRow(ctx, "SELECT current_schema(), current_setting('transaction_isolation')").Scan(&schema, &isolation)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("lock: postgres set-up: %w", err)
-	}
-	if schema == nil {
+	case schema == nil:
 		return nil, errors.New("lock: postgres set-up: no current schema (search_path names none that exists)")
+	case isolation != "read committed":
+		return nil, fmt.Errorf("lock: postgres set-up: the pool's isolation level is %s; the provider needs read committed", isolation)
 	}
 	p := &Provider{pool: pool, obj: newObjects(*schema, cfg.prefix), appName: cfg.appName}
 	p.sql = p.obj.queries()

@@ -30,7 +30,7 @@ func replicas(t *testing.T, prefix string, n int, opts ...lock.ClientOption) []*
 // at any instant, and no update of an unprotected read-modify-write is lost.
 func TestReplicasMutualExclusion(t *testing.T) {
 	prefix := testPrefix(t)
-	const clients, workers, rounds = 4, 3, 8
+	const clients, workers, rounds = 4, 3, 15
 	cs := replicas(t, prefix, clients)
 	ctx := ctxTimeout(t, 2*time.Minute)
 	name := uniqueName(t)
