@@ -27,6 +27,12 @@ const (
 	// held, with Token (see Client.ForceRelease). The holder, in whatever
 	// process, emits Lost when it finds out.
 	EventForceReleased
+	// EventRenewed: a renewal (the lease's, or Extend) ended. Lease is the
+	// TTL it asked for and Held how long the lock was held then. Err is set
+	// when it failed for a reason that leaves the lock held for now (the
+	// provider's error): the renewal timer tries again within a tenth of a
+	// lease. A renewal that finds the lock lost emits Lost instead.
+	EventRenewed
 )
 
 func (k EventKind) String() string {
@@ -43,6 +49,8 @@ func (k EventKind) String() string {
 		return "lost"
 	case EventForceReleased:
 		return "force-released"
+	case EventRenewed:
+		return "renewed"
 	}
 	return "unknown"
 }
@@ -58,13 +66,14 @@ type Event struct {
 	Token uint64
 	// Time is when it happened, by the Client's clock.
 	Time time.Time
-	// MaxDuration and Lease are the hold's bounds (Acquired).
+	// MaxDuration and Lease are the hold's bounds (Acquired); Lease is also
+	// the TTL a renewal asked for (Renewed).
 	MaxDuration time.Duration
 	Lease       time.Duration
 	// Waited is how long the acquisition took, from the call to its grant or
 	// its end (Acquired, Skipped).
 	Waited time.Duration
-	// Held is how long the lock was held (Released, Lost).
+	// Held is how long the lock was held (Released, Lost, Renewed).
 	Held time.Duration
 	// GracePeriod is how long the lock stays closed after a release
 	// (Released): the GracePeriod, or what was left of OncePer.

@@ -157,8 +157,11 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		if herr := l.heldErr(); herr != nil {
 			return herr // lost meanwhile, or released
 		}
-		return fmt.Errorf("lock: renew %q: %w", l.key, err)
+		err = fmt.Errorf("lock: renew %q: %w", l.key, err)
+		l.c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: l.token, Lease: d, Held: time.Since(l.start), Err: err})
+		return err
 	}
+	l.c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: l.token, Lease: d, Held: time.Since(l.start)})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {

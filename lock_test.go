@@ -329,6 +329,53 @@ func TestLeaseRenewal(t *testing.T) {
 	})
 }
 
+// flakyUpdate is a provider whose renewals fail while fail is set.
+type flakyUpdate struct {
+	lock.Provider
+	fail atomic.Bool
+}
+
+func (p *flakyUpdate) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	if p.fail.Load() {
+		return errors.New("connection refused")
+	}
+	return p.Provider.Update(ctx, key, owner, ttl, ended)
+}
+
+// TestRenewalEvents: every renewal emits Renewed, with the error when it
+// failed and will be tried again; the lock stays held through a short
+// failure.
+func TestRenewalEvents(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	p := &flakyUpdate{Provider: lock.NewMemoryProvider()}
+	rec := newRecorder()
+	c := newClient(t, p, rec.option())
+	lease := 900 * time.Millisecond
+	l, err := c.Acquire(ctx, "renewed", lock.Options{Lease: lease})
+	require.NoError(t, err)
+	e := waitEvent(t, rec, lock.EventRenewed)
+	assert.NoError(t, e.Err)
+	assert.Equal(t, l.Token(), e.Token)
+	assert.Equal(t, l.Owner(), e.Owner)
+	assert.Equal(t, lease, e.Lease, "a renewal asks for the lease")
+	assert.Positive(t, e.Held)
+
+	p.fail.Store(true)
+	e = waitEvent(t, rec, lock.EventRenewed)
+	require.Error(t, e.Err, "a failed renewal is emitted with its error")
+	assert.Contains(t, e.Err.Error(), "connection refused")
+	assert.Contains(t, e.Err.Error(), l.Key(), "the error names the key")
+	p.fail.Store(false)
+	for {
+		e = waitEvent(t, rec, lock.EventRenewed)
+		if e.Err == nil {
+			break // renewed again after the failure
+		}
+	}
+	assert.NoError(t, l.Err(), "a short failure does not lose the lock")
+	require.NoError(t, l.Release(ctx))
+}
+
 func TestLostWhenRecordDeleted(t *testing.T) {
 	// A crashed or partitioned store, simulated: the record disappears behind
 	// the holder's back. The holder finds out within about one lease.

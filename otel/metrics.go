@@ -30,6 +30,8 @@ const (
 	// ...and of a hold (lock.hold.duration, lock.releases).
 	outcomeReleased = "released"
 	outcomeLost     = "lost"
+	// ...and of a renewal (lock.renewals).
+	outcomeRenewed = "renewed"
 )
 
 // durationBuckets are the histograms' bounds in seconds: from an uncontended
@@ -47,6 +49,7 @@ type metrics struct {
 	contended    metric.Int64Counter
 	releases     metric.Int64Counter
 	losses       metric.Int64Counter
+	renewals     metric.Int64Counter
 	wait         metric.Float64Histogram
 	hold         metric.Float64Histogram
 
@@ -55,7 +58,7 @@ type metrics struct {
 }
 
 func newMetrics(m metric.Meter, keys bool) (*metrics, error) {
-	var errs [6]error
+	var errs [7]error
 	ms := &metrics{keys: keys, sets: map[string]metric.MeasurementOption{"": metric.WithAttributeSet(attribute.NewSet())}}
 	ms.acquisitions, errs[0] = m.Int64Counter("lock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions that ended, by outcome (lock.outcome): acquired, held, grace_period, timeout, canceled, closed, error."))
@@ -71,11 +74,13 @@ func newMetrics(m metric.Meter, keys bool) (*metrics, error) {
 	ms.hold, errs[5] = m.Float64Histogram("lock.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long locks were held, until their release or loss, by outcome (lock.outcome): released, lost, error."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	ms.renewals, errs[6] = m.Int64Counter("lock.renewals", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Renewals of held locks' leases (by the renewal timer or Extend), by outcome (lock.outcome): renewed, error (the provider failed; tried again within a tenth of a lease)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	for _, o := range []string{outcomeAcquired, outcomeHeld, outcomeGracePeriod, outcomeTimeout,
-		outcomeCanceled, outcomeClosed, outcomeError, outcomeReleased, outcomeLost} {
+		outcomeCanceled, outcomeClosed, outcomeError, outcomeReleased, outcomeLost, outcomeRenewed} {
 		ms.sets[o] = metric.WithAttributeSet(attribute.NewSet(outcomeAttr.String(o)))
 	}
 	return ms, nil
@@ -99,6 +104,12 @@ func (m *metrics) record(e lock.Event) {
 		} else {
 			m.releases.Add(ctx, 1, m.attrs(e, outcome))
 		}
+	case lock.EventRenewed:
+		outcome := outcomeRenewed
+		if e.Err != nil {
+			outcome = outcomeError
+		}
+		m.renewals.Add(ctx, 1, m.attrs(e, outcome))
 	}
 }
 

@@ -81,7 +81,8 @@ func WithKeyAttribute() Option {
 //   - lock.hold.duration, histogram in seconds: how long locks were held
 //     (lock.Event.Held), by outcome: released, lost, error;
 //   - lock.releases, counter: releases, by outcome: released, error;
-//   - lock.losses, counter: locks lost before their release.
+//   - lock.losses, counter: locks lost before their release;
+//   - lock.renewals, counter: lease renewals, by outcome: renewed, error.
 //
 // Spans: each acquisition's "lock.wait", the root of a trace of its own,
 // and a granted lock's "lock.hold", its child, from the grant to the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,9 +220,43 @@ func TestLost(t *testing.T) {
 
 	assert.ErrorIs(t, l.Release(ctx), lock.ErrLost)
 	rm = tm.collect(t)
+	assert.Zero(t, counts(t, rm, "lock.renewals")["error"], "the renewal that found the lock lost is no failed renewal")
 	assert.Empty(t, counts(t, rm, "lock.releases"), "releasing a lost lock is no release")
 	assert.Equal(t, map[string]int64{"": 1}, counts(t, rm, "lock.losses"), "a loss is counted once")
 	assert.Len(t, tm.ended("lock.hold"), 1)
+}
+
+// TestRenewals counts renewals by outcome: renewed, and error for a renewal
+// that the provider failed (tried again).
+func TestRenewals(t *testing.T) {
+	ctx := context.Background()
+	p := &failingUpdate{Provider: lock.NewMemoryProvider()}
+	tm := newTelemetry(t)
+	c := newClient(t, p, tm.events(t))
+	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 60 * time.Millisecond})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return counts(t, tm.collect(t), "lock.renewals")["renewed"] >= 2
+	}, 10*time.Second, 10*time.Millisecond, "renewals every third of a lease are counted")
+	p.fail.Store(true)
+	require.Eventually(t, func() bool {
+		return counts(t, tm.collect(t), "lock.renewals")["error"] >= 1
+	}, 10*time.Second, 5*time.Millisecond, "a failed renewal is counted as an error")
+	p.fail.Store(false)
+	_ = l.Release(ctx) // may have been lost meanwhile on a slow machine
+}
+
+// failingUpdate is a provider whose renewals fail while fail is set.
+type failingUpdate struct {
+	lock.Provider
+	fail atomic.Bool
+}
+
+func (p *failingUpdate) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	if p.fail.Load() {
+		return errors.New("connection refused")
+	}
+	return p.Provider.Update(ctx, key, owner, ttl, ended)
 }
 
 // failingRelease is a provider whose Release fails.
