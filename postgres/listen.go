@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -60,7 +61,7 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.G
 	l := &listener{p: p, channel: channel(inbox), deliver: deliver}
 	conn, err := l.connect(ctx)
 	if err != nil {
-		return nil, fail("listen", inbox, err)
+		return nil, fmt.Errorf("lock: postgres listen %q: %w", inbox, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

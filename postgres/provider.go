@@ -212,7 +212,7 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 	var r row
 	err := p.pool.QueryRow(ctx, p.sql.acquire, key, owner, ttl.Milliseconds()).Scan(r.fields()...)
 	if err != nil {
-		return lock.Record{}, fail("acquire", key, err)
+		return lock.Record{}, fail(err)
 	}
 	return r.record(), nil
 }
@@ -229,7 +229,7 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 	err := p.pool.QueryRow(ctx, p.sql.wait, key, w.Owner, w.TTL.Milliseconds(), channel(w.Inbox), w.Fair, w.Again).
 		Scan(append(r.fields(), &queued, &place)...)
 	if err != nil {
-		return lock.Record{}, fail("queue", key, err)
+		return lock.Record{}, fail(err)
 	}
 	rec := r.record()
 	if queued {
@@ -244,7 +244,7 @@ func (p *Provider) Leave(ctx context.Context, key string, w lock.Waiter) error {
 		return err
 	}
 	if _, err := p.pool.Exec(ctx, p.sql.leave, key, w.Owner); err != nil {
-		return fail("leave", key, err)
+		return fail(err)
 	}
 	return nil
 }
@@ -256,7 +256,7 @@ func (p *Provider) Release(ctx context.Context, key, owner string) error {
 	}
 	var code int32
 	if err := p.pool.QueryRow(ctx, p.sql.release, key, owner).Scan(&code); err != nil {
-		return fail("release", key, err)
+		return fail(err)
 	}
 	if code == 0 {
 		return &lock.LostError{Key: key}
@@ -273,7 +273,7 @@ func (p *Provider) Update(ctx context.Context, key, owner string, ttl time.Durat
 	var token int64
 	err := p.pool.QueryRow(ctx, p.sql.update, key, owner, ttl.Milliseconds(), ended).Scan(&code, &token)
 	if err != nil {
-		return fail("update", key, err)
+		return fail(err)
 	}
 	if code == 0 {
 		return &lock.LostError{Key: key, Token: uint64(token)}
@@ -292,7 +292,7 @@ func (p *Provider) Inspect(ctx context.Context, key string) (lock.Record, error)
 	var r row
 	var waiters int64
 	if err := p.pool.QueryRow(ctx, p.sql.inspect, key).Scan(append(r.fields(), &waiters)...); err != nil {
-		return lock.Record{}, fail("inspect", key, err)
+		return lock.Record{}, fail(err)
 	}
 	rec := r.record()
 	if rec.Owner != "" {
@@ -320,7 +320,7 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 	for {
 		keys, recs, err := p.listPage(ctx, prefix, after, upper)
 		if err != nil {
-			return fail("list", prefix, err)
+			return fail(err)
 		}
 		for i, key := range keys {
 			if !fn(key, recs[i], nil) {
@@ -365,7 +365,7 @@ func (p *Provider) ForceRelease(ctx context.Context, key string) (lock.Record, e
 	}
 	var r row
 	if err := p.pool.QueryRow(ctx, p.sql.force, key).Scan(r.fields()...); err != nil {
-		return lock.Record{}, fail("force release", key, err)
+		return lock.Record{}, fail(err)
 	}
 	return r.record(), nil
 }
@@ -396,10 +396,10 @@ func (r *row) record() lock.Record {
 	}
 }
 
-// fail names the operation and the key of a server's, network's or
-// context's error.
-func fail(op, key string, err error) error {
-	return fmt.Errorf("lock: postgres %s %q: %w", op, key, err)
+// fail marks a server's, network's or context's error as PostgreSQL's; the
+// lock.Client names the operation and the key.
+func fail(err error) error {
+	return fmt.Errorf("postgres: %w", err)
 }
 
 // upperBound returns the least string greater than every string that starts
