@@ -1,0 +1,598 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/seed05627090/lock"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// redisAddr is the real Redis the tests use: LOCK_REDIS_ADDR, or the local one.
+func redisAddr() string {
+	if a := os.Getenv("LOCK_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// realRedis returns a client of the real Redis, closed at the end of the
+// test. Without a server it skips the test, or fails it in CI and when
+// LOCK_REQUIRE_REDIS is set.
+func realRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", redisAddr(), time.Second)
+	if err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_REDIS") != "" {
+			t.Fatalf("real Redis at %s is required (CI or LOCK_REQUIRE_REDIS set): %v", redisAddr(), err)
+		}
+		t.Skipf("no Redis at %s: %v (set LOCK_REDIS_ADDR)", redisAddr(), err)
+	}
+	_ = conn.Close()
+	rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+// fixture is a prefix of the real Redis that one test owns: every key under
+// it is deleted at the end of the test.
+type fixture struct {
+	t      *testing.T
+	rc     *redis.Client
+	prefix string
+	url    string
+}
+
+func newFixture(t *testing.T) *fixture {
+	rc := realRedis(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	f := &fixture{t: t, rc: rc, prefix: "lockctl-test:" + hex.EncodeToString(b) + ":", url: "redis://" + redisAddr() + "/0"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, k := range f.keys(ctx) {
+			_ = rc.Del(ctx, k).Err()
+		}
+		if left := f.keys(ctx); len(left) > 0 {
+			t.Errorf("keys left under %q: %q", f.prefix, left)
+		}
+	})
+	return f
+}
+
+// keys returns the keys under the fixture's prefix.
+func (f *fixture) keys(ctx context.Context) []string {
+	var keys []string
+	iter := f.rc.Scan(ctx, 0, f.prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		f.t.Errorf("scan %q: %v", f.prefix, err)
+	}
+	return keys
+}
+
+// client returns a lock Client of the fixture's prefix, with its own Redis
+// connections, closed at the end of the test.
+func (f *fixture) client(opts ...lock.ClientOption) *lock.Client {
+	rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	c, err := lock.NewClient(lock.NewRedisProvider(rc), append([]lock.ClientOption{lock.WithPrefix(f.prefix)}, opts...)...)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() {
+		_ = c.Close()
+		_ = rc.Close()
+	})
+	return c
+}
+
+// lockctl runs lockctl in-process on the fixture's Redis and prefix.
+func (f *fixture) lockctl(args ...string) (stdout, stderr string, code int) {
+	return runArgs(append([]string{"-redis", f.url, "-prefix", f.prefix}, args...)...)
+}
+
+// runArgs runs lockctl in-process with args.
+func runArgs(args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// acquired is the outcome of an acquisition made in a goroutine.
+type acquired struct {
+	l   *lock.Lock
+	err error
+}
+
+// scene is a set of locks under a fixture's prefix:
+//   - "held", held by a (identity host-a:1) on a 900ms lease, with b waiting
+//     for it (the outcome comes on waiter);
+//   - "plain", held by b, which has no identity;
+//   - "window", released by a into a one-minute grace period;
+//   - "bad", a key holding a value that is not a record.
+type scene struct {
+	a, b   *lock.Client
+	held   *lock.Lock
+	plain  *lock.Lock
+	waiter chan acquired
+}
+
+func newScene(t *testing.T, f *fixture) *scene {
+	ctx := context.Background()
+	s := &scene{a: f.client(lock.WithIdentity("host-a:1")), b: f.client(), waiter: make(chan acquired, 1)}
+	var err error
+	s.held, err = s.a.Acquire(ctx, "held", lock.Options{Lease: 900 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.held.Release(context.Background()) })
+	s.plain, err = s.b.Acquire(ctx, "plain", lock.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.plain.Release(context.Background()) })
+	require.NoError(t, s.a.Do(ctx, "window", lock.Options{GracePeriod: time.Minute}, func(context.Context) error { return nil }))
+	require.NoError(t, f.rc.Set(ctx, s.a.Key("bad"), "garbage", 0).Err())
+
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	go func() {
+		l, err := s.b.Acquire(wctx, "held", lock.Options{Wait: true})
+		s.waiter <- acquired{l, err}
+	}()
+	t.Cleanup(func() { // before the clients close
+		cancel()
+		if r := <-s.waiter; r.err == nil {
+			_ = r.l.Release(context.Background())
+		}
+	})
+	require.Eventually(t, func() bool {
+		st, err := s.a.Inspect(ctx, "held")
+		return err == nil && st.Waiters == 1
+	}, 10*time.Second, 20*time.Millisecond, "the waiter should be queued for \"held\"")
+	return s
+}
+
+// table parses the output of ls: one map per row, from column name to cell.
+func table(t *testing.T, out string) []map[string]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	header := lines[0]
+	cols := strings.Fields(header)
+	require.Equal(t, []string{"NAME", "OWNER", "TOKEN", "SINCE", "EXPIRES", "STATE", "WAITERS"}, cols)
+	var rows []map[string]string
+	for _, line := range lines[1:] {
+		row := map[string]string{}
+		for i, col := range cols {
+			start := strings.Index(header, col)
+			end := len(line)
+			if i+1 < len(cols) {
+				end = min(end, strings.Index(header, cols[i+1]))
+			}
+			row[col] = strings.TrimSpace(line[min(start, len(line)):end])
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// fields parses the "name: value" lines of show.
+func fields(out string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// decode parses JSON output into v, keeping numbers exact.
+func decode(t *testing.T, out string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	require.NoError(t, dec.Decode(v), "output should be JSON: %s", out)
+}
+
+func token(l *lock.Lock) string { return strconv.FormatUint(l.Token(), 10) }
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in stderr
+	}{
+		{nil, "no command"},
+		{[]string{"frob"}, `unknown command "frob"`},
+		{[]string{"show"}, "show needs a lock name"},
+		{[]string{"release"}, "release needs a lock name"},
+		{[]string{"show", "a", "b"}, "unexpected arguments"},
+		{[]string{"ls", "x"}, "unexpected arguments"},
+		{[]string{"-bogus", "ls"}, "flag provided but not defined: -bogus"},
+		{[]string{"-limit", "0", "ls"}, "-limit 0 is not positive"},
+		{[]string{"-timeout", "0s", "ls"}, "-timeout 0s is not positive"},
+		{[]string{"-redis", "http://x", "ls"}, "invalid URL scheme"},
+		{[]string{"-prefix", "a{}", "ls"}, "hash tag"},
+		{[]string{"release", "x"}, "Add -yes"},
+	} {
+		stdout, stderr, code := runArgs(tc.args...)
+		assert.Equal(t, exitUsage, code, "lockctl %q should be a usage error", tc.args)
+		assert.Contains(t, stderr, tc.want, "lockctl %q", tc.args)
+		assert.Empty(t, stdout, "lockctl %q", tc.args)
+	}
+
+	stdout, stderr, code := runArgs("-h")
+	assert.Equal(t, exitOK, code)
+	assert.Empty(t, stderr)
+	for _, want := range []string{"ls", "show NAME", "release NAME", "-redis", "-prefix", "-json", "-limit", "-timeout", "-yes"} {
+		assert.Contains(t, stdout, want, "the usage should mention %s", want)
+	}
+}
+
+func TestRedisURL(t *testing.T) {
+	rc, err := newRedis("redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001")
+	require.NoError(t, err)
+	assert.IsType(t, &redis.ClusterClient{}, rc)
+	_ = rc.Close()
+
+	rc, err = newRedis("redis://127.0.0.1:6379/2")
+	require.NoError(t, err)
+	assert.IsType(t, &redis.Client{}, rc)
+	_ = rc.Close()
+}
+
+func TestUnreachable(t *testing.T) {
+	for _, cmd := range [][]string{{"ls"}, {"show", "x"}, {"-yes", "release", "x"}} {
+		start := time.Now()
+		stdout, stderr, code := runArgs(append([]string{"-redis", "redis://127.0.0.1:1", "-timeout", "5s"}, cmd...)...)
+		assert.Equal(t, exitError, code, "lockctl %q on an unreachable Redis", cmd)
+		assert.Contains(t, stderr, "lockctl: ", "lockctl %q", cmd)
+		assert.Contains(t, stderr, "127.0.0.1:1", "the error should name the address")
+		assert.Empty(t, stdout)
+		assert.Less(t, time.Since(start), 20*time.Second, "lockctl %q should end around its 5s timeout", cmd)
+	}
+}
+
+// TestTimeout runs lockctl against a server that accepts connections and
+// never answers: -timeout ends it.
+func TestTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	}()
+
+	start := time.Now()
+	_, stderr, code := runArgs("-redis", "redis://"+ln.Addr().String(), "-timeout", "1s", "ls")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, stderr, "lockctl: ")
+	assert.Less(t, time.Since(start), 15*time.Second, "a 1s -timeout should end the command")
+}
+
+func TestCommands(t *testing.T) {
+	f := newFixture(t)
+	s := newScene(t, f)
+	ctx := context.Background()
+
+	t.Run("ls", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("ls")
+		require.Equal(t, exitOK, code, "ls should succeed with a corrupt entry; stderr: %s", stderr)
+		assert.Empty(t, stderr)
+		rows := table(t, stdout)
+		var names []string
+		for _, r := range rows {
+			names = append(names, r["NAME"])
+		}
+		require.Equal(t, []string{"bad", "held", "plain", "window"}, names)
+		bad, held, plain, window := rows[0], rows[1], rows[2], rows[3]
+
+		assert.True(t, strings.HasPrefix(bad["STATE"], "corrupt: "), "bad: %q", bad["STATE"])
+		assert.Contains(t, bad["STATE"], "garbage")
+
+		assert.Equal(t, "held", held["STATE"])
+		assert.Equal(t, "host-a:1", held["OWNER"], "the identity stands for the owner")
+		assert.Equal(t, token(s.held), held["TOKEN"])
+		assert.Equal(t, "1", held["WAITERS"])
+		assert.True(t, strings.HasSuffix(held["SINCE"], "s ago"), "since: %q", held["SINCE"])
+		exp, err := time.ParseDuration(held["EXPIRES"])
+		require.NoError(t, err, "expires: %q", held["EXPIRES"])
+		assert.True(t, exp > 0 && exp <= 900*time.Millisecond, "expires: %v", exp)
+
+		assert.Equal(t, "held", plain["STATE"])
+		assert.Equal(t, s.plain.Owner(), plain["OWNER"], "without an identity, the owner")
+		assert.Equal(t, "0", plain["WAITERS"])
+
+		assert.Equal(t, "grace period", window["STATE"])
+	})
+
+	t.Run("ls -json", func(t *testing.T) {
+		stdout, _, code := f.lockctl("-json", "ls")
+		require.Equal(t, exitOK, code)
+		var got []map[string]any
+		decode(t, stdout, &got)
+		require.Len(t, got, 4)
+		bad, held, plain, window := got[0], got[1], got[2], got[3]
+
+		assert.Equal(t, "bad", bad["name"])
+		assert.Equal(t, "corrupt", bad["state"])
+		assert.Contains(t, bad["error"], "corrupt record")
+
+		assert.Equal(t, "held", held["name"])
+		assert.Equal(t, s.a.Key("held"), held["key"])
+		assert.Equal(t, "held", held["state"])
+		assert.Equal(t, s.held.Owner(), held["owner"])
+		assert.Equal(t, "host-a:1", held["identity"])
+		assert.Equal(t, json.Number(token(s.held)), held["token"])
+		assert.Equal(t, json.Number("1"), held["waiters"])
+		assert.Equal(t, false, held["grace_period"])
+		for _, k := range []string{"since", "until"} {
+			_, err := time.Parse(time.RFC3339Nano, held[k].(string))
+			assert.NoError(t, err, "%s should be RFC 3339", k)
+		}
+
+		assert.Equal(t, s.plain.Owner(), plain["owner"])
+		assert.NotContains(t, plain, "identity")
+		assert.Equal(t, json.Number("0"), plain["waiters"])
+
+		assert.Equal(t, "window", window["name"])
+		assert.Equal(t, "grace period", window["state"])
+		assert.Equal(t, true, window["grace_period"])
+	})
+
+	t.Run("ls -limit", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("-limit", "2", "ls")
+		require.Equal(t, exitOK, code)
+		assert.Len(t, table(t, stdout), 2)
+		assert.Contains(t, stderr, "more than 2 locks; showing 2; use -limit")
+	})
+
+	t.Run("show", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("show", "held")
+		require.Equal(t, exitOK, code, stderr)
+		got := fields(stdout)
+		assert.Equal(t, "held", got["name"])
+		assert.Equal(t, s.a.Key("held"), got["key"])
+		assert.Equal(t, "held", got["state"])
+		assert.Equal(t, s.held.Owner(), got["owner"])
+		assert.Equal(t, "host-a:1", got["identity"])
+		assert.Equal(t, token(s.held), got["token"])
+		assert.Equal(t, "1", got["waiters"])
+		assert.Contains(t, got["since"], "ago")
+		assert.NotEmpty(t, got["until"])
+		assert.NotEmpty(t, got["time left"])
+
+		stdout, _, code = f.lockctl("show", "window")
+		require.Equal(t, exitOK, code)
+		assert.Equal(t, "grace period", fields(stdout)["state"])
+	})
+
+	t.Run("show -json", func(t *testing.T) {
+		stdout, _, code := f.lockctl("show", "-json", "held") // a flag after the command
+		require.Equal(t, exitOK, code)
+		var got map[string]any
+		decode(t, stdout, &got)
+		assert.Equal(t, "held", got["state"])
+		assert.Equal(t, s.held.Owner(), got["owner"])
+		assert.Equal(t, "host-a:1", got["identity"])
+		assert.Equal(t, json.Number(token(s.held)), got["token"])
+		assert.Equal(t, json.Number("1"), got["waiters"])
+		assert.Equal(t, false, got["grace_period"])
+	})
+
+	t.Run("show free", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("show", "nobody")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Contains(t, stdout, `lock "nobody"`)
+		assert.Contains(t, stdout, "is free")
+
+		stdout, _, code = f.lockctl("-json", "show", "nobody")
+		require.Equal(t, exitOK, code)
+		var got map[string]any
+		decode(t, stdout, &got)
+		assert.Equal(t, "free", got["state"])
+		assert.NotContains(t, got, "owner")
+	})
+
+	t.Run("show corrupt", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("show", "bad")
+		assert.Equal(t, exitError, code)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "corrupt record")
+		assert.Contains(t, stderr, "garbage")
+	})
+
+	t.Run("release without -yes", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("release", "held")
+		assert.Equal(t, exitUsage, code)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "-yes")
+		st, err := s.a.Inspect(ctx, "held")
+		require.NoError(t, err)
+		assert.Equal(t, s.held.Owner(), st.Owner, "nothing should be released")
+		assert.Equal(t, 1, st.Waiters)
+	})
+
+	t.Run("release corrupt", func(t *testing.T) {
+		_, stderr, code := f.lockctl("-yes", "release", "bad")
+		assert.Equal(t, exitError, code)
+		assert.Contains(t, stderr, "corrupt record")
+		v, err := f.rc.Get(ctx, s.a.Key("bad")).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "garbage", v, "a corrupt value is left as it is")
+	})
+
+	t.Run("release free", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("-yes", "release", "nobody")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Contains(t, stdout, "was free")
+		assert.NotContains(t, stderr, "forced release", "nothing released, nothing logged")
+	})
+
+	t.Run("release -yes", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("-yes", "release", "held")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Contains(t, stdout, "released lock \"held\"")
+		assert.Contains(t, stdout, s.held.Owner())
+		assert.Contains(t, stdout, "token "+token(s.held))
+		assert.Contains(t, stderr, "level=WARN", "the forced release is logged")
+		assert.Contains(t, stderr, "forced release")
+
+		var r acquired
+		select {
+		case r = <-s.waiter:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not get the lock within 10s of the forced release")
+		}
+		s.waiter <- r // for the cleanup to release it
+		require.NoError(t, r.err, "the waiter should get the lock")
+		assert.Greater(t, r.l.Token(), s.held.Token(), "the new grant's token is newer")
+
+		select {
+		case <-s.held.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the holder was not told within 10s that its lock was lost")
+		}
+		assert.ErrorIs(t, s.held.Err(), lock.ErrLost)
+	})
+
+	t.Run("release grace period", func(t *testing.T) {
+		stdout, stderr, code := f.lockctl("-json", "-yes", "release", "window")
+		require.Equal(t, exitOK, code, stderr)
+		var got map[string]any
+		decode(t, stdout, &got)
+		assert.Equal(t, true, got["released"])
+		assert.Equal(t, "grace period", got["state"], "the state it was found in")
+		st, err := s.a.Inspect(ctx, "window")
+		require.NoError(t, err)
+		assert.False(t, st.Held(), "the grace period should be over")
+	})
+}
+
+// TestBinary builds lockctl and runs it against the real Redis.
+func TestBinary(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	gobin, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command is needed to build lockctl")
+	bin := filepath.Join(t.TempDir(), "lockctl")
+	build := exec.Command(gobin, "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	lockctl := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, bin, append([]string{"-redis", f.url, "-prefix", f.prefix}, args...)...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("lockctl %q: %v", args, err)
+		}
+		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+	}
+
+	c := f.client(lock.WithIdentity("host-a:1"))
+	held, err := c.Acquire(ctx, "job", lock.Options{Lease: 900 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+
+	stdout, stderr, code := lockctl("ls")
+	require.Equal(t, exitOK, code, stderr)
+	rows := table(t, stdout)
+	require.Len(t, rows, 1)
+	assert.Equal(t, "job", rows[0]["NAME"])
+	assert.Equal(t, "held", rows[0]["STATE"])
+	assert.Equal(t, "host-a:1", rows[0]["OWNER"])
+
+	stdout, _, code = lockctl("-json", "ls")
+	require.Equal(t, exitOK, code)
+	var list []map[string]any
+	decode(t, stdout, &list)
+	require.Len(t, list, 1)
+	assert.Equal(t, held.Owner(), list[0]["owner"])
+
+	stdout, _, code = lockctl("show", "job")
+	require.Equal(t, exitOK, code)
+	assert.Equal(t, held.Owner(), fields(stdout)["owner"])
+
+	_, stderr, code = lockctl("release", "job")
+	assert.Equal(t, exitUsage, code, "release without -yes")
+	assert.Contains(t, stderr, "-yes")
+
+	stdout, stderr, code = lockctl("-json", "-yes", "release", "job")
+	require.Equal(t, exitOK, code, stderr)
+	var rel map[string]any
+	decode(t, stdout, &rel)
+	assert.Equal(t, true, rel["released"])
+	assert.Equal(t, held.Owner(), rel["owner"])
+	assert.Equal(t, json.Number(token(held)), rel["token"])
+	assert.Contains(t, stderr, "forced release")
+
+	stdout, stderr, code = lockctl("-yes", "release", "job")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "was free")
+
+	stdout, _, code = lockctl("show", "job")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, stdout, "is free")
+
+	stdout, _, code = lockctl("ls")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, stdout, "no locks")
+
+	_, stderr, code = lockctl("show")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "needs a lock name")
+
+	_, stderr, code = lockctl("-redis", "redis://127.0.0.1:1", "-timeout", "5s", "ls")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, stderr, "127.0.0.1:1")
+
+	select {
+	case <-held.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder was not told within 10s that its lock was lost")
+	}
+	assert.ErrorIs(t, held.Err(), lock.ErrLost)
+}
