@@ -79,16 +79,47 @@ var (
 type RedisProvider struct {
 	client   redis.UniversalClient
 	skipDead any // "1": a waiter nobody listens for is skipped (not on a Cluster)
+
+	waits          bool          // WaitForReplicas was given
+	replicas       int           // acknowledgements a grant needs
+	replicaTimeout time.Duration // and how long to wait for them
+}
+
+// RedisOption configures a RedisProvider.
+type RedisOption func(*RedisProvider)
+
+// WaitForReplicas makes every grant and renewal count only once n replicas
+// have acknowledged it, within timeout (Redis's WAIT, sent in the same
+// pipeline as the script, on the same connection): a grant that fewer
+// replicas acknowledged fails with an error matching ErrNotReplicated, and
+// its record is removed; a renewal that fewer acknowledged is tried again,
+// and the lease timer tells the holder if none succeeds. A lock handed to a
+// waiter by a release is confirmed by the waiter's Client (a renewal and
+// WAIT) before the waiter is told; one that cannot be confirmed is handed
+// on. It narrows what a failover loses: a grant that only the old master
+// had is never used (measured in the README's Guarantees). It does not make
+// Redis consistent: a replica that did not acknowledge may still be
+// promoted, and WAIT cannot undo a write. Each grant waits for the slowest
+// of n replicas, and while fewer than n are reachable every acquisition
+// fails. n must be positive and timeout at least a millisecond, and under
+// the client's ReadTimeout; a Provider built with other values fails every
+// call with ErrInvalidArgument. Not on a Cluster client's Listen path alone:
+// on a Cluster the script and WAIT go to the key's primary's own client.
+func WaitForReplicas(n int, timeout time.Duration) RedisOption {
+	return func(p *RedisProvider) { p.waits, p.replicas, p.replicaTimeout = true, n, timeout }
 }
 
 // NewRedisProvider returns a provider that uses client. The client stays the
 // caller's to close. go-redis honours context deadlines on the socket only with
 // ContextTimeoutEnabled set in its options; without it, a call to an
 // unreachable server lasts up to the client's own read and write timeouts.
-func NewRedisProvider(client redis.UniversalClient) *RedisProvider {
+func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisProvider {
 	p := &RedisProvider{client: client, skipDead: "1"}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		p.skipDead = "0"
+	}
+	for _, o := range opts {
+		o(p)
 	}
 	return p
 }
@@ -143,8 +174,12 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := acquireScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), fenceTTLArg, now()).Slice()
-	return p.record(ctx, "acquire", key, res, err)
+	res, acked, err := p.run(ctx, acquireScript, keys, owner, ttl.Milliseconds(), fenceTTLArg, now())
+	rec, err := p.record(ctx, "acquire", key, res, err)
+	if err == nil && rec.Owner == owner && !rec.Ended {
+		err = p.replicated(key, acked)
+	}
+	return rec, err
 }
 
 // Queue implements Provider.
@@ -168,9 +203,13 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	case w.Fair:
 		mode = "f"
 	}
-	res, err := queueScript.Run(ctx, p.client, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
-		entry(w), mode, queueTTLArg, key, p.skipDead, now()).Slice()
-	return p.record(ctx, "queue", key, res, err)
+	res, acked, err := p.run(ctx, queueScript, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
+		entry(w), mode, queueTTLArg, key, p.skipDead, now())
+	rec, err := p.record(ctx, "queue", key, res, err)
+	if err == nil && rec.Owner == w.Owner && !rec.Ended && !rec.Queued {
+		err = p.replicated(key, acked)
+	}
+	return rec, err
 }
 
 // entry is w's element of a wait queue.
@@ -226,8 +265,61 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	if ended {
 		flag = "1"
 	}
-	res, err := updateScript.Run(ctx, p.client, keys, owner, ttl.Milliseconds(), flag, key).Slice()
-	return p.result("update", key, res, err)
+	res, acked, err := p.run(ctx, updateScript, keys, owner, ttl.Milliseconds(), flag, key)
+	if err = p.result("update", key, res, err); err != nil {
+		return err
+	}
+	return p.replicated(key, acked)
+}
+
+// run runs script, and with WaitForReplicas a WAIT after it in one
+// pipeline, on the connection of the key's primary; it returns the script's
+// reply and how many replicas acknowledged it (-1 without WaitForReplicas).
+func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, int64, error) {
+	if !p.waits {
+		res, err := script.Run(ctx, p.client, keys, args...).Slice()
+		return res, -1, err
+	}
+	var c redis.Cmdable = p.client
+	if cc, ok := p.client.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a Cluster pipeline could go to another node:
+		// pipeline on the key's primary itself.
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		c = node
+	}
+	for loaded := false; ; loaded = true {
+		pipe := c.Pipeline()
+		cmd := script.EvalSha(ctx, pipe, keys, args...)
+		acked := pipe.Do(ctx, "wait", p.replicas, p.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		if err := cmd.Err(); !loaded && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := script.Load(ctx, c).Err(); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		res, err := cmd.Slice()
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := acked.Int64()
+		if err != nil {
+			return nil, 0, fmt.Errorf("wait for replicas: %w", err)
+		}
+		return res, n, nil
+	}
+}
+
+// replicated checks that a grant or renewal of key was acknowledged by as
+// many replicas as WaitForReplicas asks for (acked is -1 without it).
+func (p *RedisProvider) replicated(key string, acked int64) error {
+	if acked < 0 || acked >= int64(p.replicas) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v", ErrNotReplicated, acked, p.replicas, key, p.replicaTimeout)
 }
 
 // Inspect implements Provider, in one script that writes nothing.
@@ -431,6 +523,12 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 		_ = ps.Close()
 		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
 	}
+	var confirm *confirmer
+	if p.waits {
+		confirm = &confirmer{p: p, deliver: deliver}
+		confirm.ctx, confirm.cancel = context.WithCancel(context.WithoutCancel(ctx))
+		deliver = confirm.grant
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -450,8 +548,69 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 		once.Do(func() {
 			_ = ps.Close()
 			<-done
+			if confirm != nil {
+				confirm.stop()
+			}
 		})
 	}, nil
+}
+
+// confirmer passes on the grants of one Listen with WaitForReplicas once
+// they are replicated: for each, the grantee's renewal of its new record
+// and a WAIT, in one pipeline on the key's primary (the WAIT covers the
+// release's write that made the grant, which the primary replicated
+// before the renewal). A grant that fewer replicas acknowledged is handed
+// back (released: the next waiter is served) and not delivered; the waiter
+// looks again at its next poll.
+type confirmer struct {
+	p       *RedisProvider
+	deliver func(Grant)
+	ctx     context.Context // cancelled by stop
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex // held while deliver runs, so that stop waits for it
+	stopped bool
+}
+
+// grant confirms g on a goroutine of its own, so that the subscription is
+// not held up by a WAIT; a Grant without Owner is passed on at once.
+func (c *confirmer) grant(g Grant) {
+	if g.Owner == "" {
+		c.pass(g)
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, c.p.replicaTimeout+5*time.Second)
+		defer cancel()
+		err := c.p.Update(ctx, g.Key, g.Owner, g.TTL, false)
+		switch {
+		case err == nil:
+			c.pass(g)
+		case errors.Is(err, ErrNotReplicated):
+			_ = c.p.Release(ctx, g.Key, g.Owner) // hand it on
+		}
+		// Otherwise lost (the waiter gave up), or the server failed: the
+		// waiter's next look finds what holds the key.
+	}()
+}
+
+func (c *confirmer) pass(g Grant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped {
+		c.deliver(g)
+	}
+}
+
+// stop waits for the confirmations under way; none delivers afterwards.
+func (c *confirmer) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
 }
 
 // parseGrant decodes a message of serve or tellall in scripts/record.lua:
@@ -474,8 +633,13 @@ func parseGrant(s string) (Grant, bool) {
 }
 
 func (p *RedisProvider) check() error {
-	if p == nil || p.client == nil {
+	switch {
+	case p == nil || p.client == nil:
 		return invalidf("nil redis client")
+	case p.waits && p.replicas <= 0:
+		return invalidf("WaitForReplicas needs a positive number of replicas, not %d", p.replicas)
+	case p.waits && p.replicaTimeout < time.Millisecond:
+		return invalidf("WaitForReplicas timeout %v is less than 1ms", p.replicaTimeout)
 	}
 	return nil
 }
