@@ -294,12 +294,19 @@ func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []st
 		pipe := c.Pipeline()
 		cmd := script.EvalSha(ctx, pipe, keys, args...)
 		acked := pipe.Do(ctx, "wait", p.replicas, p.replicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx) // each command's error is read below
-		if err := cmd.Err(); !loaded && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		_, perr := pipe.Exec(ctx) // the first error of a command, or the connection's
+		err := cmd.Err()
+		if !loaded && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if err := script.Load(ctx, c).Err(); err != nil {
 				return nil, 0, err
 			}
 			continue
+		}
+		if err == nil && cmd.Val() == nil {
+			err = perr // the pipeline failed before the script's reply was read
+		}
+		if err != nil {
+			return nil, 0, err
 		}
 		res, err := cmd.Slice()
 		if err != nil {

@@ -327,10 +327,32 @@ func TestSentinelFailover(t *testing.T) {
 	if os.Getenv("LOCK_LONG_FAULTS") == "1" {
 		failovers, budget = 50, 10*time.Minute
 	}
+	runFailovers(t, "failover", failovers, budget, 0)
+}
+
+// TestSentinelFailoverWait is TestSentinelFailover with every process's
+// provider made with WaitForReplicas(1, failoverReplicaTimeout): 6
+// failovers (20 with LOCK_LONG_FAULTS=1), half of them in lag mode, whose
+// figures are printed in lines that start with "faults: failover-wait ".
+func TestSentinelFailoverWait(t *testing.T) {
+	failovers, budget := 6, 100*time.Second
+	if os.Getenv("LOCK_LONG_FAULTS") == "1" {
+		failovers, budget = 20, 5*time.Minute
+	}
+	runFailovers(t, "failover-wait", failovers, budget, 1)
+}
+
+// failoverReplicaTimeout is the WAIT timeout of TestSentinelFailoverWait.
+const failoverReplicaTimeout = 250 * time.Millisecond
+
+// runFailovers runs TestSentinelFailover's failovers, with the children's
+// providers waiting for waitReplicas replicas (none when 0), and prints its
+// figures after "faults: label ".
+func runFailovers(t *testing.T, label string, failovers int, budget time.Duration, waitReplicas int) {
 	s := faults.StartSentinel(t, faults.SentinelOptions{})
 	resource := faults.StartRedis(t)
 	ctx := ctxTimeout(t, budget)
-	r := &failoverRun{t: t, s: s, master: s.Nodes[0].Addr, byOwner: make(map[string]*foGrant),
+	r := &failoverRun{t: t, label: label, wait: waitReplicas, s: s, master: s.Nodes[0].Addr, byOwner: make(map[string]*foGrant),
 		finished: make(map[string]time.Time), skipped: make(map[string]time.Time),
 		idle: make(map[string]durs), unclean: make(map[int]bool)}
 	r.start(ctx, resource.Addr)
@@ -345,6 +367,8 @@ func TestSentinelFailover(t *testing.T) {
 // children, the failovers done, and what the children reported.
 type failoverRun struct {
 	t        *testing.T
+	label    string // of the figures printed
+	wait     int    // WaitForReplicas of the children's providers; 0 for none
 	s        *faults.Sentinel
 	master   string
 	children []*child
@@ -423,6 +447,7 @@ func (r *failoverRun) start(ctx context.Context, resource string) {
 		"FAULTS_LOCKS=" + strconv.Itoa(failoverLocks),
 		"FAULTS_GOROUTINES=" + strconv.Itoa(failoverGoroutines),
 		"FAULTS_LEASES=" + failoverLeases[0].String() + "," + failoverLeases[1].String(),
+		"FAULTS_WAIT=" + strconv.Itoa(r.wait),
 	}
 	for range failoverProcs {
 		r.children = append(r.children, startChild(r.t, "failover", env...))
@@ -793,8 +818,8 @@ func (d durs) String() string {
 }
 
 // say prints a figure for the README.
-func say(format string, args ...any) {
-	fmt.Printf("faults: failover "+format+"\n", args...)
+func (r *failoverRun) say(format string, args ...any) {
+	fmt.Printf("faults: "+r.label+" "+format+"\n", args...)
 }
 
 // analyse checks what the library guarantees and prints what it measured.
@@ -822,10 +847,14 @@ func (r *failoverRun) analyse() {
 	r.nextGrants(byLock)
 	r.checkChildren()
 
-	say("setup: 1 master + 2 replicas + 3 sentinels (down-after 750ms, failover-timeout 1.5s); %d processes x %d goroutines on %d locks, leases %v, poll interval 1s and release timeout 5s (defaults)",
-		failoverProcs, failoverGoroutines, failoverLocks, failoverLeases)
+	wait := "no WaitForReplicas"
+	if r.wait > 0 {
+		wait = fmt.Sprintf("WaitForReplicas(%d, %v)", r.wait, failoverReplicaTimeout)
+	}
+	r.say("setup: 1 master + 2 replicas + 3 sentinels (down-after 750ms, failover-timeout 1.5s); %d processes x %d goroutines on %d locks, leases %v, poll interval 1s and release timeout 5s (defaults), %s",
+		failoverProcs, failoverGoroutines, failoverLocks, failoverLeases, wait)
 	for _, f := range r.failovers {
-		say("#%d %s: promoted %v after the kill (every sentinel %v, old master back as a replica %v), %dB unreplicated; holders %d: told %d, kept %d, lost at release %d, release failed %d; waiters %d: resumed %d, failed %d; next grant after the promotion %v; overlaps %d, repeated tokens %d; wait queues %d entries, %d of ended acquisitions (%d still there at the next look)",
+		r.say("#%d %s: promoted %v after the kill (every sentinel %v, old master back as a replica %v), %dB unreplicated; holders %d: told %d, kept %d, lost at release %d, release failed %d; waiters %d: resumed %d, failed %d; next grant after the promotion %v; overlaps %d, repeated tokens %d; wait queues %d entries, %d of ended acquisitions (%d still there at the next look)",
 			f.n, f.mode, ms(f.promoted.Sub(f.kill)), ms(f.agreed.Sub(f.kill)), ms(f.stable.Sub(f.kill)), f.unreplicated,
 			f.holders, f.told, f.kept, f.lostAtRelease, f.releaseFailed, f.waiters, f.resumed, f.failed, f.nextGrant, f.overlaps, f.repeated, f.queued, len(f.ghosts), f.ghostsSurvived)
 	}
@@ -1106,6 +1135,7 @@ func errorKind(msg string) string {
 		{"connection reset", "connection reset"},
 		{"broken pipe", "broken pipe"},
 		{"sentinels", "no sentinel answered"},
+		{"not replicated", "not replicated (WaitForReplicas)"},
 	} {
 		if strings.Contains(msg, k.sub) {
 			return k.kind
@@ -1127,36 +1157,36 @@ func (r *failoverRun) summary(ov foOverlaps, repeated, backwards int, holders ma
 		m := byMode[f.mode]
 		byMode[f.mode] = [4]int{m[0] + 1, m[1] + f.overlaps, m[2] + f.repeated, m[3] + f.backwards}
 	}
-	say("totals over %d failovers in %v: %d grants, %d failed Acquire calls; the sentinels moved the master on their own %d times",
+	r.say("totals over %d failovers in %v: %d grants, %d failed Acquire calls; the sentinels moved the master on their own %d times",
 		len(r.failovers), ms(r.ended.Sub(r.began)), len(r.grants), len(r.errs), len(r.unclean))
-	say("promotion: a sentinel reported the new master %v after the kill; the old master was back as a replica %v after it", promoted, stable)
+	r.say("promotion: a sentinel reported the new master %v after the kill; the old master was back as a replica %v after it", promoted, stable)
 	for _, lease := range failoverLeases {
 		h := holders[lease]
-		say("holders at a kill, lease %v: %d; told (Done closed) %d, %v after the kill (%v); kept the lock (its record was on the new master) %d; released within the lease, Release found the record gone or taken %d; Release failed %d (it took %v)",
+		r.say("holders at a kill, lease %v: %d; told (Done closed) %d, %v after the kill (%v); kept the lock (its record was on the new master) %d; released within the lease, Release found the record gone or taken %d; Release failed %d (it took %v)",
 			lease, h.holders, h.told, h.toldAfter, h.causes, h.kept, h.lostAtRelease, h.releaseFailed, h.releaseTook)
 	}
-	say("waiters at a kill: %d; granted in the same Acquire call %d, %v after the promotion; Acquire returned an error %d, %v after the kill",
+	r.say("waiters at a kill: %d; granted in the same Acquire call %d, %v after the promotion; Acquire returned an error %d, %v after the kill",
 		waiters, resumed, resumedAfter, failed, failedAfter)
-	say("next grant of each lock after a promotion: %v", next)
+	r.say("next grant of each lock after a promotion: %v", next)
 	kinds, steady := r.errorKinds()
-	say("failed Acquire calls by cause: %v; away from a failover: %d", kinds, steady)
-	say("wait queues after a promotion: %d entries of acquisitions that had ended (their Leave failed during the outage, or was lost with the master), %d of them still queued at the next promotion; %d at the end",
+	r.say("failed Acquire calls by cause: %v; away from a failover: %d", kinds, steady)
+	r.say("wait queues after a promotion: %d entries of acquisitions that had ended (their Leave failed during the outage, or was lost with the master), %d of them still queued at the next promotion; %d at the end",
 		ghosts, survived, len(r.lastGhosts))
-	say("idle locks: a lock granted to an acquisition that had failed already (a waiter that gave up, whose Leave failed) stayed idle %v, total %v; a record left by a hold that had ended (its Release failed, or was lost with the master) %v, total %v",
+	r.say("idle locks: a lock granted to an acquisition that had failed already (a waiter that gave up, whose Leave failed) stayed idle %v, total %v; a record left by a hold that had ended (its Release failed, or was lost with the master) %v, total %v",
 		r.idle["ghost"], total(r.idle["ghost"]), r.idle["stale"], total(r.idle["stale"]))
-	say("overlaps: %d pairs of grants held at once: same primary %d, across a failover %d, unattributed (a request spanning a kill) %d; longest %v",
+	r.say("overlaps: %d pairs of grants held at once: same primary %d, across a failover %d, unattributed (a request spanning a kill) %d; longest %v",
 		ov.same+ov.cross+ov.unknown, ov.same, ov.cross, ov.unknown, ms(ov.longest))
-	say("tokens: %d issued twice, %d below one issued before", repeated, backwards)
+	r.say("tokens: %d issued twice, %d below one issued before", repeated, backwards)
 	for _, mode := range []string{"sync", "lag"} {
 		m := byMode[mode]
-		say("mode %s: %d failovers, %d overlaps, %d tokens issued twice, %d below one issued before (each counted at the failover after the earlier grant)",
+		r.say("mode %s: %d failovers, %d overlaps, %d tokens issued twice, %d below one issued before (each counted at the failover after the earlier grant)",
 			mode, m[0], m[1], m[2], m[3])
 	}
 	var w foWrites
 	for _, g := range r.grants {
 		w = foWrites{w.writes + g.writes, w.rejected + g.rejected, w.dup + g.dup, w.errors + g.writeErrors}
 	}
-	say("fenced writes: %d; rejected as stale %d; accepted with a token another holder also had %d; failed %d", w.writes, w.rejected, w.dup, w.errors)
+	r.say("fenced writes: %d; rejected as stale %d; accepted with a token another holder also had %d; failed %d", w.writes, w.rejected, w.dup, w.errors)
 	expect(r.t, w.errors == 0, "%d fenced writes to the resource failed", w.errors)
 }
 
@@ -1230,7 +1260,11 @@ func roleFailover(t *testing.T) {
 	rc := redis.NewUniversalClient(sentinelOptions(strings.Split(childEnv(t, "FAULTS_SENTINELS"), ",")))
 	res := redis.NewClient(&redis.Options{Addr: childEnv(t, "FAULTS_RESOURCE"), ContextTimeoutEnabled: true})
 	losses := &lossLog{at: make(map[string]time.Time)}
-	c, err := lock.NewClient(lock.NewRedisProvider(rc), lock.WithEvents(losses.event))
+	var opts []lock.RedisOption
+	if n := int(atoi(t, childEnv(t, "FAULTS_WAIT"))); n > 0 {
+		opts = append(opts, lock.WaitForReplicas(n, failoverReplicaTimeout))
+	}
+	c, err := lock.NewClient(lock.NewRedisProvider(rc, opts...), lock.WithEvents(losses.event))
 	require.NoError(t, err)
 	require.NoError(t, rc.Ping(ctxTimeout(t, 10*time.Second)).Err())
 	report("ready")
