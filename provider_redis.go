@@ -103,8 +103,9 @@ type RedisOption func(*RedisProvider)
 // of n replicas, and while fewer than n are reachable every acquisition
 // fails. n must be positive and timeout at least a millisecond, and under
 // the client's ReadTimeout; a Provider built with other values fails every
-// call with ErrInvalidArgument. Not on a Cluster client's Listen path alone:
-// on a Cluster the script and WAIT go to the key's primary's own client.
+// call with ErrInvalidArgument. On a Cluster, the script and WAIT go to the
+// key's primary through its own client (MasterForKey), so that WAIT runs
+// on the connection that wrote.
 func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 	return func(p *RedisProvider) { p.waits, p.replicas, p.replicaTimeout = true, n, timeout }
 }
