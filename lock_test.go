@@ -349,6 +349,7 @@ func TestRenewalEvents(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	p := &flakyUpdate{Provider: lock.NewMemoryProvider()}
 	rec := newRecorder()
+	rec.renewals = true
 	c := newClient(t, p, rec.option())
 	lease := 900 * time.Millisecond
 	l, err := c.Acquire(ctx, "renewed", lock.Options{Lease: lease})
