@@ -38,7 +38,7 @@ const (
 var manyWaiters = []int{16, 256} // scenario e
 
 // spreadWaiters are the waiter counts of scenario f, over 8 Clients.
-var spreadWaiters = []int{16, 256, 4096}
+var spreadWaiters = []int{16, 256, 4096, 10000}
 
 func main() {
 	os.Exit(mainCode())

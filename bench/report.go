@@ -47,7 +47,18 @@ var waitersRows = []row{
 	{"won back by the releaser", func(r result) string { return fmt.Sprintf("%.1f%%", 100*r.WonBack) }},
 	{"grants per goroutine min/max", func(r result) string { return fmt.Sprintf("%d/%d", r.MinGrants, r.MaxGrants) }},
 	{"longest single wait", func(r result) string { return dur(r.LongestWait) }},
+	{"memory per waiter, process / Redis", func(r result) string {
+		return fmt.Sprintf("%s / %s", size(r.ClientBytes), size(r.RedisBytes))
+	}},
 	{"mutual-exclusion violations", func(r result) string { return fmt.Sprint(r.Violations) }},
+}
+
+// size shows a size per goroutine.
+func size(b float64) string {
+	if b >= 1024 {
+		return fmt.Sprintf("%.1f KB", b/1024)
+	}
+	return fmt.Sprintf("%.0f B", b)
 }
 
 // handoff shows a handoff percentile, or "none" when no grant went to another

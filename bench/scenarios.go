@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +45,11 @@ type result struct {
 	// LongestWait is the longest time a goroutine spent between wanting the
 	// lock and getting it, counting waits still unfinished at the end.
 	LongestWait float64 `json:"longest_wait_us"`
+	// ClientBytes and RedisBytes are the memory that the harness process
+	// (Go heap and stacks) and Redis (used_memory) held midway through the
+	// run more than before it, per goroutine: the cost of a waiter.
+	ClientBytes float64 `json:"client_bytes_per_goroutine,omitempty"`
+	RedisBytes  float64 `json:"redis_bytes_per_goroutine,omitempty"`
 	// RedisCommands: server-side command calls (INFO commandstats, including
 	// the commands scripts run) per op. ClientCommands: commands the go-redis
 	// client sent (round trips) per op.
@@ -229,6 +236,7 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 	relCtx := context.WithoutCancel(ctx)
 
 	var wg sync.WaitGroup
+	clientBefore, redisBefore := memoryInUse(ctx, r.rc)
 	begin := time.Now()
 	for g := range goroutines {
 		wg.Add(1)
@@ -292,6 +300,13 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 			}
 		}()
 	}
+	select {
+	case <-time.After(d / 2):
+		clientMid, redisMid := memoryInUse(ctx, r.rc)
+		res.ClientBytes = float64(clientMid-clientBefore) / float64(goroutines)
+		res.RedisBytes = float64(redisMid-redisBefore) / float64(goroutines)
+	case <-ctx.Done():
+	}
 	wg.Wait()
 	res.Seconds = time.Since(begin).Seconds()
 
@@ -325,6 +340,21 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 	res.perOp(before, after)
 	res.Errors, res.FirstError = errs.n, errs.first
 	return res, nil
+}
+
+// memoryInUse returns the harness's Go heap and stacks in use, and Redis's
+// used_memory (0 when INFO fails).
+func memoryInUse(ctx context.Context, rc *redis.Client) (client, server int64) {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	info, _ := rc.Info(ctx, "memory").Result()
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			server, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return int64(ms.HeapInuse + ms.StackInuse), server
 }
 
 // percentiles returns the 50th and 99th percentiles of ds in microseconds

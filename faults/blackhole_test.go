@@ -122,12 +122,16 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 		}
 		p.Pause(faults.Replies)
 		cut = time.Now()
+		// The TTL before the call: on a busy machine the Extend can reach
+		// Redis before renewedAt reads the TTL a first time.
+		before, err := direct.PTTL(ctxTimeout(t, 5*time.Second), recordKey(key)).Result()
+		require.NoError(t, err)
 		if call == "extend-in-flight" {
 			extended = make(chan error, 1)
 			go func() { extended <- l.Extend(context.Background(), blackholeLease) }()
 		}
 		// Its request reaches Redis; then nothing gets through.
-		sent, ok := renewedAt(t, direct, key, blackholeLease)
+		sent, ok := renewedAfter(t, direct, key, blackholeLease, before)
 		p.Pause(faults.Requests)
 		require.True(t, ok, "no %s reached Redis within %v of holding the replies", call, blackholeLease)
 		what := "a renewal"
@@ -222,8 +226,13 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 // returns false when none comes within d.
 func renewedAt(t testing.TB, direct *redis.Client, key string, d time.Duration) (time.Time, bool) {
 	t.Helper()
+	return renewedAfter(t, direct, key, d, -1)
+}
+
+// renewedAfter is renewedAt with the TTL read before, prev (-1 for none).
+func renewedAfter(t testing.TB, direct *redis.Client, key string, d, prev time.Duration) (time.Time, bool) {
+	t.Helper()
 	ctx := ctxTimeout(t, d+5*time.Second)
-	prev := time.Duration(-1)
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		ttl, err := direct.PTTL(ctx, recordKey(key)).Result()
 		require.NoError(t, err, "read the TTL of %q", key)
