@@ -12,12 +12,12 @@ import (
 // until it is lost, or until MaxDuration. Its methods are safe for concurrent
 // use.
 //
-// Two timers keep the lease: the renewal timer renews it every third of a
-// lease, and the lease timer declares the lock lost at the lease's end,
-// measured on this process's monotonic clock from the request that granted
-// or last renewed it, whatever call to the provider is still under way
-// then. So the holder is told before another process can be granted the
-// lock, however slowly the provider answers.
+// One timer keeps the lease: it fires for each renewal, every third of a
+// lease, and, while a renewal is under way, at the lease's end, measured on
+// this process's monotonic clock from the request that granted or last
+// renewed it: then it declares the lock lost, whatever call to the provider
+// is still under way. So the holder is told before another process can be
+// granted the lock, however slowly the provider answers.
 type Lock struct {
 	c           *Client
 	key, owner  string
@@ -26,15 +26,17 @@ type Lock struct {
 	start       time.Time // monotonic, when the granting request was sent
 	maxDeadline time.Time // monotonic
 
+	outer *Lock // the lock held by the call chain that ran this one (see run)
+
 	renewMu  sync.Mutex // one renewal at a time
 	mu       sync.Mutex // guards what follows
 	state    lockState
 	leaseEnd time.Time   // monotonic: the record expires no earlier than this (see leaseEnd)
-	renewT   *time.Timer // the next renewal
-	endT     *time.Timer // the lease's end
+	renewAt  time.Time   // monotonic: the next renewal
+	timer    *time.Timer // fires at renewAt, or at leaseEnd while a renewal is under way
 	lostErr  *LostError
-	relErr   error // a release that failed: said again by a later Release
-	onLost   []func(error)
+	relErr   error       // a release that failed: said again by a later Release
+	onLost   func(error) // told of a loss (run's context)
 	done     chan struct{}
 }
 
@@ -63,13 +65,12 @@ func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Ti
 	return l
 }
 
-// keep starts the lease's timers: renewal, and the lease's end, for a grant
-// with ttl requested at sent.
+// keep starts the lease's timer, for a grant with ttl requested at sent.
 func (l *Lock) keep(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.renewT = time.AfterFunc(time.Until(sent.Add(l.nextRenewal(sent, ttl))), l.renew)
-	l.endT = time.AfterFunc(time.Until(l.leaseEnd), l.expire)
+	l.renewAt = sent.Add(l.nextRenewal(sent, ttl))
+	l.timer = time.AfterFunc(time.Until(l.renewAt), l.tick)
 }
 
 // Key returns the lock's key (see Client.Key): with the Redis provider, the
@@ -99,8 +100,8 @@ func (l *Lock) Err() error {
 	return nil
 }
 
-// onLoss calls fn with the loss error when the lock is lost, at once if it
-// already is.
+// onLoss makes fn the function called with the loss error when the lock is
+// lost, at once if it already is.
 func (l *Lock) onLoss(fn func(error)) {
 	l.mu.Lock()
 	if l.state == lost {
@@ -109,7 +110,7 @@ func (l *Lock) onLoss(fn func(error)) {
 		fn(err)
 		return
 	}
-	l.onLost = append(l.onLost, fn)
+	l.onLost = fn
 	l.mu.Unlock()
 }
 
@@ -168,10 +169,10 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		return l.heldErrLocked()
 	}
 	l.leaseEnd = leaseEnd(now, d)
-	l.endT.Reset(time.Until(l.leaseEnd))
 	// Timed from when the renewal was sent, as the lease is: a slow reply
 	// must not push the next renewal past the lease end.
-	l.renewT.Reset(max(time.Until(now.Add(l.nextRenewal(now, d))), 0))
+	l.renewAt = now.Add(l.nextRenewal(now, d))
+	l.timer.Reset(max(time.Until(l.renewAt), 0))
 	return nil
 }
 
@@ -196,15 +197,14 @@ func (l *Lock) lose(cause error) error {
 	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
 	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
 	close(l.done)
-	for _, fn := range onLost {
-		fn(l.lostErr)
+	if onLost != nil {
+		onLost(l.lostErr)
 	}
 	return l.lostErr
 }
 
 func (l *Lock) stopTimersLocked() {
-	l.renewT.Stop()
-	l.endT.Stop()
+	l.timer.Stop()
 }
 
 // heldErr returns nil while the lock is held, and why it is not otherwise.
@@ -242,30 +242,39 @@ func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
 	return leaseEnd(now, ttl).Sub(now)
 }
 
-// expire runs on the lease timer: the lease has run out unless a renewal
-// moved its end meanwhile.
-func (l *Lock) expire() {
+// tick runs when the lease's timer fires, each time on a goroutine of its
+// own: at the lease's end, it declares the lock lost (a renewal under way
+// has not come back in time); when a renewal is due, it arms the timer for
+// the lease's end and renews (which arms it for the next renewal when it
+// succeeds); otherwise (a renewal moved both meanwhile) it arms the timer
+// for the next renewal.
+func (l *Lock) tick() {
 	l.mu.Lock()
-	state, end := l.state, l.leaseEnd
-	l.mu.Unlock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
 	now := time.Now()
 	switch {
-	case state != held:
-	case now.Before(end):
-		l.mu.Lock()
-		if l.state == held {
-			l.endT.Reset(time.Until(l.leaseEnd))
-		}
+	case !now.Before(l.leaseEnd):
 		l.mu.Unlock()
-	case l.overMax(now):
-		_ = l.lose(l.heldTooLong())
+		if l.overMax(now) {
+			_ = l.lose(l.heldTooLong())
+		} else {
+			_ = l.lose(errLeaseRanOut)
+		}
+	case now.Before(l.renewAt):
+		l.timer.Reset(l.renewAt.Sub(now))
+		l.mu.Unlock()
 	default:
-		_ = l.lose(errLeaseRanOut)
+		l.timer.Reset(l.leaseEnd.Sub(now))
+		l.mu.Unlock()
+		l.renew()
 	}
 }
 
-// renew runs on the renewal timer: it renews the lease, and tries again soon
-// after a transient failure. It may block on the provider; the lease timer
+// renew renews the lease, and tries again soon after a transient failure.
+// It may block on the provider; the timer, armed for the lease's end,
 // declares the loss meanwhile if the lease runs out.
 func (l *Lock) renew() {
 	l.mu.Lock()
@@ -304,13 +313,16 @@ func (l *Lock) heldTooLong() error {
 	return fmt.Errorf("held for its MaxDuration %v", l.opts.MaxDuration)
 }
 
-// resetRenewal fires the renewal timer after d (at least a millisecond),
-// while the lock is held.
+// resetRenewal renews again after d (at least a millisecond, and never
+// after the lease's end, when the timer fires anyway), while the lock is
+// held.
 func (l *Lock) resetRenewal(d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == held {
-		l.renewT.Reset(max(d, time.Millisecond))
+		now := time.Now()
+		l.renewAt = now.Add(max(d, time.Millisecond))
+		l.timer.Reset(min(l.renewAt.Sub(now), l.leaseEnd.Sub(now)))
 	}
 }
 

@@ -153,7 +153,8 @@ func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx con
 // run calls fn under l and releases l. A loss is reported once: fn's error
 // is often the loss itself (its context's cause).
 func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
-	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, &chain{l, chainOf(ctx)}))
+	l.outer, _ = FromContext(ctx)
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, l))
 	l.onLoss(cancel)
 	defer func() {
 		cancel(nil)
@@ -209,33 +210,20 @@ func crcName(s string) uint32 { return crc32.ChecksumIEEE([]byte(s)) }
 
 type ctxKey struct{}
 
-// chain is the locks held by a call chain, innermost first, as its context
-// carries them.
-type chain struct {
-	l     *Lock
-	outer *chain
-}
-
-func chainOf(ctx context.Context) *chain {
-	ch, _ := ctx.Value(ctxKey{}).(*chain)
-	return ch
-}
-
 // FromContext returns the lock held by the innermost Do, Middleware or
 // Primitive call whose handler received ctx, and whether there is one.
 func FromContext(ctx context.Context) (*Lock, bool) {
-	if ch := chainOf(ctx); ch != nil {
-		return ch.l, true
-	}
-	return nil, false
+	l, ok := ctx.Value(ctxKey{}).(*Lock)
+	return l, ok
 }
 
 // heldBy reports whether ctx's call chain holds the lock under key with c.
 func heldBy(ctx context.Context, c *Client, key string) bool {
-	for ch := chainOf(ctx); ch != nil; ch = ch.outer {
-		if ch.l.c == c && ch.l.key == key {
+	l, _ := FromContext(ctx)
+	for ; l != nil; l = l.outer {
+		if l.c == c && l.key == key {
 			select {
-			case <-ch.l.done: // released or lost
+			case <-l.done: // released or lost
 			default:
 				return true
 			}
