@@ -41,6 +41,7 @@ var contendedRows = []row{
 
 var waitersRows = []row{
 	{"Redis commands per section", func(r result) string { return fmt.Sprintf("%.1f", r.RedisCommands) }},
+	{"same, second half of the run", func(r result) string { return fmt.Sprintf("%.1f", r.SteadyCommands) }},
 	{"client round trips per section", func(r result) string { return fmt.Sprintf("%.1f", r.ClientCommands) }},
 	{"sections/s", func(r result) string { return count(r.OpsPerSec) }},
 	{"handoff to another goroutine p50", handoff(func(r result) float64 { return r.HandoffP50 })},

@@ -50,6 +50,10 @@ type result struct {
 	// run more than before it, per goroutine: the cost of a waiter.
 	ClientBytes float64 `json:"client_bytes_per_goroutine,omitempty"`
 	RedisBytes  float64 `json:"redis_bytes_per_goroutine,omitempty"`
+	// SteadyCommands is RedisCommands over the second half of the run alone,
+	// once every waiter has queued: the cost of a handoff without the
+	// waiters' first requests.
+	SteadyCommands float64 `json:"redis_commands_per_op_second_half,omitempty"`
 	// RedisCommands: server-side command calls (INFO commandstats, including
 	// the commands scripts run) per op. ClientCommands: commands the go-redis
 	// client sent (round trips) per op.
@@ -222,6 +226,7 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 		key        = prefix + ":one"
 		stats      = make([]goroutineStats, goroutines)
 		inside     atomic.Int32 // goroutines inside the critical section
+		granted    atomic.Int64 // sections so far
 		violations atomic.Int64
 		errs       errorCount
 
@@ -264,6 +269,7 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 				granted := time.Now()
 				st.longest = max(st.longest, granted.Sub(want))
 				st.grants++
+				granted.Add(1)
 				if inside.Add(1) != 1 {
 					violations.Add(1)
 				}
@@ -307,12 +313,20 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 		res.RedisBytes = float64(redisMid-redisBefore) / float64(goroutines)
 	case <-ctx.Done():
 	}
+	midOps := granted.Load()
+	mid, err := r.counters(ctx)
+	if err != nil {
+		return res, err
+	}
 	wg.Wait()
 	res.Seconds = time.Since(begin).Seconds()
 
 	after, err := r.counters(ctx)
 	if err != nil {
 		return res, err
+	}
+	if n := granted.Load() - midOps; n > 0 {
+		res.SteadyCommands = float64(after.server.calls-mid.server.calls) / float64(n)
 	}
 	var handoffs, releases []time.Duration
 	var wonBack int64
