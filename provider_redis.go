@@ -75,10 +75,33 @@ var (
 // one hour from its first grant, the queue while its waiters look. A message
 // is published only to hand a lock to a waiter (on that waiter's inbox
 // channel) and to tell waiters that the lock entered a grace period: a
-// release that nobody waits for publishes nothing.
+// release that nobody waits for publishes nothing. A waiter whose inbox
+// nobody listens to (the message reaches no one) is skipped, and the lock
+// handed to the next.
+//
+// On a single node or with Sentinel, the message is a PUBLISH on the inbox
+// channel. On a Cluster, PUBLISH is forwarded to every node over the
+// cluster bus, so that each grant costs every node; there, when every
+// primary knows SPUBLISH (Redis 7.0 or later, Valkey; asked once, with
+// COMMAND INFO, at the first call that needs it), the message is an
+// SPUBLISH on a shard channel of the inbox in the lock's own hash slot
+// ("{t}" followed by the inbox, t a tag of that slot), which only the
+// slot's primary (and its replicas) handle: a grant costs one node whatever
+// the size of the Cluster. Listen then subscribes (SSUBSCRIBE) to the shard
+// channel of each slot its waiters wait in, before their first Queue there:
+// one pub/sub connection per slot waited in, kept until the Listen stops
+// (at most one per slot; in practice the few slots a Client waits in). An
+// SPUBLISH counts the subscribers of its shard channel exactly, so unheard
+// waiters are skipped there too (not with a ReadOnly, RouteByLatency or
+// RouteRandomly client, whose subscriptions may be on replicas, which the
+// primary does not count). On older Clusters, or with ShardedPubSub(false), grants are PUBLISHed as
+// on a single node, and, since a PUBLISH on a Cluster counts the listeners
+// of one node only, waiters nobody listens to are not skipped (they find
+// the lock theirs at their next look, or it expires).
 type RedisProvider struct {
-	client   redis.UniversalClient
-	skipDead any // "1": a waiter nobody listens for is skipped (not on a Cluster)
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client, when it is a Cluster client
+	shard   shardState
 
 	waits          bool          // WaitForReplicas was given
 	replicas       int           // acknowledgements a grant needs
@@ -115,9 +138,15 @@ func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 // ContextTimeoutEnabled set in its options; without it, a call to an
 // unreachable server lasts up to the client's own read and write timeouts.
 func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisProvider {
-	p := &RedisProvider{client: client, skipDead: "1"}
-	if _, ok := client.(*redis.ClusterClient); ok {
-		p.skipDead = "0"
+	p := &RedisProvider{client: client}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		p.cluster = cc
+		// With ReadOnly, a subscription may be on a replica, which an
+		// SPUBLISH on the primary does not count.
+		p.shard.skip = "1"
+		if cc.Options().ReadOnly {
+			p.shard.skip = "0"
+		}
 	}
 	for _, o := range opts {
 		o(p)
@@ -195,6 +224,16 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	if err != nil {
 		return Record{}, err
 	}
+	pub, prefix, err := p.publishing(ctx, keys[0])
+	if err != nil {
+		return Record{}, err
+	}
+	ch := channel(w.Inbox, prefix)
+	if prefix != "" {
+		if err := p.subscribeShard(ctx, w.Inbox, ch); err != nil {
+			return Record{}, err
+		}
+	}
 	mode := ""
 	switch {
 	case w.Again:
@@ -205,7 +244,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 		mode = "f"
 	}
 	res, acked, err := p.run(ctx, queueScript, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
-		entry(w), mode, queueTTLArg, key, p.skipDead, now())
+		entry(w, ch), mode, queueTTLArg, key, pub, now())
 	rec, err := p.record(ctx, "queue", key, res, err)
 	if err == nil && rec.Owner == w.Owner && !rec.Ended && !rec.Queued {
 		err = p.replicated(key, acked)
@@ -213,9 +252,10 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	return rec, err
 }
 
-// entry is w's element of a wait queue.
-func entry(w Waiter) string {
-	return w.Owner + " " + strconv.FormatInt(w.TTL.Milliseconds(), 10) + " " + w.Inbox
+// entry is w's element of a wait queue, whose grant is sent on ch (w's
+// inbox, or its shard channel; see publishing).
+func entry(w Waiter, ch string) string {
+	return w.Owner + " " + strconv.FormatInt(w.TTL.Milliseconds(), 10) + " " + ch
 }
 
 // Leave implements Provider.
@@ -230,7 +270,11 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if err != nil {
 		return err
 	}
-	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w), fenceTTLArg, key, p.skipDead, now()).Err()
+	pub, prefix, err := p.publishing(ctx, keys[0])
+	if err != nil {
+		return err
+	}
+	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w, channel(w.Inbox, prefix)), fenceTTLArg, key, pub, now()).Err()
 	return p.wrap(key, err)
 }
 
@@ -246,7 +290,11 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, p.skipDead, now()).Slice()
+	pub, _, err := p.publishing(ctx, keys[0])
+	if err != nil {
+		return err
+	}
+	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, pub, now()).Slice()
 	return p.result("release", key, res, err)
 }
 
@@ -262,11 +310,14 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	if err != nil {
 		return err
 	}
-	flag := "0"
+	flag, pub := "0", publishBroadcast // a renewal publishes nothing
 	if ended {
 		flag = "1"
+		if pub, _, err = p.publishing(ctx, keys[0]); err != nil {
+			return err
+		}
 	}
-	res, acked, err := p.run(ctx, updateScript, keys, owner, ttl.Milliseconds(), flag, key)
+	res, acked, err := p.run(ctx, updateScript, keys, owner, ttl.Milliseconds(), flag, key, pub)
 	if err = p.result("update", key, res, err); err != nil {
 		return err
 	}
@@ -375,10 +426,10 @@ func (p *RedisProvider) inspected(key string, res []any, err error) (Record, err
 // one pipeline.
 const listBatch = 256
 
-// List implements Provider with SCAN, on every primary of a Cluster, and
-// inspects each batch of keys in one pipeline. Keys that end with ":fence"
-// or ":q" are taken for the companions of records (see RedisKeys), and a
-// key of the form K{crc} for the record of key K without a hash tag.
+// List implements Provider with SCAN, on every primary of a Cluster in
+// turn, and inspects each batch of keys in one pipeline. Keys that end with
+// ":fence" or ":q" are taken for the companions of records (see RedisKeys),
+// and a key of the form K{crc} for the record of key K without a hash tag.
 func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
 	if err := p.check(); err != nil {
 		return err
@@ -403,7 +454,23 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	}
 	var err error
 	if cc, ok := p.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+		// One primary after the other: fn is called by one goroutine at a
+		// time, and not again once it returned false. (ForEachMaster runs
+		// its function on every primary at once.)
+		var mu sync.Mutex
+		var masters []*redis.Client
+		err = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			mu.Lock()
+			masters = append(masters, c)
+			mu.Unlock()
+			return nil
+		})
+		for _, c := range masters {
+			if err != nil {
+				break
+			}
+			err = scan(ctx, c)
+		}
 	} else {
 		err = scan(ctx, p.client)
 	}
@@ -493,7 +560,11 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := forceReleaseScript.Run(ctx, p.client, keys, fenceTTLArg, key, p.skipDead, now()).Slice()
+	pub, _, err := p.publishing(ctx, keys[0])
+	if err != nil {
+		return Record{}, err
+	}
+	res, err := forceReleaseScript.Run(ctx, p.client, keys, fenceTTLArg, key, pub, now()).Slice()
 	if err != nil {
 		return Record{}, p.wrap(key, err)
 	}
@@ -516,6 +587,20 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 // breaks is reconnected and resubscribed by go-redis, and grants published
 // meanwhile are lost: each new confirmation is delivered as a Grant without
 // Key, so that the waiters look again.
+//
+// On a Cluster with sharded pub/sub (see RedisProvider), Listen subscribes
+// to nothing itself, and nothing is published on the inbox channel: each
+// Queue of a waiter with this inbox, through this provider, first
+// subscribes the Listen to the inbox's shard channel in the slot of the
+// waiter's lock (SSUBSCRIBE on that slot's primary, one connection per
+// slot), and waits for Redis's confirmation, so that no grant sent to it is
+// lost. (A waiter queued through another provider value with this inbox is
+// not heard, and is skipped: the lock Client queues and listens through
+// one.) deliver is called by one subscription at a time. A resubscription
+// after a broken connection, and a subscription that Redis ended because
+// its slot moved to another node, deliver a Grant without Key; the
+// waiters' next looks subscribe again where the slot lives. stop closes
+// every subscription of the Listen.
 func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
 	if err := p.check(); err != nil {
 		return nil, err
@@ -526,9 +611,8 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 	if deliver == nil {
 		return nil, invalidf("nil deliver function")
 	}
-	ps := p.client.Subscribe(ctx, inbox)
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
+	sharded, err := p.sharded(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
 	}
 	var confirm *confirmer
@@ -536,6 +620,26 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 		confirm = &confirmer{p: p, deliver: deliver}
 		confirm.ctx, confirm.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		deliver = confirm.grant
+	}
+	if sharded {
+		l := p.listenShards(inbox, deliver)
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				l.stop()
+				if confirm != nil {
+					confirm.stop()
+				}
+			})
+		}, nil
+	}
+	ps := p.client.Subscribe(ctx, inbox)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		if confirm != nil {
+			confirm.stop()
+		}
+		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -32,9 +32,11 @@ const (
 
 // TestRedisCluster runs the Redis provider against a real Redis Cluster of
 // three masters: locks whose keys live on different nodes, fencing tokens,
-// ErrHeld, the wake-up of a waiter by the release script's PUBLISH (which
-// Redis Cluster forwards to every node), a Fair wait queue across Clients,
-// and a short mutual-exclusion run.
+// ErrHeld, the wake-up of a waiter by the release script's message (an
+// SPUBLISH on a shard channel in the lock's slot, which only that slot's
+// node handles, on Redis 7.0 or later; before, a PUBLISH, which Redis
+// Cluster forwards to every node), a Fair wait queue across Clients, and a
+// short mutual-exclusion run.
 func TestRedisCluster(t *testing.T) {
 	addrs := startCluster(t)
 	ctx := ctxTimeout(t, 25*time.Second)
@@ -129,7 +131,9 @@ func TestRedisCluster(t *testing.T) {
 			}))
 
 		// Subscribe the waiter: a first wait, cut short, makes the Client
-		// listen on its inbox channel; the subscription stays.
+		// listen on its inbox: with sharded pub/sub, on the shard channel of
+		// the warm-up lock's slot, on that lock's node (before Redis 7.0, on
+		// the inbox channel, on any node); the subscription stays.
 		l, err := holder.Acquire(ctx, "wake-warmup", lock.Options{})
 		require.NoError(t, err)
 		_, err = waiter.Acquire(ctx, "wake-warmup", lock.Options{Wait: true, MaxDuration: 300 * time.Millisecond})
@@ -137,17 +141,34 @@ func TestRedisCluster(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 		drain(contended)
 
-		// The subscription is on one node; the lock must live on another, so
-		// the announcement has to cross the cluster bus.
+		// The subscription is on one node; the lock must live on another:
+		// with sharded pub/sub the waiter's first Queue there subscribes it
+		// on that node (SSUBSCRIBE) and the release's SPUBLISH reaches it
+		// there; with PUBLISH the announcement crosses the cluster bus.
+		sharded := clusterSharded(t, ctx, addrs)
+		subscribed := func(addr string) []string {
+			t.Helper()
+			rc := newRedis(t, addr)
+			var chans []string
+			var err error
+			if sharded {
+				chans, err = rc.PubSubShardChannels(ctx, "*"+lock.DefaultPrefix+"inbox:*").Result()
+			} else {
+				chans, err = rc.PubSubChannels(ctx, lock.DefaultPrefix+"inbox:*").Result()
+			}
+			require.NoError(t, err)
+			return chans
+		}
 		subNode := ""
 		for _, addr := range addrs {
-			chans, err := newRedis(t, addr).PubSubChannels(ctx, lock.DefaultPrefix+"inbox:*").Result()
-			require.NoError(t, err)
-			if len(chans) > 0 {
+			if len(subscribed(addr)) > 0 {
 				subNode = addr
 			}
 		}
 		require.NotEmpty(t, subNode, "no node has a subscriber of an inbox channel")
+		if sharded {
+			expect(t, subNode == nodeOf("wake-warmup"), "the shard channel is on %s, the warm-up lock on %s", subNode, nodeOf("wake-warmup"))
+		}
 		name := ""
 		for node, n := range namesOnNodes("wake") {
 			if node != subNode {
@@ -155,9 +176,23 @@ func TestRedisCluster(t *testing.T) {
 				break
 			}
 		}
-		t.Logf("waiter subscribed on %s; lock %q lives on %s", subNode, name, nodeOf(name))
+		t.Logf("waiter subscribed on %s; lock %q lives on %s (sharded pub/sub: %v)", subNode, name, nodeOf(name), sharded)
 
 		checkHandedOver(t, ctx, holder, waiter, name, contended)
+		if sharded {
+			chans := subscribed(nodeOf(name))
+			expect(t, len(chans) == 1, "shard channels of the waiter's inbox on the lock's node %s: %v; want one", nodeOf(name), chans)
+			if len(chans) == 1 {
+				chSlot, err := inspect.ClusterKeySlot(ctx, chans[0]).Result()
+				require.NoError(t, err)
+				keySlot, err := inspect.ClusterKeySlot(ctx, lock.DefaultPrefix+"{"+name+"}").Result()
+				require.NoError(t, err)
+				expect(t, chSlot == keySlot, "shard channel %s in slot %d, the lock's record in slot %d", chans[0], chSlot, keySlot)
+			}
+			plain, err := newRedis(t, nodeOf(name)).PubSubChannels(ctx, "*").Result()
+			require.NoError(t, err)
+			expect(t, len(plain) == 0, "with sharded pub/sub nothing subscribes to plain channels; found %v", plain)
+		}
 	})
 
 	t.Run("fair queue across clients", func(t *testing.T) {

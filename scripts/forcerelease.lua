@@ -1,7 +1,7 @@
 -- ForceRelease: delete the record whoever holds it, or hand it to the first
 -- live waiter of the queue, as release does for its owner.
 -- ARGV[1] fencing counter ttl ms, ARGV[2] key (for messages), ARGV[3]
--- skipdead (see serve), ARGV[4] now (Unix ms)
+-- how to publish (see publish in record.lua), ARGV[4] now (Unix ms)
 -- Returns {0} when the key is empty, {1, value, pttl} when the record value
 -- was removed, {-2, value} when the value is not a record (left as it is).
 local v = redis.call('GET', KEYS[1])

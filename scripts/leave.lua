@@ -1,7 +1,7 @@
 -- Leave: take the entry ARGV[2] out of the queue; if the lock was handed to
 -- ARGV[1] meanwhile, pass it on or delete it, as release does.
 -- ARGV[1] owner, ARGV[2] entry, ARGV[3] fencing counter ttl ms, ARGV[4] key,
--- ARGV[5] skipdead, ARGV[6] now (Unix ms)
+-- ARGV[5] how to publish (see publish in record.lua), ARGV[6] now (Unix ms)
 redis.call('LREM', KEYS[3], 1, ARGV[2])
 local v = redis.call('GET', KEYS[1])
 if not v then return {1} end

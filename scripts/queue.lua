@@ -3,12 +3,12 @@
 -- queued: 1 and its place in the queue (0 first); {false, 0, 1, place} when
 -- it joined the queue without reading the record.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms,
--- ARGV[4] the caller's queue entry "owner ttl inbox", ARGV[5] mode: 'c' a
+-- ARGV[4] the caller's queue entry "owner ttl channel", ARGV[5] mode: 'c' a
 -- first attempt at a busy key, 'a' a look again (the caller may be queued),
 -- 'f' a fair first attempt, '' a first attempt (after 'c' finds no queue,
 -- nobody waits, so fair or not is the same); ARGV[6] queue ttl ms,
--- ARGV[7] key (for messages), ARGV[8] skipdead (see serve), ARGV[9] now
--- (Unix ms).
+-- ARGV[7] key (for messages), ARGV[8] how to publish (see publish in
+-- record.lua), ARGV[9] now (Unix ms).
 local owner, entry, mode = ARGV[1], ARGV[4], ARGV[5]
 if mode == 'c' then
   -- A queue exists, so the lock is busy: one command to join it.

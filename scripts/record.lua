@@ -4,8 +4,9 @@
 -- rest of an uncontended acquire, release or renewal, which read a record
 -- of their own owner inline (as release.lua shows) and call lib() only for
 -- anything else. KEYS[1] is the record, KEYS[2] the fencing counter,
--- KEYS[3] the wait queue: a list of entries "owner ttl-ms inbox" in arrival
--- order.
+-- KEYS[3] the wait queue: a list of entries "owner ttl-ms channel" in
+-- arrival order, channel the waiter's inbox or, with sharded pub/sub on a
+-- Cluster, its shard channel in this key's slot (see publish).
 --
 -- A record is "owner,token,since" while held, "owner,token,since,q" while
 -- held with a queue waiting for it, and "owner,token,since,ended" during a
@@ -63,39 +64,59 @@ local function lib()
     return v
   end
 
+  -- publish sends msg on ch, the channel of a queue entry, and returns true
+  -- when nobody heard it and the waiter may be skipped (see serve). pub is
+  -- the caller's choice (RedisProvider.publishing): '1' PUBLISH, whose
+  -- count of receivers is exact (one server); '0' PUBLISH on a Cluster,
+  -- which counts the receivers of one node only (never skip); '1{t}' or
+  -- '0{t}' sharded pub/sub: a channel that starts with '{t}', a tag of this
+  -- key's slot, is sent with SPUBLISH, which only this slot's shard handles
+  -- and whose count is exact ('1') unless the subscribers may be on
+  -- replicas ('0'); any other channel (the entry of a process that does
+  -- not shard) with PUBLISH, never skipped. A server without SPUBLISH
+  -- (before 7.0) gets PUBLISH instead.
+  local function publish(ch, msg, pub)
+    local shard = string.sub(pub, 2)
+    if shard ~= '' and string.sub(ch, 1, #shard) == shard then
+      local n = redis.pcall('SPUBLISH', ch, msg)
+      if type(n) == 'number' then return n == 0 and string.sub(pub, 1, 1) == '1' end
+    end
+    return redis.call('PUBLISH', ch, msg) == 0 and pub == '1'
+  end
+
   -- serve hands the lock to the first waiter in the queue: it stores a record
   -- for it (marked queued: others may follow) and publishes "value ttl\nkey" on
-  -- its inbox. A waiter whose inbox nobody listens to any more (PUBLISH reaches
-  -- no one) is skipped when skipdead is '1' (not on a Cluster, where PUBLISH
-  -- counts only the receivers of one node). It returns the owner and the value
-  -- of the new record; nothing when the queue is empty (the record is then
-  -- unchanged, or deleted if it had been handed to a dead waiter); or nil, nil
-  -- and an error. The entry me (if given) is granted without a message.
-  local function serve(fencettl, key, skipdead, now, me)
+  -- its channel. A waiter whose inbox nobody listens to any more (the message
+  -- reaches no one) is skipped when pub says the count is exact (see
+  -- publish). It returns the owner and the value of the new record; nothing
+  -- when the queue is empty (the record is then unchanged, or deleted if it
+  -- had been handed to a dead waiter); or nil, nil and an error. The entry me
+  -- (if given) is granted without a message.
+  local function serve(fencettl, key, pub, now, me)
     while true do
       local e = redis.call('LPOP', KEYS[3])
       if not e then return nil end
-      local owner, ttl, inbox = string.match(e, '^(%S+) (%d+) (%S+)$')
+      local owner, ttl, ch = string.match(e, '^(%S+) (%d+) (%S+)$')
       if owner then
         local v, err = grant(owner, ttl, fencettl, now, true)
         if not v then return nil, nil, err end
         if e == me then return owner, v end
-        local n = redis.call('PUBLISH', inbox, v .. ' ' .. ttl .. '\n' .. key)
-        if n > 0 or skipdead ~= '1' then return owner, v end
+        if not publish(ch, v .. ' ' .. ttl .. '\n' .. key, pub) then return owner, v end
         redis.call('DEL', KEYS[1])
       end
     end
   end
 
-  -- tellall publishes "\nkey" once on every inbox of the queue and deletes the
-  -- queue: the lock entered a grace period, and none of them will get it.
-  local function tellall(key)
+  -- tellall publishes "\nkey" once on every channel of the queue (see
+  -- publish) and deletes the queue: the lock entered a grace period, and
+  -- none of them will get it.
+  local function tellall(key, pub)
     local seen = {}
     for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
-      local inbox = string.match(e, ' (%S+)$')
-      if inbox and not seen[inbox] then
-        seen[inbox] = true
-        redis.call('PUBLISH', inbox, '\n' .. key)
+      local ch = string.match(e, ' (%S+)$')
+      if ch and not seen[ch] then
+        seen[ch] = true
+        publish(ch, '\n' .. key, pub)
       end
     end
     redis.call('DEL', KEYS[3])

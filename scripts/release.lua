@@ -1,7 +1,7 @@
 -- Release: if ARGV[1] holds the record, hand it to the first live waiter of
 -- the queue (when the record says one waits), or delete it.
 -- ARGV[1] owner, ARGV[2] fencing counter ttl ms, ARGV[3] key (for messages),
--- ARGV[4] skipdead (see serve), ARGV[5] now (Unix ms)
+-- ARGV[4] how to publish (see publish in record.lua), ARGV[5] now (Unix ms)
 -- Returns {1} when deleted, {2} when handed over, {0} when the key is empty,
 -- {-1, value} when another owner holds it, {-2, value} when the value is not a
 -- record.

@@ -1,7 +1,7 @@
 -- Update: set the TTL of ARGV[1]'s live record, and mark it ended when
 -- ARGV[3] is "1": then every waiter leaves the queue and is told.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] ended "1" or "0", ARGV[4] key (for
--- messages)
+-- messages), ARGV[5] how to publish (see publish in record.lua)
 -- Returns {1} when updated, {0} when the key is empty, {-1, value} when another
 -- owner holds it or it has ended, {-2, value} when the value is not a record.
 local v = redis.call('GET', KEYS[1])
@@ -17,7 +17,7 @@ if not token or #token > 19 or #since > 15 or (rest ~= '' and rest ~= ',q') then
 end
 if ARGV[3] == '1' then
   redis.call('SET', KEYS[1], o .. ',' .. token .. ',' .. since .. ',ended', 'PX', ARGV[2])
-  if rest == ',q' then lib().tellall(ARGV[4]) end
+  if rest == ',q' then lib().tellall(ARGV[4], ARGV[5]) end
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
