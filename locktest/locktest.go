@@ -63,9 +63,9 @@ type Backend struct {
 
 	// SkipsUnlistened says that Release, handing a key on, passes over a
 	// waiter whose inbox nobody listens to, and frees the key when no
-	// waiter is left; the memory provider and the Redis provider do (not on
-	// a Redis Cluster, where a publisher cannot tell). When false, that
-	// check is skipped.
+	// waiter is left; the memory provider and the Redis provider do (on a
+	// Redis Cluster only with sharded pub/sub, where SPUBLISH counts its
+	// receivers exactly). When false, that check is skipped.
 	SkipsUnlistened bool
 
 	// ExclusiveInbox says that Listen refuses, with lock.ErrInvalidArgument,

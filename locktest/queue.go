@@ -323,10 +323,10 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 }
 
 // unlistenedWaiterIsSkipped: a provider with Backend.SkipsUnlistened (the
-// memory provider and the Redis provider, not on a Cluster) skips a waiter
-// whose inbox nobody listens to (provider_memory.go serve,
-// scripts/handoff.lua serve): the key is never handed to a caller that cannot
-// be told.
+// memory provider and the Redis provider, on a Cluster with sharded pub/sub
+// only) skips a waiter whose inbox nobody listens to (provider_memory.go
+// serve, scripts/record.lua serve): the key is never handed to a caller that
+// cannot be told.
 func (s *suite) unlistenedWaiterIsSkipped(t *testing.T) {
 	if !s.b.SkipsUnlistened {
 		t.Skip("the backend may hand a key to a waiter nobody listens for (Backend.SkipsUnlistened is false); the contract leaves it open")
