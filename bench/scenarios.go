@@ -51,8 +51,9 @@ type result struct {
 	ClientBytes float64 `json:"client_bytes_per_goroutine,omitempty"`
 	RedisBytes  float64 `json:"redis_bytes_per_goroutine,omitempty"`
 	// SteadyCommands is RedisCommands over the second half of the run alone,
-	// once every waiter has queued: the cost of a handoff without the
-	// waiters' first requests.
+	// once every waiter has queued and before those still queued at the end
+	// leave: the cost of a handoff without the waiters' first and last
+	// requests.
 	SteadyCommands float64 `json:"redis_commands_per_op_second_half,omitempty"`
 	// RedisCommands: server-side command calls (INFO commandstats, including
 	// the commands scripts run) per op. ClientCommands: commands the go-redis
@@ -226,7 +227,7 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 		key        = prefix + ":one"
 		stats      = make([]goroutineStats, goroutines)
 		inside     atomic.Int32 // goroutines inside the critical section
-		granted    atomic.Int64 // sections so far
+		sections   atomic.Int64 // sections so far
 		violations atomic.Int64
 		errs       errorCount
 
@@ -269,7 +270,7 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 				granted := time.Now()
 				st.longest = max(st.longest, granted.Sub(want))
 				st.grants++
-				granted.Add(1)
+				sections.Add(1)
 				if inside.Add(1) != 1 {
 					violations.Add(1)
 				}
@@ -313,10 +314,21 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 		res.RedisBytes = float64(redisMid-redisBefore) / float64(goroutines)
 	case <-ctx.Done():
 	}
-	midOps := granted.Load()
+	// The second half: from here to the end of the run, before the waiters
+	// still queued give up and leave.
+	midOps := sections.Load()
 	mid, err := r.counters(ctx)
 	if err != nil {
 		return res, err
+	}
+	<-runCtx.Done()
+	endOps := sections.Load()
+	end, err := r.counters(ctx)
+	if err != nil {
+		return res, err
+	}
+	if n := endOps - midOps; n > 0 {
+		res.SteadyCommands = float64(end.server.calls-mid.server.calls) / float64(n)
 	}
 	wg.Wait()
 	res.Seconds = time.Since(begin).Seconds()
@@ -324,9 +336,6 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 	after, err := r.counters(ctx)
 	if err != nil {
 		return res, err
-	}
-	if n := granted.Load() - midOps; n > 0 {
-		res.SteadyCommands = float64(after.server.calls-mid.server.calls) / float64(n)
 	}
 	var handoffs, releases []time.Duration
 	var wonBack int64
