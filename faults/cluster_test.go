@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
-	"github.com/seed05627090/lock/faults"
+	"github.com/seed05627090/lock/internal/faults"
 )
 
 // redisCLI is the redis-cli used to create the cluster; without it the test

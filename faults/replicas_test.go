@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
-	"github.com/seed05627090/lock/faults"
+	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/locktest"
 )
 

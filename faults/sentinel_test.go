@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
-	"github.com/seed05627090/lock/faults"
+	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/locktest"
 )
 

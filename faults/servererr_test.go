@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
-	"github.com/seed05627090/lock/faults"
+	"github.com/seed05627090/lock/internal/faults"
 )
 
 // Issue 7, item 3: a server error (OOM, READONLY...) reaches the caller as

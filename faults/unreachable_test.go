@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
-	"github.com/seed05627090/lock/faults"
+	"github.com/seed05627090/lock/internal/faults"
 )
 
 // TestRedisUnreachable points a client at a loopback port where nothing

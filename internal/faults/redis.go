@@ -1,10 +1,8 @@
-// Package faults holds the fault-injection tests of the lock library and their
-// helpers: a launcher for throwaway redis-server processes (Redis) and a TCP
-// proxy that can delay, pause and cut the traffic between a client and Redis
-// (Proxy). The tests, in package faults_test, kill and restart servers, cut
-// connections, and stop and kill the processes that hold locks, and check that
-// no lock is granted twice, no update is lost, and every holder is told when it
-// lost its lock.
+// Package faults holds the helpers of the lock library's fault-injection
+// tests (the faults directory of the repository): a launcher for throwaway
+// redis-server processes (Redis), a Sentinel deployment of them (Sentinel),
+// and a TCP proxy that can delay, pause and cut the traffic between a client
+// and Redis (Proxy). It is internal: not part of the library's API.
 //
 // The helpers start processes and listen on loopback addresses only. They are
 // test helpers: they take a testing.TB and end the test when they cannot work.
