@@ -204,8 +204,16 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	if err != nil {
 		return Record{}, err
 	}
-	res, acked, err := p.run(ctx, acquireScript, keys, owner, ttl.Milliseconds(), fenceTTLArg, now())
-	rec, err := p.record(ctx, "acquire", key, res, err)
+	ms := time.Now().UnixMilli() // the record's since
+	res, acked, err := p.run(ctx, acquireScript, keys, owner, ttl.Milliseconds(), fenceTTLArg, ms)
+	var rec Record
+	if token, ok := res.(int64); ok && err == nil {
+		// Stored: the reply is the token alone.
+		rec = Record{Owner: owner, Token: uint64(token), TTL: ttl.Truncate(time.Millisecond), Since: time.UnixMilli(ms)}
+	} else {
+		reply, _ := res.([]any)
+		rec, err = p.record(ctx, "acquire", key, reply, err)
+	}
 	if err == nil && rec.Owner == owner && !rec.Ended {
 		err = p.replicated(key, acked)
 	}
@@ -245,7 +253,8 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	}
 	res, acked, err := p.run(ctx, queueScript, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
 		entry(w, ch), mode, queueTTLArg, key, pub, now())
-	rec, err := p.record(ctx, "queue", key, res, err)
+	reply, _ := res.([]any)
+	rec, err := p.record(ctx, "queue", key, reply, err)
 	if err == nil && rec.Owner == w.Owner && !rec.Ended && !rec.Queued {
 		err = p.replicated(key, acked)
 	}
@@ -294,7 +303,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, pub, now()).Slice()
+	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, pub, now()).Result()
 	return p.result("release", key, res, err)
 }
 
@@ -327,9 +336,9 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 // run runs script, and with WaitForReplicas a WAIT after it in one
 // pipeline, on the connection of the key's primary; it returns the script's
 // reply and how many replicas acknowledged it (-1 without WaitForReplicas).
-func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, int64, error) {
+func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, int64, error) {
 	if !p.waits {
-		res, err := script.Run(ctx, p.client, keys, args...).Slice()
+		res, err := script.Run(ctx, p.client, keys, args...).Result()
 		return res, -1, err
 	}
 	var c redis.Cmdable = p.client
@@ -360,15 +369,11 @@ func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []st
 		if err != nil {
 			return nil, 0, err
 		}
-		res, err := cmd.Slice()
-		if err != nil {
-			return nil, 0, err
-		}
 		n, err := acked.Int64()
 		if err != nil {
 			return nil, 0, fmt.Errorf("wait for replicas: %w", err)
 		}
-		return res, n, nil
+		return cmd.Val(), n, nil
 	}
 }
 
@@ -781,21 +786,25 @@ func (p *RedisProvider) record(ctx context.Context, op, key string, res []any, e
 }
 
 // result turns a release or update script's reply into an error.
-func (p *RedisProvider) result(op, key string, res []any, err error) error {
+// The reply is a code, 1 or 2 (done) or 0 (the key is empty), or, with the
+// value found, {-1, value} (another owner's record) or {-2, value} (not a
+// record).
+func (p *RedisProvider) result(op, key string, res any, err error) error {
 	if err != nil {
 		return p.wrap(key, err)
 	}
-	if len(res) == 0 {
-		return fmt.Errorf("lock: %s %q: empty reply", op, key)
+	code, _ := res.(int64)
+	var v string
+	if s, ok := res.([]any); ok && len(s) == 2 {
+		code, _ = s[0].(int64)
+		v, _ = s[1].(string)
 	}
-	code, _ := res[0].(int64)
 	switch code {
 	case 1, 2:
 		return nil
 	case 0, -1:
 		return &LostError{Key: key}
 	case -2:
-		v, _ := res[1].(string)
 		return &RecordError{Key: key, Value: v}
 	}
 	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)

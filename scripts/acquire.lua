@@ -1,7 +1,8 @@
--- Acquire: store a new record if the key is free, and return the record that
--- holds the key after the call with its remaining TTL, as {value, pttl}. A
--- value that is not a record is returned as it is, unchanged; the caller
--- reports it. The token is taken first, so that a free key costs one write:
+-- Acquire: store a new record if the key is free and return its token (an
+-- integer: the caller knows the rest of the record); otherwise return the
+-- record that holds the key after the call with its remaining TTL, as
+-- {value, pttl}. A value that is not a record is returned as it is,
+-- unchanged; the caller reports it. The token is taken first, so that a free key costs one write:
 -- a contended attempt uses up a token, and tokens still increase.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms, ARGV[4] now
 -- (Unix ms)
@@ -23,7 +24,7 @@ if token == 1 then
 end
 local v = ARGV[1] .. ',' .. string.format('%d', token) .. ',' .. ARGV[4]
 if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
-  return {v, tonumber(ARGV[2])}
+  return token
 end
 v = redis.call('GET', KEYS[1])
 -- Our own live record from an attempt whose reply was lost: renew it. (As

@@ -2,11 +2,11 @@
 -- the queue (when the record says one waits), or delete it.
 -- ARGV[1] owner, ARGV[2] fencing counter ttl ms, ARGV[3] key (for messages),
 -- ARGV[4] how to publish (see publish in record.lua), ARGV[5] now (Unix ms)
--- Returns {1} when deleted, {2} when handed over, {0} when the key is empty,
+-- Returns 1 when deleted, 2 when handed over, 0 when the key is empty,
 -- {-1, value} when another owner holds it, {-2, value} when the value is not a
 -- record.
 local v = redis.call('GET', KEYS[1])
-if not v then return {0} end
+if not v then return 0 end
 -- Is v owner's record? parse, restricted to one owner, without making a
 -- function: token is its token and rest how it ends, or token is nil.
 local o, token, since, rest = ARGV[1]
@@ -20,7 +20,7 @@ end
 if rest == ',q' then
   local first, _, err = lib().serve(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
   if err then return err end
-  if first then return {2} end
+  if first then return 2 end
 end
 redis.call('DEL', KEYS[1])
-return {1}
+return 1

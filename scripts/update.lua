@@ -2,10 +2,10 @@
 -- ARGV[3] is "1": then every waiter leaves the queue and is told.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] ended "1" or "0", ARGV[4] key (for
 -- messages), ARGV[5] how to publish (see publish in record.lua)
--- Returns {1} when updated, {0} when the key is empty, {-1, value} when another
+-- Returns 1 when updated, 0 when the key is empty, {-1, value} when another
 -- owner holds it or it has ended, {-2, value} when the value is not a record.
 local v = redis.call('GET', KEYS[1])
-if not v then return {0} end
+if not v then return 0 end
 -- Is v owner's live record? (as in release.lua)
 local o, token, since, rest = ARGV[1]
 if string.sub(v, 1, #o + 1) == o .. ',' then
@@ -21,4 +21,4 @@ if ARGV[3] == '1' then
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return {1}
+return 1
