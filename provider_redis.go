@@ -114,8 +114,8 @@ type RedisOption func(*RedisProvider)
 // WaitForReplicas makes every grant and renewal count only once n replicas
 // have acknowledged it, within timeout (Redis's WAIT, sent in the same
 // pipeline as the script, on the same connection): a grant that fewer
-// replicas acknowledged fails with an error matching ErrNotReplicated, and
-// its record is removed; a renewal that fewer acknowledged is tried again,
+// replicas acknowledged fails with an error matching ErrNotReplicated (the
+// Client then removes its record, as after any failed acquisition); a renewal that fewer acknowledged is tried again,
 // and the lease timer tells the holder if none succeeds. A lock handed to a
 // waiter by a release is confirmed by the waiter's Client (a renewal and
 // WAIT) before the waiter is told; one that cannot be confirmed is handed
