@@ -21,7 +21,7 @@ var (
 
 	//go:embed scripts/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(recordLua + acquireLua)
+	acquireScript = redis.NewScript(acquireLua) // self-contained: record.lua not prepended
 
 	//go:embed scripts/queue.lua
 	queueLua    string
