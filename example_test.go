@@ -307,3 +307,51 @@ func ExampleLock_Token() {
 	// current holder writes: accepted
 	// former holder writes:  rejected (stale token)
 }
+
+// Inspect shows who holds a lock: with WithIdentity, the process is part
+// of every owner the Client makes. List shows every lock under the prefix,
+// and ForceRelease frees one whoever holds it.
+func ExampleClient_Inspect() {
+	ctx := context.Background()
+	provider := lock.NewMemoryProvider()
+	worker, err := lock.NewClient(provider, lock.WithIdentity("worker-1:4242"))
+	if err != nil {
+		panic(err)
+	}
+	defer worker.Close()
+	operator, err := lock.NewClient(provider)
+	if err != nil {
+		panic(err)
+	}
+	defer operator.Close()
+
+	l, err := worker.Acquire(ctx, "nightly-report", lock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	s, err := operator.Inspect(ctx, "nightly-report")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("held:", s.Held(), "by", s.Identity, "token", s.Token == l.Token())
+
+	locks, more, err := operator.List(ctx, 100)
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range locks {
+		fmt.Println("listed:", s.Name, s.Key, "more:", more)
+	}
+
+	if _, err := operator.ForceRelease(ctx, "nightly-report"); err != nil {
+		panic(err)
+	}
+	s, _ = operator.Inspect(ctx, "nightly-report")
+	fmt.Println("held after ForceRelease:", s.Held())
+	fmt.Println("holder's release:", l.Release(ctx) != nil) // it finds the lock lost
+	// Output:
+	// held: true by worker-1:4242 token true
+	// listed: nightly-report lock:{nightly-report} more: false
+	// held after ForceRelease: false
+	// holder's release: true
+}
