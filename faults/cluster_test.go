@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,54 +266,15 @@ func TestRedisCluster(t *testing.T) {
 			goroutines = 3
 		)
 		t.Logf("%q lives on %s", name, nodeOf(name))
-		var inSection, maxIn, sections atomic.Int64
-		var lastToken atomic.Uint64
-		var badTokens atomic.Int64 // grants whose token was not above the previous one
 		stop := time.Now().Add(2 * time.Second)
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		var wg sync.WaitGroup
-		errs := make(chan error, clients*goroutines)
-		for range clients {
-			c := newClusterLockClient(t, addrs)
-			for range goroutines {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for time.Now().Before(stop) {
-						l, err := c.Acquire(rctx, name, lock.Options{Wait: true, MaxDuration: 8 * time.Second})
-						if err != nil {
-							errs <- err
-							return
-						}
-						n := inSection.Add(1)
-						for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
-						}
-						if prev := lastToken.Swap(l.Token()); l.Token() <= prev {
-							badTokens.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-						inSection.Add(-1)
-						sections.Add(1)
-						if err := l.Release(rctx); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
+		cs := make([]*lock.Client, clients)
+		for i := range cs {
+			cs[i] = newClusterLockClient(t, addrs)
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			expect(t, false, "mutual exclusion run: %v", err)
-		}
-		stats.grants.Add(sections.Load())
-		expect(t, badTokens.Load() == 0, "%d grants had a token not above the previous grant's", badTokens.Load())
-		expect(t, maxIn.Load() <= 1, "%d holders in the critical section at once", maxIn.Load())
-		expect(t, sections.Load() > 0, "no critical section ran")
-		t.Logf("%d critical sections by %d goroutines on %d Clients; at most %d at once",
-			sections.Load(), clients*goroutines, clients, maxIn.Load())
+		n := exclusionRun(t, rctx, cs, goroutines, name, 8*time.Second, func() bool { return time.Now().Before(stop) })
+		expect(t, n > 0, "no critical section ran")
 	})
 }
 

@@ -394,3 +394,55 @@ func checkHandedOver[T any](t *testing.T, ctx context.Context, holder, waiter *l
 	expect(t, r.l.Token() > l.Token(), "token %d after %d", r.l.Token(), l.Token())
 	require.NoError(t, r.l.Release(ctx))
 }
+
+// exclusionRun has goroutines goroutines on each of clients take the lock
+// called name in turn (Wait, MaxDuration maxHold, a 1ms critical section)
+// for as long as more says, and checks that no call failed, that at most one
+// of them was in the section at a time, and that each grant's token was
+// above the previous grant's. It returns how many sections ran.
+func exclusionRun(t *testing.T, ctx context.Context, clients []*lock.Client, goroutines int, name string, maxHold time.Duration, more func() bool) int64 {
+	t.Helper()
+	var inSection, maxIn, sections, badTokens atomic.Int64
+	var lastToken atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(clients)*goroutines)
+	for _, c := range clients {
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for more() {
+					l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: maxHold})
+					if err != nil {
+						errs <- err
+						return
+					}
+					n := inSection.Add(1)
+					for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
+					}
+					if prev := lastToken.Swap(l.Token()); l.Token() <= prev {
+						badTokens.Add(1)
+					}
+					time.Sleep(time.Millisecond)
+					inSection.Add(-1)
+					sections.Add(1)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		expect(t, false, "mutual exclusion run: %v", err)
+	}
+	stats.grants.Add(sections.Load())
+	expect(t, badTokens.Load() == 0, "%d grants had a token not above the previous grant's", badTokens.Load())
+	expect(t, maxIn.Load() <= 1, "%d holders in the critical section at once", maxIn.Load())
+	t.Logf("%d critical sections by %d goroutines on %d Clients; at most %d at once",
+		sections.Load(), len(clients)*goroutines, len(clients), maxIn.Load())
+	return sections.Load()
+}

@@ -147,52 +147,15 @@ func TestSentinel(t *testing.T) {
 			goroutines = 3
 			total      = 300
 		)
-		var claimed, inSection, maxIn, sections, badTokens atomic.Int64
-		var lastToken atomic.Uint64
 		rctx, cancel := context.WithTimeout(ctx, 25*time.Second)
 		defer cancel()
-		var wg sync.WaitGroup
-		errs := make(chan error, clients*goroutines)
-		for range clients {
-			c := newSentinelClient(t, s.Addrs)
-			for range goroutines {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for claimed.Add(1) <= total {
-						l, err := c.Acquire(rctx, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
-						if err != nil {
-							errs <- err
-							return
-						}
-						n := inSection.Add(1)
-						for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
-						}
-						if prev := lastToken.Swap(l.Token()); l.Token() <= prev {
-							badTokens.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-						inSection.Add(-1)
-						sections.Add(1)
-						if err := l.Release(rctx); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
+		cs := make([]*lock.Client, clients)
+		for i := range cs {
+			cs[i] = newSentinelClient(t, s.Addrs)
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			expect(t, false, "mutual exclusion run: %v", err)
-		}
-		stats.grants.Add(sections.Load())
-		expect(t, sections.Load() == total, "%d critical sections ran, want %d", sections.Load(), total)
-		expect(t, badTokens.Load() == 0, "%d grants had a token not above the previous grant's", badTokens.Load())
-		expect(t, maxIn.Load() <= 1, "%d holders in the critical section at once", maxIn.Load())
-		t.Logf("%d critical sections by %d goroutines on %d Clients; at most %d at once",
-			sections.Load(), clients*goroutines, clients, maxIn.Load())
+		var claimed atomic.Int64
+		n := exclusionRun(t, rctx, cs, goroutines, name, 20*time.Second, func() bool { return claimed.Add(1) <= total })
+		expect(t, n == total, "%d critical sections ran, want %d", n, total)
 	})
 
 	t.Run("OncePer window", func(t *testing.T) {
