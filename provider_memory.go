@@ -264,9 +264,7 @@ func (m *MemoryProvider) Inspect(ctx context.Context, key string) (Record, error
 	if !ok {
 		return Record{}, nil
 	}
-	rec := r.record(now)
-	rec.Waiters = len(m.queues[key])
-	return rec, nil
+	return m.inspect(r, now), nil
 }
 
 // List implements Provider, in the order of the keys. fn runs outside the
@@ -287,9 +285,7 @@ func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key st
 	now := m.expire()
 	for key, r := range m.records {
 		if strings.HasPrefix(key, prefix) {
-			rec := r.record(now)
-			rec.Waiters = len(m.queues[key])
-			found = append(found, entry{key, rec})
+			found = append(found, entry{key, m.inspect(r, now)})
 		}
 	}
 	m.mu.Unlock()
@@ -334,6 +330,14 @@ func (m *MemoryProvider) held(r *memRecord, owner string, ttl time.Duration, now
 		m.setDeadline(r, now.Add(ttl))
 	}
 	return r.record(now)
+}
+
+// inspect returns r as Inspect and List show it: with the number of its
+// key's waiters. The caller holds m.mu.
+func (m *MemoryProvider) inspect(r *memRecord, now time.Time) Record {
+	rec := r.record(now)
+	rec.Waiters = len(m.queues[r.key])
+	return rec
 }
 
 // record returns r as a Record, its TTL counted from now.

@@ -573,6 +573,9 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, p.wrap(key, err)
 	}
+	if len(res) == 0 {
+		return Record{}, fmt.Errorf("lock: force release %q: empty reply", key)
+	}
 	code, _ := res[0].(int64)
 	switch {
 	case code == 0:

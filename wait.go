@@ -19,15 +19,12 @@ import (
 // lock that ctx's call chain already holds (see FromContext) would wait for
 // itself: it fails at once with ErrInvalidArgument.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
-	if name == "" {
-		return nil, invalidf("empty lock name")
-	}
-	o, err := o.resolved()
+	key, err := c.checkName(name)
 	if err != nil {
 		return nil, err
 	}
-	key := c.Key(name)
-	if err := checkKey(key); err != nil {
+	o, err = o.resolved()
+	if err != nil {
 		return nil, err
 	}
 	if o.Wait && heldBy(ctx, c, key) {
