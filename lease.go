@@ -35,9 +35,11 @@ type Lock struct {
 	renewAt  time.Time   // monotonic: the next renewal
 	timer    *time.Timer // fires at renewAt, or at leaseEnd while a renewal is under way
 	lostErr  *LostError
-	relErr   error       // a release that failed: said again by a later Release
-	onLost   func(error) // told of a loss (run's context)
-	done     chan struct{}
+	relErr   error         // a release that failed: said again by a later Release
+	onLost   func(error)   // told of a loss (run's context)
+	done     chan struct{} // made by the first call of Done
+	ended    bool          // Done's channel is closed, or made closed
+
 }
 
 type lockState int
@@ -60,7 +62,6 @@ func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Ti
 		start:       sent,
 		maxDeadline: sent.Add(o.MaxDuration),
 		leaseEnd:    leaseEnd(sent, ttl),
-		done:        make(chan struct{}),
 	}
 	return l
 }
@@ -87,7 +88,34 @@ func (l *Lock) Owner() string { return l.owner }
 func (l *Lock) Token() uint64 { return l.token }
 
 // Done returns a channel that is closed when the lock is released or lost.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+func (l *Lock) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		if l.ended {
+			close(l.done)
+		}
+	}
+	return l.done
+}
+
+// held reports whether l is still held: neither released nor lost.
+func (l *Lock) held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == held
+}
+
+// endLocked closes the channel of Done, if it was asked for, and makes the
+// channels of later calls closed. The caller holds l.mu, once, when l is no
+// longer held.
+func (l *Lock) endLocked() {
+	l.ended = true
+	if l.done != nil {
+		close(l.done)
+	}
+}
 
 // Err returns nil while the lock is held or after a clean release, and the
 // *LostError once the lock has been lost.
@@ -196,7 +224,9 @@ func (l *Lock) lose(cause error) error {
 	// closes done.
 	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
 	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
-	close(l.done)
+	l.mu.Lock()
+	l.endLocked()
+	l.mu.Unlock()
 	if onLost != nil {
 		onLost(l.lostErr)
 	}
@@ -350,7 +380,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if state == held {
 		l.state = released
 		l.stopTimersLocked()
-		close(l.done)
+		l.endLocked()
 	}
 	l.onLost = nil
 	l.mu.Unlock()

@@ -169,7 +169,10 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 }
 
 func (c *Client) newOwner() string {
-	return c.owners + "-" + strconv.FormatUint(c.seq.Add(1), 36)
+	var buf [128]byte // on the stack: the owner is the one allocation
+	b := append(buf[:0], c.owners...)
+	b = append(b, '-')
+	return string(strconv.AppendUint(b, c.seq.Add(1), 36))
 }
 
 // background runs fn on a detached context in a goroutine that Close waits
@@ -192,7 +195,10 @@ func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
 // detached returns a context for a release, renewal or grace-period write: not
 // cancelled with the caller's, bounded by the release timeout.
 func (c *Client) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout)
+	if ctx.Done() != nil { // else it is never cancelled, and has no deadline
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.releaseTimeout)
 }
 
 func (c *Client) emit(e Event) {
@@ -221,12 +227,8 @@ func FromContext(ctx context.Context) (*Lock, bool) {
 func heldBy(ctx context.Context, c *Client, key string) bool {
 	l, _ := FromContext(ctx)
 	for ; l != nil; l = l.outer {
-		if l.c == c && l.key == key {
-			select {
-			case <-l.done: // released or lost
-			default:
-				return true
-			}
+		if l.c == c && l.key == key && l.held() {
+			return true
 		}
 	}
 	return false

@@ -1152,3 +1152,34 @@ func TestReleaseFindsLockGoneWithLocalWaiter(t *testing.T) {
 		assert.Equal(t, []lock.EventKind{lock.EventLost}, kinds, "the first holder's release emits Lost, never Released")
 	})
 }
+
+func TestDoneAskedFirstAfterTheEnd(t *testing.T) {
+	// Done's channel is made by its first call: asked for the first time
+	// after a release or a loss, it is closed already; asked twice, it is
+	// the same channel.
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 30*time.Second)
+		c := newClient(t, b.replica(t))
+
+		l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		assertClosed(t, l.Done(), "Done asked first after Release is closed")
+
+		l, err = c.Acquire(ctx, uniqueName(t), lock.Options{})
+		require.NoError(t, err)
+		ch := l.Done()
+		assert.Equal(t, ch, l.Done(), "Done returns one channel")
+		require.NoError(t, l.Release(ctx))
+		assertClosed(t, ch, "the channel asked for before Release is closed by it")
+
+		// Lost: the record vanishes, and the next renewal (a third of the
+		// lease) finds it gone.
+		l, err = c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 600 * time.Millisecond})
+		require.NoError(t, err)
+		deleteRecord(t, b, l)
+		require.Eventually(t, func() bool { return l.Err() != nil }, 10*time.Second, 10*time.Millisecond, "the loss is found")
+		assert.ErrorIs(t, l.Err(), lock.ErrLost)
+		assertClosed(t, l.Done(), "Done asked first after the loss is closed")
+	})
+}

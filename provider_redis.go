@@ -2,7 +2,9 @@ package lock
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,32 +23,80 @@ var (
 
 	//go:embed scripts/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua) // self-contained: record.lua not prepended
+	acquireScript = newScript(acquireLua) // self-contained: record.lua not prepended
 
 	//go:embed scripts/queue.lua
 	queueLua    string
-	queueScript = redis.NewScript(recordLua + queueLua)
+	queueScript = newScript(recordLua + queueLua)
 
 	//go:embed scripts/leave.lua
 	leaveLua    string
-	leaveScript = redis.NewScript(recordLua + leaveLua)
+	leaveScript = newScript(recordLua + leaveLua)
 
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(recordLua + releaseLua)
+	releaseScript = newScript(recordLua + releaseLua)
 
 	//go:embed scripts/update.lua
 	updateLua    string
-	updateScript = redis.NewScript(recordLua + updateLua)
+	updateScript = newScript(recordLua + updateLua)
 
 	//go:embed scripts/inspect.lua
 	inspectLua    string
-	inspectScript = redis.NewScript(inspectLua)
+	inspectScript = newScript(inspectLua)
 
 	//go:embed scripts/forcerelease.lua
 	forceReleaseLua    string
-	forceReleaseScript = redis.NewScript(recordLua + forceReleaseLua)
+	forceReleaseScript = newScript(recordLua + forceReleaseLua)
 )
+
+// script is one of the provider's Lua scripts, sent by its SHA1 digest
+// (EVALSHA), and in full (EVAL) when the server does not know it yet. The
+// command is built here, not by go-redis's Script, with the arguments that
+// never change boxed once: an acquisition and its release allocate a third
+// less.
+type script struct {
+	src, sha any // the source and its digest, as command arguments
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// cmd returns the command that runs s, with EVALSHA or, when full, EVAL: the
+// first nkeys of args are its keys, the rest its arguments.
+func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *redis.Cmd {
+	a := make([]any, 3+len(args))
+	a[0], a[1], a[2] = "evalsha", s.sha, nkeys
+	if full {
+		a[0], a[1] = "eval", s.src
+	}
+	copy(a[3:], args)
+	cmd := redis.NewCmd(ctx, a...)
+	if nkeys > 0 {
+		cmd.SetFirstKeyPos(3) // routes it on a Cluster
+	}
+	return cmd
+}
+
+// noScript reports whether err is the server's answer to an EVALSHA of a
+// script it does not know.
+func noScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// eval runs s with nkeys keys, the first of args, and the rest of args as its
+// arguments, and returns its reply.
+func (p *RedisProvider) eval(ctx context.Context, s *script, nkeys int, args ...any) (any, error) {
+	cmd := s.cmd(ctx, false, nkeys, args)
+	_ = p.client.Process(ctx, cmd)
+	if noScript(cmd.Err()) {
+		cmd = s.cmd(ctx, true, nkeys, args)
+		_ = p.client.Process(ctx, cmd)
+	}
+	return cmd.Result()
+}
 
 // now is the time a script stores as a grant's Since: this process's clock,
 // in Unix milliseconds.
@@ -162,14 +212,22 @@ func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisP
 // "}" (an empty hash tag) cannot share a slot with another key, and is
 // refused with ErrInvalidArgument.
 func RedisKeys(key string) (record, fence, queue string, err error) {
-	record = key
-	if !hasHashTag(key) {
-		record = key + "{" + strconv.FormatUint(uint64(crcName(key)), 36) + "}"
-		if !hasHashTag(record) {
-			return "", "", "", invalidf("key %q has an empty Redis hash tag (\"{}\")", key)
-		}
+	if record, err = recordKey(key); err != nil {
+		return "", "", "", err
 	}
 	return record, record + ":fence", record + ":q", nil
+}
+
+// recordKey returns the Redis key of key's record (see RedisKeys).
+func recordKey(key string) (string, error) {
+	if hasHashTag(key) {
+		return key, nil
+	}
+	record := key + "{" + strconv.FormatUint(uint64(crcName(key)), 36) + "}"
+	if !hasHashTag(record) {
+		return "", invalidf("key %q has an empty Redis hash tag (\"{}\")", key)
+	}
+	return record, nil
 }
 
 // hasHashTag reports whether Redis Cluster hashes key by a tag inside it (the
@@ -184,14 +242,6 @@ func hasHashTag(key string) bool {
 	return j > 0
 }
 
-func (p *RedisProvider) keys(key string) ([]string, error) {
-	r, f, q, err := RedisKeys(key)
-	if err != nil {
-		return nil, err
-	}
-	return []string{r, f, q}, nil
-}
-
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
 	if err := p.check(); err != nil {
@@ -200,12 +250,12 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
-	keys, err := p.keys(key)
+	r, err := recordKey(key) // acquire.lua needs no queue
 	if err != nil {
 		return Record{}, err
 	}
 	ms := time.Now().UnixMilli() // the record's since
-	res, acked, err := p.run(ctx, acquireScript, keys, owner, ttl.Milliseconds(), fenceTTLArg, ms)
+	res, acked, err := p.run(ctx, acquireScript, 2, r, r+":fence", owner, ttl.Milliseconds(), fenceTTLArg, ms)
 	var rec Record
 	if token, ok := res.(int64); ok && err == nil {
 		// Stored: the reply is the token alone.
@@ -228,11 +278,11 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	if err := checkWaiter(key, w); err != nil {
 		return Record{}, err
 	}
-	keys, err := p.keys(key)
+	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return Record{}, err
 	}
-	pub, prefix, err := p.publishing(ctx, keys[0])
+	pub, prefix, err := p.publishing(ctx, r)
 	if err != nil {
 		return Record{}, err
 	}
@@ -251,7 +301,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	case w.Fair:
 		mode = "f"
 	}
-	res, acked, err := p.run(ctx, queueScript, keys, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
+	res, acked, err := p.run(ctx, queueScript, 3, r, f, q, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
 		entry(w, ch), mode, queueTTLArg, key, pub, now())
 	reply, _ := res.([]any)
 	rec, err := p.record(ctx, "queue", key, reply, err)
@@ -275,15 +325,15 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if err := checkWaiter(key, w); err != nil {
 		return err
 	}
-	keys, err := p.keys(key)
+	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return err
 	}
-	pub, prefix, err := p.publishing(ctx, keys[0])
+	pub, prefix, err := p.publishing(ctx, r)
 	if err != nil {
 		return err
 	}
-	err = leaveScript.Run(ctx, p.client, keys, w.Owner, entry(w, channel(w.Inbox, prefix)), fenceTTLArg, key, pub, now()).Err()
+	_, err = p.eval(ctx, leaveScript, 3, r, f, q, w.Owner, entry(w, channel(w.Inbox, prefix)), fenceTTLArg, key, pub, now())
 	return p.wrap(key, err)
 }
 
@@ -295,15 +345,20 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
-	keys, err := p.keys(key)
+	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return err
 	}
-	pub, _, err := p.publishing(ctx, keys[0])
+	pub, _, err := p.publishing(ctx, r)
 	if err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, p.client, keys, owner, fenceTTLArg, key, pub, now()).Result()
+	rec := any(r) // key itself, when it has a hash tag: one argument boxed for both
+	k := rec
+	if r != key {
+		k = key
+	}
+	res, err := p.eval(ctx, releaseScript, 3, rec, f, q, owner, fenceTTLArg, k, pub, now())
 	return p.result("release", key, res, err)
 }
 
@@ -315,18 +370,18 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return err
 	}
-	keys, err := p.keys(key)
+	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return err
 	}
 	flag, pub := "0", publishBroadcast // a renewal publishes nothing
 	if ended {
 		flag = "1"
-		if pub, _, err = p.publishing(ctx, keys[0]); err != nil {
+		if pub, _, err = p.publishing(ctx, r); err != nil {
 			return err
 		}
 	}
-	res, acked, err := p.run(ctx, updateScript, keys, owner, ttl.Milliseconds(), flag, key, pub)
+	res, acked, err := p.run(ctx, updateScript, 3, r, f, q, owner, ttl.Milliseconds(), flag, key, pub)
 	if err = p.result("update", key, res, err); err != nil {
 		return err
 	}
@@ -336,16 +391,16 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 // run runs script, and with WaitForReplicas a WAIT after it in one
 // pipeline, on the connection of the key's primary; it returns the script's
 // reply and how many replicas acknowledged it (-1 without WaitForReplicas).
-func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, int64, error) {
+func (p *RedisProvider) run(ctx context.Context, s *script, nkeys int, args ...any) (any, int64, error) {
 	if !p.waits {
-		res, err := script.Run(ctx, p.client, keys, args...).Result()
+		res, err := p.eval(ctx, s, nkeys, args...)
 		return res, -1, err
 	}
 	var c redis.Cmdable = p.client
 	if cc, ok := p.client.(*redis.ClusterClient); ok {
 		// A keyless WAIT in a Cluster pipeline could go to another node:
 		// pipeline on the key's primary itself.
-		node, err := cc.MasterForKey(ctx, keys[0])
+		node, err := cc.MasterForKey(ctx, args[0].(string))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -353,12 +408,13 @@ func (p *RedisProvider) run(ctx context.Context, script *redis.Script, keys []st
 	}
 	for loaded := false; ; loaded = true {
 		pipe := c.Pipeline()
-		cmd := script.EvalSha(ctx, pipe, keys, args...)
+		cmd := s.cmd(ctx, false, nkeys, args)
+		_ = pipe.Process(ctx, cmd)
 		acked := pipe.Do(ctx, "wait", p.replicas, p.replicaTimeout.Milliseconds())
 		_, perr := pipe.Exec(ctx) // the first error of a command, or the connection's
 		err := cmd.Err()
-		if !loaded && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if err := script.Load(ctx, c).Err(); err != nil {
+		if !loaded && noScript(err) {
+			if err := c.ScriptLoad(ctx, s.src.(string)).Err(); err != nil {
 				return nil, 0, err
 			}
 			continue
@@ -394,20 +450,21 @@ func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error)
 	if err := checkKey(key); err != nil {
 		return Record{}, err
 	}
-	keys, err := p.keys(key)
+	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := inspectScript.Run(ctx, p.client, keys).Slice()
+	res, err := p.eval(ctx, inspectScript, 3, r, f, q)
 	return p.inspected(key, res, err)
 }
 
 // inspected turns an inspect script's reply, {value, pttl, waiters}, into a
 // Record.
-func (p *RedisProvider) inspected(key string, res []any, err error) (Record, error) {
+func (p *RedisProvider) inspected(key string, reply any, err error) (Record, error) {
 	if err != nil {
 		return Record{}, p.wrap(key, err)
 	}
+	res, _ := reply.([]any)
 	if len(res) != 3 {
 		return Record{}, fmt.Errorf("lock: inspect %q: unexpected reply %v", key, res)
 	}
@@ -502,20 +559,21 @@ func (p *RedisProvider) inspectAll(ctx context.Context, c redis.Cmdable, found [
 			continue
 		}
 		key := keyOfRecord(k)
-		keys, err := p.keys(key)
+		r, f, q, err := RedisKeys(key)
 		if err != nil {
 			continue
 		}
 		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
-		items = append(items, item{key, inspectScript.Eval(ctx, pipe, keys)})
+		cmd := inspectScript.cmd(ctx, true, 3, []any{r, f, q})
+		_ = pipe.Process(ctx, cmd)
+		items = append(items, item{key, cmd})
 	}
 	if len(items) == 0 {
 		return true
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	for _, it := range items {
-		res, err := it.cmd.Slice()
-		rec, err := p.inspected(it.key, res, err)
+		rec, err := p.inspected(it.key, it.cmd.Val(), it.cmd.Err())
 		if err == nil && rec.Owner == "" {
 			continue // freed since the scan
 		}
@@ -561,15 +619,16 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err := checkKey(key); err != nil {
 		return Record{}, err
 	}
-	keys, err := p.keys(key)
+	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return Record{}, err
 	}
-	pub, _, err := p.publishing(ctx, keys[0])
+	pub, _, err := p.publishing(ctx, r)
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := forceReleaseScript.Run(ctx, p.client, keys, fenceTTLArg, key, pub, now()).Slice()
+	reply, err := p.eval(ctx, forceReleaseScript, 3, r, f, q, fenceTTLArg, key, pub, now())
+	res, _ := reply.([]any)
 	if err != nil {
 		return Record{}, p.wrap(key, err)
 	}

@@ -30,7 +30,7 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	if o.Wait && heldBy(ctx, c, key) {
 		return nil, invalidf("lock %q is held by this call chain: waiting for it would never end", key)
 	}
-	a := &acquisition{c: c, key: key, owner: c.newOwner(), o: o, began: time.Now()}
+	a := acquisition{c: c, key: key, owner: c.newOwner(), o: o, began: time.Now()}
 	if !o.Wait || !c.busy.has(key) {
 		// One attempt first: a free lock is granted in one round trip,
 		// without the waiter's set-up; a waiter starts after a busy one.
@@ -105,7 +105,7 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, a.o.MaxWait, ErrTimeout)
 	defer cancel()
 	w := &waiter{
-		acquisition: a,
+		acquisition: *a,
 		// A wait starts only once the key was seen busy (Acquire): first
 		// look for a queue to join.
 		req:    Waiter{Owner: a.owner, TTL: a.o.Lease, Fair: a.o.Fair, Contended: true},

@@ -23,7 +23,7 @@ import (
 // which also passes on a lock handed to it meanwhile), so that the lock is
 // never held for a waiter that is gone.
 type waiter struct {
-	*acquisition
+	acquisition
 	req   Waiter
 	state waiterState
 

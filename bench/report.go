@@ -20,6 +20,7 @@ var uncontendedRows = []row{
 	{"cycle latency p99", func(r result) string { return dur(r.LatencyP99) }},
 	{"Redis commands per cycle", func(r result) string { return fmt.Sprintf("%.1f", r.RedisCommands) }},
 	{"Redis CPU per cycle", func(r result) string { return dur(r.RedisCPU) }},
+	{"harness CPU per cycle", func(r result) string { return dur(r.ClientCPU) }},
 	{"errors", func(r result) string { return fmt.Sprint(r.Errors) }},
 }
 
@@ -35,6 +36,7 @@ var contendedRows = []row{
 	{"Redis commands per section", func(r result) string { return fmt.Sprintf("%.1f", r.RedisCommands) }},
 	{"client round trips per section", func(r result) string { return fmt.Sprintf("%.1f", r.ClientCommands) }},
 	{"Redis CPU per section", func(r result) string { return dur(r.RedisCPU) }},
+	{"harness CPU per section", func(r result) string { return dur(r.ClientCPU) }},
 	{"mutual-exclusion violations", func(r result) string { return fmt.Sprint(r.Violations) }},
 	{"gave up (tried again) / errors", func(r result) string { return fmt.Sprintf("%d/%d", r.GaveUp, r.Errors) }},
 }

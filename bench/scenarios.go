@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,7 +62,10 @@ type result struct {
 	RedisCommands  float64 `json:"redis_commands_per_op"`
 	ClientCommands float64 `json:"client_commands_per_op"`
 	// RedisCPU is the server's CPU time (user and system) per op.
-	RedisCPU   float64 `json:"redis_cpu_us_per_op"`
+	RedisCPU float64 `json:"redis_cpu_us_per_op"`
+	// ClientCPU is the harness process's CPU time (user and system) per op:
+	// the library's work, the go-redis client's and the harness loop's.
+	ClientCPU  float64 `json:"client_cpu_us_per_op"`
 	Violations int64   `json:"mutual_exclusion_violations"`
 	GaveUp     int64   `json:"gave_up"`
 	Errors     int64   `json:"errors"`
@@ -108,12 +112,22 @@ func (r *cell) close() {
 // counters are the server's and the client's counts at one moment.
 type counters struct {
 	server serverStats
-	client int64 // commands sent by the go-redis client
+	client int64         // commands sent by the go-redis client
+	cpu    time.Duration // the harness process's CPU time, user and system
 }
 
 func (r *cell) counters(ctx context.Context) (counters, error) {
 	st, err := readServerStats(ctx, r.rc)
-	return counters{server: st, client: r.sent.Load()}, err
+	return counters{server: st, client: r.sent.Load(), cpu: processCPU()}, err
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // perOp fills the per-op counts from the counters before and after.
@@ -124,6 +138,7 @@ func (res *result) perOp(before, after counters) {
 	ops := float64(res.Ops)
 	res.RedisCommands = float64(after.server.calls-before.server.calls) / ops
 	res.RedisCPU = us(after.server.cpu-before.server.cpu) / ops
+	res.ClientCPU = float64((after.cpu - before.cpu).Nanoseconds()) / 1e3 / ops
 	// The INFO that read the "after" server stats was sent by the client.
 	res.ClientCommands = float64(after.client-before.client-1) / ops
 }
