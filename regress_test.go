@@ -253,3 +253,49 @@ func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
 		t.Fatalf("the live waiter did not get the lock within %v: the grant to the waiter that gave up was not handed back", lease/2)
 	}
 }
+
+func TestScriptsSentAgainAfterFlush(t *testing.T) {
+	// A server that forgot the scripts (restarted, or SCRIPT FLUSH) answers
+	// EVALSHA with NOSCRIPT; the provider then sends the script in full.
+	for _, b := range backends(t) {
+		if b.raw == nil {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 30*time.Second)
+			p := b.replica(t)
+			key := "lock:{" + uniqueName(t) + "}"
+			flush := func() { require.NoError(t, b.raw.ScriptFlush(ctx).Err()) }
+
+			flush()
+			rec, err := p.Acquire(ctx, key, "a", time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, "a", rec.Owner, "acquired after a flush")
+			flush()
+			require.NoError(t, p.Update(ctx, key, "a", time.Minute, false), "renewed after a flush")
+			flush()
+			got, err := p.Inspect(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, rec.Token, got.Token, "inspected after a flush")
+			flush()
+			require.NoError(t, p.Release(ctx, key, "a"), "released after a flush")
+			got, err = p.Inspect(ctx, key)
+			require.NoError(t, err)
+			assert.Empty(t, got.Owner, "the release freed the key")
+		})
+	}
+	t.Run("WaitForReplicas", func(t *testing.T) {
+		// The script and WAIT share a pipeline: on NOSCRIPT the script is
+		// loaded and the pipeline sent again. This server has no replica,
+		// so the grant is refused as not replicated: never as NOSCRIPT.
+		ctx := ctxTimeout(t, 30*time.Second)
+		rc := realRedis(t)
+		p := lock.NewRedisProvider(rc, lock.WaitForReplicas(1, 10*time.Millisecond))
+		key := "lock:{" + uniqueName(t) + "}"
+		require.NoError(t, rc.ScriptFlush(ctx).Err())
+		_, err := p.Acquire(ctx, key, "a", time.Minute)
+		require.ErrorIs(t, err, lock.ErrNotReplicated)
+		_ = p.Release(ctx, key, "a")
+		_ = rc.Del(ctx, key+":fence").Err()
+	})
+}
