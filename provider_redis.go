@@ -87,15 +87,10 @@ func noScript(err error) bool {
 }
 
 // eval runs s with nkeys keys, the first of args, and the rest of args as its
-// arguments, and returns its reply.
+// arguments, and returns its reply: at once, or with others in a pipeline
+// (see batcher).
 func (p *RedisProvider) eval(ctx context.Context, s *script, nkeys int, args ...any) (any, error) {
-	cmd := s.cmd(ctx, false, nkeys, args)
-	_ = p.client.Process(ctx, cmd)
-	if noScript(cmd.Err()) {
-		cmd = s.cmd(ctx, true, nkeys, args)
-		_ = p.client.Process(ctx, cmd)
-	}
-	return cmd.Result()
+	return p.batch.eval(ctx, s, nkeys, args...)
 }
 
 // now is the time a script stores as a grant's Since: this process's clock,
@@ -152,6 +147,7 @@ type RedisProvider struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // client, when it is a Cluster client
 	shard   shardState
+	batch   *batcher
 
 	waits          bool          // WaitForReplicas was given
 	replicas       int           // acknowledgements a grant needs
@@ -188,7 +184,7 @@ func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 // ContextTimeoutEnabled set in its options; without it, a call to an
 // unreachable server lasts up to the client's own read and write timeouts.
 func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisProvider {
-	p := &RedisProvider{client: client}
+	p := &RedisProvider{client: client, batch: newBatcher(client)}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		p.cluster = cc
 		// With ReadOnly, a subscription may be on a replica, which an
