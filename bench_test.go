@@ -2,11 +2,15 @@ package lock_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock"
 )
@@ -173,4 +177,62 @@ func BenchmarkRedisAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkRedisAcquireReleaseParallel is BenchmarkRedisAcquireRelease from
+// 32 goroutines (16 per CPU on 2) on distinct keys through one Client, the
+// case where the provider pipelines scripts asked for at the same moment. It
+// reports the Redis server's CPU time per cycle (INFO cpu, so other clients
+// of that Redis count too).
+func BenchmarkRedisAcquireReleaseParallel(b *testing.B) {
+	ctx := context.Background()
+	rc := realRedis(b)
+	prefix := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	c, err := lock.NewClient(lock.NewRedisProvider(rc), lock.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.Cleanup(func() {
+		_ = c.Close()
+		for i := range next.Load() {
+			_, fence, _, _ := lock.RedisKeys(c.Key("bench" + strconv.FormatInt(i, 10)))
+			_ = rc.Del(context.Background(), fence).Err()
+		}
+	})
+	b.ReportAllocs()
+	b.SetParallelism(32 / max(1, runtime.GOMAXPROCS(0)))
+	cpu0 := redisCPU(b, rc)
+	b.RunParallel(func(pb *testing.PB) {
+		name := "bench" + strconv.FormatInt(next.Add(1)-1, 10)
+		for pb.Next() {
+			l, err := c.Acquire(ctx, name, lock.Options{})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64((redisCPU(b, rc)-cpu0).Microseconds())/float64(b.N), "redis-µs/op")
+}
+
+// redisCPU returns the CPU time (user and system) the Redis server has used.
+func redisCPU(b *testing.B, rc *redis.Client) time.Duration {
+	info, err := rc.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			s, _ := strconv.ParseFloat(v, 64)
+			total += time.Duration(s * float64(time.Second))
+		}
+	}
+	return total
 }

@@ -112,7 +112,9 @@ var (
 
 // RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
 // takes any redis.UniversalClient: single node, Sentinel (failover) or
-// Cluster. Each operation is one Lua script, one round trip.
+// Cluster. Each operation is one Lua script, one round trip; scripts that
+// callers ask for while GOMAXPROCS (at least 2) are under way share one
+// pipeline (see the README's "Many callers at once share round trips").
 //
 // For a key K it writes the record at K, the fencing counter at K+":fence"
 // and the wait queue at K+":q" (see RedisKeys): one hash slot, so Cluster
