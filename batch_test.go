@@ -90,6 +90,19 @@ func gatedProviders(t *testing.T) map[string]func(t *testing.T) (*lock.RedisProv
 	}
 }
 
+// testKeys returns the function that names the test's n keys, deleted
+// (with their fencing counters) when the test ends.
+func testKeys(t *testing.T, rc *redis.Client, n int) func(i int) string {
+	base := uniqueName(t)
+	key := func(i int) string { return "lock:{" + base + ":" + strconv.Itoa(i) + "}" }
+	t.Cleanup(func() {
+		for i := range n {
+			_ = rc.Del(context.Background(), key(i), key(i)+":fence").Err()
+		}
+	})
+	return key
+}
+
 // inFlight is how many scripts the Redis provider sends at once before it
 // queues the next ones for a pipeline (see RedisProvider).
 func inFlight() int { return max(2, runtime.GOMAXPROCS(0)) }
@@ -103,16 +116,7 @@ func TestRedisBatchesConcurrentScripts(t *testing.T) {
 			ctx := ctxTimeout(t, 30*time.Second)
 			p, g, rc := mk(t)
 			n := inFlight() + 16
-			keys := make([]string, n)
-			base := uniqueName(t)
-			for i := range keys {
-				keys[i] = "lock:{" + base + ":" + strconv.Itoa(i) + "}"
-			}
-			t.Cleanup(func() {
-				for _, k := range keys {
-					_ = rc.Del(context.Background(), k, k+":fence").Err()
-				}
-			})
+			key := testKeys(t, rc, n)
 			recs := make([]lock.Record, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
@@ -120,7 +124,7 @@ func TestRedisBatchesConcurrentScripts(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					recs[i], errs[i] = p.Acquire(ctx, keys[i], "owner-"+strconv.Itoa(i), time.Minute)
+					recs[i], errs[i] = p.Acquire(ctx, key(i), "owner-"+strconv.Itoa(i), time.Minute)
 				}()
 			}
 			require.Eventually(t, func() bool { return g.held.Load() == int64(inFlight()) }, 10*time.Second, time.Millisecond,
@@ -134,7 +138,7 @@ func TestRedisBatchesConcurrentScripts(t *testing.T) {
 				require.NoError(t, errs[i])
 				assert.Equal(t, "owner-"+strconv.Itoa(i), recs[i].Owner, "caller %d got its own reply", i)
 				assert.NotZero(t, recs[i].Token)
-				got, err := p.Inspect(ctx, keys[i])
+				got, err := p.Inspect(ctx, key(i))
 				require.NoError(t, err)
 				assert.Equal(t, recs[i].Owner, got.Owner, "key %d holds its caller's record", i)
 				assert.Equal(t, recs[i].Token, got.Token)
@@ -152,13 +156,7 @@ func TestRedisBatchSkipsCallerThatGaveUp(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 30*time.Second)
 			p, g, rc := mk(t)
-			base := uniqueName(t)
-			key := func(i int) string { return "lock:{" + base + ":" + strconv.Itoa(i) + "}" }
-			t.Cleanup(func() {
-				for i := range inFlight() + 1 {
-					_ = rc.Del(context.Background(), key(i), key(i)+":fence").Err()
-				}
-			})
+			key := testKeys(t, rc, inFlight()+1)
 			var wg sync.WaitGroup
 			for i := range inFlight() {
 				wg.Add(1)
@@ -207,13 +205,7 @@ func TestRedisBatchAfterScriptFlush(t *testing.T) {
 				assert.NoError(t, rc.ScriptFlush(context.Background()).Err())
 			}
 			n := inFlight() + 4
-			base := uniqueName(t)
-			key := func(i int) string { return "lock:{" + base + ":" + strconv.Itoa(i) + "}" }
-			t.Cleanup(func() {
-				for i := range n {
-					_ = rc.Del(context.Background(), key(i), key(i)+":fence").Err()
-				}
-			})
+			key := testKeys(t, rc, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			for i := range n {
