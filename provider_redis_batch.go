@@ -13,8 +13,8 @@ import (
 // own while few round trips are under way, and otherwise, those that
 // callers ask for while the server is busy, together in one pipeline as
 // soon as a round trip ends. Under load, Redis then reads many scripts at a
-// time instead of one per read and write (a third less work per
-// acquisition and release at 32 goroutines: see the README's Performance),
+// time instead of one per read and write (about a quarter less CPU per
+// acquisition and release at 32 goroutines: see the README),
 // and no caller waits for more than the round trip under way before its
 // own is sent. Without concurrent callers nothing changes: each script is
 // its own round trip, as go-redis would send it.
