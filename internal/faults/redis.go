@@ -97,17 +97,18 @@ func StartRedis(t testing.TB) *Redis {
 	return nil
 }
 
-// Start starts the server on its port (again, after Kill) and waits until it
-// answers PING. It returns an error when the server is already running or
-// does not come up within ten seconds.
-func (r *Redis) Start() error {
+// Start starts the server on its port (again, after Kill), with the extra
+// command-line arguments, and waits until it answers PING. It returns an
+// error when the server is already running or does not come up within ten
+// seconds.
+func (r *Redis) Start(extra ...string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cmd != nil {
 		return errors.New("redis-server is already running")
 	}
 	log := &boundedBuffer{max: 64 << 10}
-	cmd := exec.Command(r.bin,
+	args := []string{
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -115,7 +116,8 @@ func (r *Redis) Start() error {
 		"--daemonize", "no",
 		"--dir", r.dir,
 		"--loglevel", "warning",
-	)
+	}
+	cmd := exec.Command(r.bin, append(args, extra...)...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {

@@ -398,18 +398,19 @@ func (s *Sentinel) waitReplicas(ctx context.Context, master string) error {
 	}
 }
 
-// Rejoin starts r again, empty, and makes it a replica of master: a master
-// that crashed comes back as a replica of the one promoted meanwhile.
-// (Left alone, it would come back as an empty master until the sentinels
-// convert it, some seconds later.)
+// Rejoin starts r again, empty, as a replica of master: a master that
+// crashed comes back as a replica of the one promoted meanwhile. It is a
+// replica from its start: a client that still knew it as the master would
+// otherwise be granted locks by an empty master, in the moment before it
+// replicates. (Left alone, it would come back as an empty master until the
+// sentinels convert it, some seconds later: see the README's Guarantees.)
 func (s *Sentinel) Rejoin(ctx context.Context, r *Redis, master string) error {
-	if err := r.Start(); err != nil {
+	host, port, _ := net.SplitHostPort(master)
+	if err := r.Start("--replicaof", host, port, "--masteruser", replUser, "--masterauth", replUser,
+		"--repl-diskless-sync-delay", "0"); err != nil {
 		return err
 	}
-	if err := s.configure(ctx, r); err != nil {
-		return err
-	}
-	return s.replicate(ctx, r, master)
+	return s.configure(ctx, r) // for its own replicas, once promoted
 }
 
 // replUser is the ACL user (and password) replicas log in to their master
