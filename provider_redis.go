@@ -166,8 +166,9 @@ type RedisOption func(*RedisProvider)
 // Client then removes its record, as after any failed acquisition); a renewal that fewer acknowledged is tried again,
 // and the lease timer tells the holder if none succeeds. A lock handed to a
 // waiter by a release is confirmed by the waiter's Client (a renewal and
-// WAIT) before the waiter is told; one that cannot be confirmed is handed
-// on. It narrows what a failover loses: a grant that only the old master
+// WAIT) before the waiter is told; one that cannot be confirmed is not
+// told, and the waiter's next look (its own request and WAIT) takes it or
+// fails with ErrNotReplicated, and hands it on. It narrows what a failover loses: a grant that only the old master
 // had is never used (measured in the README's Guarantees). It does not make
 // Redis consistent: a replica that did not acknowledge may still be
 // promoted, and WAIT cannot undo a write. Each grant waits for the slowest
@@ -736,9 +737,12 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 // they are replicated: for each, the grantee's renewal of its new record
 // and a WAIT, in one pipeline on the key's primary (the WAIT covers the
 // release's write that made the grant, which the primary replicated
-// before the renewal). A grant that fewer replicas acknowledged is handed
-// back (released: the next waiter is served) and not delivered; the waiter
-// looks again at its next poll.
+// before the renewal). A grant that fewer replicas acknowledged is not
+// delivered, and not handed on here: the waiter's own request may have
+// found the lock its own meanwhile (and confirmed it with its own WAIT), and
+// handing it on would take it from its holder. The waiter looks again at
+// its next poll: its request confirms the grant, or fails with
+// ErrNotReplicated and the waiter leaves, handing the lock on.
 type confirmer struct {
 	p       *RedisProvider
 	deliver func(Grant)
@@ -762,14 +766,12 @@ func (c *confirmer) grant(g Grant) {
 		ctx, cancel := context.WithTimeout(c.ctx, c.p.replicaTimeout+5*time.Second)
 		defer cancel()
 		err := c.p.Update(ctx, g.Key, g.Owner, g.TTL, false)
-		switch {
-		case err == nil:
+		if err == nil {
 			c.pass(g)
-		case errors.Is(err, ErrNotReplicated):
-			_ = c.p.Release(ctx, g.Key, g.Owner) // hand it on
 		}
-		// Otherwise lost (the waiter gave up), or the server failed: the
-		// waiter's next look finds what holds the key.
+		// Otherwise not replicated (see confirmer), lost (the waiter gave
+		// up), or the server failed: the waiter's next look finds what
+		// holds the key.
 	}()
 }
 

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,5 +298,92 @@ func TestScriptsSentAgainAfterFlush(t *testing.T) {
 		require.ErrorIs(t, err, lock.ErrNotReplicated)
 		_ = p.Release(ctx, key, "a")
 		_ = rc.Del(ctx, key+":fence").Err()
+	})
+}
+
+// lateGrants is a provider whose Listen holds the grants it delivers while
+// hold is set, until flush: the message of a grant then comes after the
+// waiter's own request has found the lock its own.
+type lateGrants struct {
+	lock.Provider
+	mu   sync.Mutex
+	hold bool
+	held []func()
+}
+
+func (p *lateGrants) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+	return p.Provider.Listen(ctx, inbox, func(g lock.Grant) {
+		p.mu.Lock()
+		if p.hold && g.Owner != "" {
+			p.held = append(p.held, func() { deliver(g) })
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		deliver(g)
+	})
+}
+
+// flush delivers the grants held, and holds no more.
+func (p *lateGrants) flush() int {
+	p.mu.Lock()
+	held := p.held
+	p.held, p.hold = nil, false
+	p.mu.Unlock()
+	for _, d := range held {
+		d()
+	}
+	return len(held)
+}
+
+func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
+	// A waiter's look again finds the lock handed to it before the grant's
+	// message arrives. The message, arriving after the waiter took the lock,
+	// must not be handed back: that released the holder's record while it
+	// held it, and another process was granted the lock (found by the
+	// failover suite with WaitForReplicas, whose confirmation delays the
+	// message).
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 30*time.Second)
+		p := &lateGrants{Provider: b.replica(t)}
+		c := newClient(t, p, lock.WithPollInterval(50*time.Millisecond))
+		other := newClient(t, b.replica(t))
+		name := uniqueName(t)
+
+		h, err := other.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		type result struct {
+			l   *lock.Lock
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Acquire(ctx, name, lock.Options{Wait: true})
+			got <- result{l, err}
+		}()
+		require.Eventually(t, func() bool {
+			st, err := other.Inspect(ctx, name)
+			return err == nil && st.Waiters == 1
+		}, 10*time.Second, 5*time.Millisecond, "the waiter queues")
+
+		p.mu.Lock()
+		p.hold = true
+		p.mu.Unlock()
+		require.NoError(t, h.Release(ctx)) // hands the lock to the waiter
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not find the lock its own")
+		}
+		require.NoError(t, r.err)
+		require.Equal(t, 1, p.flush(), "the grant's message was held until now")
+
+		require.Never(t, func() bool {
+			st, err := other.Inspect(ctx, name)
+			return err != nil || st.Owner != r.l.Owner()
+		}, 500*time.Millisecond, 10*time.Millisecond, "the late message took the lock from its holder")
+		assert.NoError(t, r.l.Err(), "the holder still holds the lock")
+		require.NoError(t, r.l.Release(ctx))
 	})
 }

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // inbox is where a Client's waiters hear from the provider: one Listen per
@@ -13,9 +14,12 @@ import (
 //
 // The inbox is joined before a waiter's first request, so that a grant made
 // in answer to it always finds the waiter (no lost wake-up). A grant for an
-// owner that is no longer waiting is handed back: released, owner-checked,
-// which passes it on. (The waiter's own Provider.Leave does the same, but it
-// may have failed, during an outage, and left the waiter in the queue.)
+// owner whose waiter gave up is handed back: released, owner-checked, which
+// passes it on. (The waiter's own Provider.Leave does the same, but it may
+// have failed, during an outage, and left the waiter in the queue.) A grant
+// for an owner whose waiter took the lock is left alone: the waiter's own
+// request found the lock its own before the message came (the reply and
+// the message travel on different connections), and the lock is held.
 type inbox struct {
 	c *Client
 
@@ -24,7 +28,14 @@ type inbox struct {
 	stop    func()        // stops listening; nil until Listen has succeeded
 	pending chan struct{} // closed when the Listen under way returns
 	waiters map[string]*waiter
+	gone    map[string]time.Time // owners of waiters that gave up, and when
 }
+
+// goneFor is how long the inbox remembers a waiter that gave up, so that a
+// grant made to it later is handed back. A grant that comes later still
+// (its Leave failed, and its entry stayed in a busy queue for longer) is
+// left alone, and the lock is idle until the record's TTL ends.
+const goneFor = 10 * time.Minute
 
 // join registers w and makes sure the inbox is listened to before w first
 // asks (subscribe before check): it starts Listen, or waits for the one
@@ -68,10 +79,25 @@ func (in *inbox) join(ctx context.Context, w *waiter) {
 	in.stop = stop
 }
 
-// leave unregisters w; a grant that reached it too late is handed back.
+// leave unregisters w; unless w holds the lock, a grant that reached it too
+// late, or reaches it later, is handed back.
 func (in *inbox) leave(w *waiter) {
 	in.mu.Lock()
 	delete(in.waiters, w.req.Owner)
+	if w.state != granted {
+		now := time.Now()
+		if len(in.gone) >= 1024 {
+			for o, t := range in.gone {
+				if now.Sub(t) >= goneFor {
+					delete(in.gone, o)
+				}
+			}
+		}
+		if in.gone == nil {
+			in.gone = make(map[string]time.Time)
+		}
+		in.gone[w.req.Owner] = now
+	}
 	in.mu.Unlock()
 	if w.state == granted {
 		return
@@ -90,8 +116,9 @@ func (in *inbox) handBack(g Grant) {
 	c.background(context.Background(), func(ctx context.Context) { _ = c.provider.Release(ctx, g.Key, g.Owner) })
 }
 
-// deliver hands g to its waiter; a grant without owner (a grace period)
-// wakes every waiter of its key, and one without key every waiter.
+// deliver hands g to its waiter, or back when its waiter gave up; a grant
+// without owner (a grace period) wakes every waiter of its key, and one
+// without key every waiter.
 //
 // A grant is put in its waiter's channel under in.mu, so that it happens
 // either before leave unregisters the waiter (leave then finds it) or not
@@ -108,8 +135,12 @@ func (in *inbox) deliver(g Grant) {
 			in.mu.Unlock()
 			return
 		}
+		_, gone := in.gone[g.Owner]
+		delete(in.gone, g.Owner)
 		in.mu.Unlock()
-		in.handBack(g)
+		if gone {
+			in.handBack(g)
+		}
 		return
 	}
 	defer in.mu.Unlock()

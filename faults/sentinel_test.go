@@ -914,8 +914,8 @@ func (r *failoverRun) overlaps(byLock map[string][]*foGrant) foOverlaps {
 				switch {
 				case a.era >= 0 && a.era == b.era:
 					ov.same++
-					expect(r.t, false, "%s: grants with tokens %d and %d (children %d and %d) overlap for %v, both granted by the primary of era %d",
-						a.lock, a.token, b.token, a.proc, b.proc, ms(d), a.era)
+					expect(r.t, false, "%s: grants with tokens %d and %d (children %d and %d) overlap for %v, both granted by the primary of era %d; first: %s",
+						a.lock, a.token, b.token, a.proc, b.proc, ms(d), a.era, r.describe(a, b))
 				case a.era >= 0 && b.era >= 0:
 					ov.cross++
 				default:
@@ -925,6 +925,28 @@ func (r *failoverRun) overlaps(byLock map[string][]*foGrant) foOverlaps {
 		}
 	}
 	return ov
+}
+
+// describe says how a and b, overlapping grants, began and ended, relative
+// to a's start and to the failovers.
+func (r *failoverRun) describe(a, b *foGrant) string {
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return ms(t.Sub(a.start)).String()
+	}
+	one := func(g *foGrant) string {
+		return fmt.Sprintf("child %d asked at %s, got at %s (lease %v), ended at %s (%s %q, told %s, release took %v)",
+			g.proc, at(g.start), at(g.got), g.lease, at(r.endOf(g)), g.how, g.cause, at(g.told), ms(g.rel))
+	}
+	var kills []string
+	for _, f := range r.failovers {
+		if f.kill.After(a.start.Add(-10*time.Second)) && f.kill.Before(r.endOf(b).Add(10*time.Second)) {
+			kills = append(kills, fmt.Sprintf("kill %s promoted %s dead %s", at(f.kill), at(f.promoted), at(f.dead)))
+		}
+	}
+	return one(a) + "; second: " + one(b) + "; failovers near: " + strings.Join(kills, ", ")
 }
 
 // tokens counts the tokens issued twice and those below one issued before,
