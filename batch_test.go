@@ -103,6 +103,22 @@ func testKeys(t *testing.T, rc *redis.Client, n int) func(i int) string {
 	return key
 }
 
+// acquireAll calls p.Acquire for key(i) as owner(i), for i below n, each
+// on a goroutine of its own; wait returns once all have returned, and the
+// records and errors are theirs by i.
+func acquireAll(ctx context.Context, p lock.Provider, n int, key, owner func(int) string) (recs []lock.Record, errs []error, wait func()) {
+	recs, errs = make([]lock.Record, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs[i], errs[i] = p.Acquire(ctx, key(i), owner(i), time.Minute)
+		}()
+	}
+	return recs, errs, wg.Wait
+}
+
 // inFlight is how many scripts the Redis provider sends at once before it
 // queues the next ones for a pipeline (see RedisProvider).
 func inFlight() int { return max(2, runtime.GOMAXPROCS(0)) }
@@ -117,26 +133,18 @@ func TestRedisBatchesConcurrentScripts(t *testing.T) {
 			p, g, rc := mk(t)
 			n := inFlight() + 16
 			key := testKeys(t, rc, n)
-			recs := make([]lock.Record, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					recs[i], errs[i] = p.Acquire(ctx, key(i), "owner-"+strconv.Itoa(i), time.Minute)
-				}()
-			}
+			owner := func(i int) string { return "owner-" + strconv.Itoa(i) }
+			recs, errs, wait := acquireAll(ctx, p, n, key, owner)
 			require.Eventually(t, func() bool { return g.held.Load() == int64(inFlight()) }, 10*time.Second, time.Millisecond,
 				"%d scripts go out at once", inFlight())
 			time.Sleep(50 * time.Millisecond) // the other callers queue
 			assert.Equal(t, int64(inFlight()), g.held.Load(), "no more than %d scripts go out alone while those are under way", inFlight())
 			close(g.open)
-			wg.Wait()
+			wait()
 
 			for i := range n {
 				require.NoError(t, errs[i])
-				assert.Equal(t, "owner-"+strconv.Itoa(i), recs[i].Owner, "caller %d got its own reply", i)
+				assert.Equal(t, owner(i), recs[i].Owner, "caller %d got its own reply", i)
 				assert.NotZero(t, recs[i].Token)
 				got, err := p.Inspect(ctx, key(i))
 				require.NoError(t, err)
@@ -157,15 +165,7 @@ func TestRedisBatchSkipsCallerThatGaveUp(t *testing.T) {
 			ctx := ctxTimeout(t, 30*time.Second)
 			p, g, rc := mk(t)
 			key := testKeys(t, rc, inFlight()+1)
-			var wg sync.WaitGroup
-			for i := range inFlight() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_, err := p.Acquire(ctx, key(i), "held", time.Minute)
-					assert.NoError(t, err)
-				}()
-			}
+			_, errs, wait := acquireAll(ctx, p, inFlight(), key, func(int) string { return "held" })
 			require.Eventually(t, func() bool { return g.held.Load() == int64(inFlight()) }, 10*time.Second, time.Millisecond)
 
 			qctx, cancel := context.WithCancel(ctx)
@@ -183,7 +183,10 @@ func TestRedisBatchSkipsCallerThatGaveUp(t *testing.T) {
 				t.Fatal("a queued call whose context ended did not return")
 			}
 			close(g.open)
-			wg.Wait()
+			wait()
+			for i, err := range errs {
+				require.NoError(t, err, "call %d", i)
+			}
 			got, err := p.Inspect(ctx, key(inFlight()))
 			require.NoError(t, err)
 			assert.Empty(t, got.Owner, "the abandoned script was never sent")
@@ -206,19 +209,11 @@ func TestRedisBatchAfterScriptFlush(t *testing.T) {
 			}
 			n := inFlight() + 4
 			key := testKeys(t, rc, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_, errs[i] = p.Acquire(ctx, key(i), "o", time.Minute)
-				}()
-			}
+			_, errs, wait := acquireAll(ctx, p, n, key, func(int) string { return "o" })
 			require.Eventually(t, func() bool { return g.held.Load() == int64(inFlight()) }, 10*time.Second, time.Millisecond)
 			time.Sleep(50 * time.Millisecond) // the others queue
 			close(g.open)
-			wg.Wait()
+			wait()
 			for i := range n {
 				require.NoError(t, errs[i], "call %d", i)
 				got, err := p.Inspect(ctx, key(i))
