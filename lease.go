@@ -39,7 +39,6 @@ type Lock struct {
 	onLost   func(error)   // told of a loss (run's context)
 	done     chan struct{} // made by the first call of Done
 	ended    bool          // Done's channel is closed, or made closed
-
 }
 
 type lockState int

@@ -28,13 +28,14 @@ type inbox struct {
 	stop    func()        // stops listening; nil until Listen has succeeded
 	pending chan struct{} // closed when the Listen under way returns
 	waiters map[string]*waiter
-	gone    map[string]time.Time // owners of waiters that gave up, and when
+	gone    recent // owners of waiters that gave up, for goneFor
 }
 
 // goneFor is how long the inbox remembers a waiter that gave up, so that a
-// grant made to it later is handed back. A grant that comes later still
-// (its Leave failed, and its entry stayed in a busy queue for longer) is
-// left alone, and the lock is idle until the record's TTL ends.
+// grant made to it later is handed back (4096 waiters at most: see recent).
+// A grant that comes later still (its Leave failed, and its entry stayed in
+// a busy queue for longer) is left alone, and the lock is idle until the
+// record's TTL ends.
 const goneFor = 10 * time.Minute
 
 // join registers w and makes sure the inbox is listened to before w first
@@ -85,18 +86,7 @@ func (in *inbox) leave(w *waiter) {
 	in.mu.Lock()
 	delete(in.waiters, w.req.Owner)
 	if w.state != granted {
-		now := time.Now()
-		if len(in.gone) >= 1024 {
-			for o, t := range in.gone {
-				if now.Sub(t) >= goneFor {
-					delete(in.gone, o)
-				}
-			}
-		}
-		if in.gone == nil {
-			in.gone = make(map[string]time.Time)
-		}
-		in.gone[w.req.Owner] = now
+		in.gone.add(w.req.Owner, time.Now(), goneFor)
 	}
 	in.mu.Unlock()
 	if w.state == granted {
@@ -135,8 +125,7 @@ func (in *inbox) deliver(g Grant) {
 			in.mu.Unlock()
 			return
 		}
-		_, gone := in.gone[g.Owner]
-		delete(in.gone, g.Owner)
+		gone := in.gone.take(g.Owner, time.Now(), goneFor)
 		in.mu.Unlock()
 		if gone {
 			in.handBack(g)

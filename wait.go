@@ -191,37 +191,57 @@ func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 // forgotten a second after it was last seen busy.
 type busyKeys struct {
 	mu   sync.Mutex
-	seen map[string]time.Time
+	keys recent
 }
 
 const busyFor = time.Second
 
 func (b *busyKeys) mark(key string) {
-	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.seen == nil || len(b.seen) >= 4096 {
-		b.prune(now)
-	}
-	b.seen[key] = now
+	b.keys.add(key, time.Now(), busyFor)
 }
 
 func (b *busyKeys) has(key string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, ok := b.seen[key]
-	return ok && time.Since(t) < busyFor
+	return b.keys.has(key, time.Now(), busyFor)
 }
 
-// prune forgets the keys not seen busy for busyFor, or all of them when
-// that is not enough. The caller holds b.mu.
-func (b *busyKeys) prune(now time.Time) {
-	for k, t := range b.seen {
-		if now.Sub(t) >= busyFor {
-			delete(b.seen, k)
+// recent is a set of strings, each remembered for a while (keep) after it
+// was last added, and 4096 of them at most: when that many are there, those
+// older than keep are forgotten, or all of them when that is not enough.
+// Its user guards it.
+type recent struct {
+	seen map[string]time.Time
+}
+
+const recentMax = 4096
+
+func (r *recent) add(s string, now time.Time, keep time.Duration) {
+	if r.seen == nil || len(r.seen) >= recentMax {
+		for k, t := range r.seen {
+			if now.Sub(t) >= keep {
+				delete(r.seen, k)
+			}
+		}
+		if r.seen == nil || len(r.seen) >= recentMax {
+			r.seen = make(map[string]time.Time)
 		}
 	}
-	if b.seen == nil || len(b.seen) >= 4096 {
-		b.seen = make(map[string]time.Time)
-	}
+	r.seen[s] = now
+}
+
+// has reports whether s was added less than keep before now.
+func (r *recent) has(s string, now time.Time, keep time.Duration) bool {
+	t, ok := r.seen[s]
+	return ok && now.Sub(t) < keep
+}
+
+// take reports whether s was added less than keep before now, and forgets
+// it.
+func (r *recent) take(s string, now time.Time, keep time.Duration) bool {
+	ok := r.has(s, now, keep)
+	delete(r.seen, s)
+	return ok
 }
