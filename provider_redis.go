@@ -163,13 +163,14 @@ type RedisOption func(*RedisProvider)
 // have acknowledged it, within timeout (Redis's WAIT, sent in the same
 // pipeline as the script, on the same connection): a grant that fewer
 // replicas acknowledged fails with an error matching ErrNotReplicated (the
-// Client then removes its record, as after any failed acquisition); a renewal that fewer acknowledged is tried again,
-// and the lease timer tells the holder if none succeeds. A lock handed to a
-// waiter by a release is confirmed by the waiter's Client (a renewal and
-// WAIT) before the waiter is told; one that cannot be confirmed is not
-// told, and the waiter's next look (its own request and WAIT) takes it or
-// fails with ErrNotReplicated, and hands it on. It narrows what a failover loses: a grant that only the old master
-// had is never used (measured in the README's Guarantees). It does not make
+// Client then removes its record, as after any failed acquisition); a
+// renewal that fewer acknowledged is tried again, and the lease timer tells
+// the holder if none succeeds. A lock handed to a waiter by a release is
+// confirmed by the waiter's Client (a renewal and WAIT) before the waiter is
+// told; one that cannot be confirmed is not told, and the waiter's next look
+// (its own request and WAIT) takes it or fails with ErrNotReplicated, and
+// hands it on. It narrows what a failover loses: a grant that only the old
+// master had is never used (measured in the README's Guarantees). It does not make
 // Redis consistent: a replica that did not acknowledge may still be
 // promoted, and WAIT cannot undo a write. Each grant waits for the slowest
 // of n replicas, and while fewer than n are reachable every acquisition
@@ -352,12 +353,12 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if err != nil {
 		return err
 	}
-	rec := any(r) // key itself, when it has a hash tag: one argument boxed for both
-	k := rec
+	rarg := any(r) // key itself, when it has a hash tag: one argument boxed for both
+	karg := rarg
 	if r != key {
-		k = key
+		karg = key
 	}
-	res, err := p.eval(ctx, releaseScript, 3, rec, f, q, owner, fenceTTLArg, k, pub, now())
+	res, err := p.eval(ctx, releaseScript, 3, rarg, f, q, owner, fenceTTLArg, karg, pub, now())
 	return p.result("release", key, res, err)
 }
 

@@ -2,8 +2,9 @@
 -- integer: the caller knows the rest of the record); otherwise return the
 -- record that holds the key after the call with its remaining TTL, as
 -- {value, pttl}. A value that is not a record is returned as it is,
--- unchanged; the caller reports it. The token is taken first, so that a free key costs one write:
--- a contended attempt uses up a token, and tokens still increase.
+-- unchanged; the caller reports it. The token is taken first, so that a free
+-- key costs one write: a contended attempt uses up a token, and tokens still
+-- increase.
 -- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms, ARGV[4] now
 -- (Unix ms)
 -- The fencing token, written out here as record.lua's nexttoken does it

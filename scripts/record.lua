@@ -1,5 +1,5 @@
--- Prepended to every script but acquire.lua (which needs none of it): lib() makes the functions that read and grant
--- records and serve the wait queue. It makes them only when a script needs
+-- Prepended to every script but acquire.lua (which needs none of it): lib()
+-- makes the functions that read and grant records and serve the wait queue. It makes them only when a script needs
 -- them: a function made on every call of a script costs Redis more than the
 -- rest of an uncontended acquire, release or renewal, which read a record
 -- of their own owner inline (as release.lua shows) and call lib() only for
