@@ -3,8 +3,8 @@
 -- It makes them only when a script needs them: a function made on every
 -- call of a script costs Redis more than the rest of an uncontended
 -- acquire, release or renewal, which read a record of their own owner
--- inline (as release.lua shows) and call lib() only for anything else. KEYS[1] is the record, KEYS[2] the fencing counter,
--- KEYS[3] the wait queue: a list of entries "owner ttl-ms channel" in
+-- inline (as release.lua shows) and call lib() only for anything else.
+-- KEYS[1] is the record, KEYS[2] the fencing counter, KEYS[3] the wait queue: a list of entries "owner ttl-ms channel" in
 -- arrival order, channel the waiter's inbox or, with sharded pub/sub on a
 -- Cluster, its shard channel in this key's slot (see publish).
 --
