@@ -4,9 +4,10 @@
 -- call of a script costs Redis more than the rest of an uncontended
 -- acquire, release or renewal, which read a record of their own owner
 -- inline (as release.lua shows) and call lib() only for anything else.
--- KEYS[1] is the record, KEYS[2] the fencing counter, KEYS[3] the wait queue: a list of entries "owner ttl-ms channel" in
--- arrival order, channel the waiter's inbox or, with sharded pub/sub on a
--- Cluster, its shard channel in this key's slot (see publish).
+-- KEYS[1] is the record, KEYS[2] the fencing counter, KEYS[3] the wait
+-- queue: a list of entries "owner ttl-ms channel" in arrival order, channel
+-- the waiter's inbox or, with sharded pub/sub on a Cluster, its shard
+-- channel in this key's slot (see publish).
 --
 -- A record is "owner,token,since" while held, "owner,token,since,q" while
 -- held with a queue waiting for it, and "owner,token,since,ended" during a
