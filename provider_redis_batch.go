@@ -113,11 +113,8 @@ func (b *batcher) send(q []*batched) {
 			// does not always say so on the command.
 			c.cmd.SetErr(err)
 		}
-		if c.cmd != nil && noScript(c.cmd.Err()) {
-			// The server does not know the script (restarted, or SCRIPT
-			// FLUSH): send it in full.
-			c.cmd = c.s.cmd(ctx, true, c.nkeys, c.args)
-			_ = b.client.Process(ctx, c.cmd)
+		if c.cmd != nil {
+			c.cmd = orFull(ctx, b.client, c.s, c.nkeys, c.args, c.cmd)
 		}
 		close(c.done)
 	}
@@ -128,9 +125,16 @@ func (b *batcher) send(q []*batched) {
 func evalOn(ctx context.Context, client redis.UniversalClient, s *script, nkeys int, args []any) *redis.Cmd {
 	cmd := s.cmd(ctx, false, nkeys, args)
 	_ = client.Process(ctx, cmd)
-	if noScript(cmd.Err()) {
-		cmd = s.cmd(ctx, true, nkeys, args)
-		_ = client.Process(ctx, cmd)
+	return orFull(ctx, client, s, nkeys, args, cmd)
+}
+
+// orFull returns cmd, the EVALSHA of s, or when the server did not know s
+// (restarted, or SCRIPT FLUSH), s sent again in full with EVAL.
+func orFull(ctx context.Context, client redis.UniversalClient, s *script, nkeys int, args []any, cmd *redis.Cmd) *redis.Cmd {
+	if !noScript(cmd.Err()) {
+		return cmd
 	}
+	cmd = s.cmd(ctx, true, nkeys, args)
+	_ = client.Process(ctx, cmd)
 	return cmd
 }
