@@ -45,9 +45,9 @@ type HTTPOptions struct {
 // answers it, by default WriteHTTPError.
 //
 // HTTPMiddleware returns an error (ErrInvalidArgument) for a nil client, no
-// name, or bad durations.
+// name, a Name that Acquire would refuse, or bad durations.
 func HTTPMiddleware(c *Client, opts HTTPOptions) (func(http.Handler) http.Handler, error) {
-	name, err := namer(c, false, opts.Name, opts.NameFunc, opts.Options)
+	keyOf, err := keyer(c, false, opts.Name, opts.NameFunc, opts.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -58,11 +58,14 @@ func HTTPMiddleware(c *Client, opts HTTPOptions) (func(http.Handler) http.Handle
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ran := false
-			err := c.Do(r.Context(), name(r), opts.Options, func(ctx context.Context) error {
-				ran = true
-				next.ServeHTTP(w, r.WithContext(ctx))
-				return nil
-			})
+			key, err := keyOf(r)
+			if err == nil {
+				err = c.do(r.Context(), key, opts.Options, func(ctx context.Context) error {
+					ran = true
+					next.ServeHTTP(w, r.WithContext(ctx))
+					return nil
+				})
+			}
 			if err != nil && !ran {
 				fail(w, r, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -368,6 +369,7 @@ func TestHTTPMiddleware_InvalidArguments(t *testing.T) {
 		{"nil client", nil, lock.HTTPOptions{NameFunc: name}},
 		{"negative MaxDuration", c, lock.HTTPOptions{NameFunc: name, Options: lock.Options{MaxDuration: -1}}},
 		{"negative GracePeriod", c, lock.HTTPOptions{Name: "x", Options: lock.Options{GracePeriod: -1}}},
+		{"name over MaxKeyLen", c, lock.HTTPOptions{Name: strings.Repeat("n", lock.MaxKeyLen)}},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			var mw func(http.Handler) http.Handler

@@ -27,6 +27,7 @@ type Lock struct {
 	maxDeadline time.Time // monotonic
 
 	outer *Lock // the lock held by the call chain that ran this one (see run)
+	scope scope // the context of the handler that run runs
 
 	renewMu  sync.Mutex // one renewal at a time
 	mu       sync.Mutex // guards what follows
@@ -392,14 +393,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		return relErr
 	case lost:
 		// The lease ran out without a renewal; the record may still be ours.
-		rctx, cancel := c.detached(ctx)
-		_ = c.provider.Release(rctx, l.key, l.owner)
-		cancel()
+		_ = c.provider.Release(c.detached(ctx), l.key, l.owner)
 		return l.lostErr
 	}
 
-	rctx, cancel := c.detached(ctx)
-	defer cancel()
+	rctx := c.detached(ctx)
 	var err error
 	closed := l.closedFor()
 	if closed > 0 {

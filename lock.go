@@ -51,6 +51,8 @@ type Client struct {
 	inbox inbox    // the waiters, and the grants handed to them (topic.go)
 	busy  busyKeys // keys seen contended lately (wait.go)
 
+	shared atomic.Pointer[sharedBound] // the deadline of detached contexts (see bound)
+
 	closing context.Context // cancelled with ErrClosed by Close
 	stop    context.CancelCauseFunc
 	mu      sync.Mutex     // guards closed and work.Add
@@ -143,7 +145,16 @@ func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx con
 	if fn == nil {
 		return invalidf("nil function")
 	}
-	l, err := c.Acquire(ctx, name, o)
+	key, err := c.checkName(name)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, key, o, fn)
+}
+
+// do is Do for the lock under key.
+func (c *Client) do(ctx context.Context, key string, o Options, fn func(ctx context.Context) error) error {
+	l, err := c.acquire(ctx, key, o)
 	if err != nil {
 		return err
 	}
@@ -154,18 +165,25 @@ func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx con
 // is often the loss itself (its context's cause).
 func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	l.outer, _ = FromContext(ctx)
-	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, l))
+	l.scope = scope{Context: ctx, l: l}
+	hctx, cancel := context.WithCancelCause(&l.scope)
 	l.onLoss(cancel)
 	defer func() {
 		cancel(nil)
 		rerr := l.Release(ctx)
-		var lost *LostError
-		if errors.As(rerr, &lost) && errors.Is(err, lost) {
+		if rerr != nil && reported(err, rerr) {
 			rerr = nil
 		}
 		err = errors.Join(err, rerr)
 	}()
 	return fn(hctx)
+}
+
+// reported reports whether rerr, a release's error, is a loss that err
+// already carries.
+func reported(err, rerr error) bool {
+	var lost *LostError
+	return errors.As(rerr, &lost) && errors.Is(err, lost)
 }
 
 func (c *Client) newOwner() string {
@@ -179,27 +197,53 @@ func (c *Client) newOwner() string {
 // for; after Close, it runs fn at once.
 func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
 	if !c.enter() {
-		dctx, cancel := c.detached(ctx)
-		defer cancel()
-		fn(dctx)
+		fn(c.detached(ctx))
 		return
 	}
 	go func() {
 		defer c.work.Done()
-		dctx, cancel := c.detached(ctx)
-		defer cancel()
-		fn(dctx)
+		fn(c.detached(ctx))
 	}()
 }
 
-// detached returns a context for a release, renewal or grace-period write: not
-// cancelled with the caller's, bounded by the release timeout.
-func (c *Client) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Done() != nil { // else it is never cancelled, and has no deadline
-		ctx = context.WithoutCancel(ctx)
-	}
-	return context.WithTimeout(ctx, c.releaseTimeout)
+// detached returns a context for a release, a grace-period write or a
+// clean-up: ctx's values without its cancellation, ended by the release
+// timeout.
+func (c *Client) detached(ctx context.Context) context.Context {
+	return &detachedCtx{values: ctx, bound: c.bound()}
 }
+
+// bound returns a context that ends between nine tenths of the release
+// timeout and the whole of it from now. Calls within a tenth of the timeout
+// share one, and so one timer, rather than a timer each.
+func (c *Client) bound() context.Context {
+	if b := c.shared.Load(); b != nil && time.Until(b.end) > c.releaseTimeout-c.releaseTimeout/10 {
+		return b.ctx
+	}
+	b := &sharedBound{end: time.Now().Add(c.releaseTimeout)}
+	b.ctx, b.cancel = context.WithDeadline(context.Background(), b.end)
+	c.shared.Store(b)
+	return b.ctx
+}
+
+// sharedBound is a context that detached contexts share for their deadline.
+// Its timer cancels it at end; nothing else does.
+type sharedBound struct {
+	end    time.Time
+	ctx    context.Context
+	cancel context.CancelFunc // never called: the deadline ends it
+}
+
+// detachedCtx has the values of one context and the deadline of another.
+type detachedCtx struct {
+	values context.Context
+	bound  context.Context
+}
+
+func (d *detachedCtx) Deadline() (time.Time, bool) { return d.bound.Deadline() }
+func (d *detachedCtx) Done() <-chan struct{}       { return d.bound.Done() }
+func (d *detachedCtx) Err() error                  { return d.bound.Err() }
+func (d *detachedCtx) Value(key any) any           { return d.values.Value(key) }
 
 func (c *Client) emit(e Event) {
 	if len(c.hooks) == 0 {
@@ -215,6 +259,20 @@ func (c *Client) emit(e Event) {
 func crcName(s string) uint32 { return crc32.ChecksumIEEE([]byte(s)) }
 
 type ctxKey struct{}
+
+// scope is the context of a handler run under l: ctx, in which FromContext
+// finds l. It lives in the Lock, which run allocates anyway.
+type scope struct {
+	context.Context
+	l *Lock
+}
+
+func (s *scope) Value(key any) any {
+	if key == (ctxKey{}) {
+		return s.l
+	}
+	return s.Context.Value(key)
+}
 
 // FromContext returns the lock held by the innermost Do, Middleware or
 // Primitive call whose handler received ctx, and whether there is one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1182,4 +1183,60 @@ func TestDoneAskedFirstAfterTheEnd(t *testing.T) {
 		assert.ErrorIs(t, l.Err(), lock.ErrLost)
 		assertClosed(t, l.Done(), "Done asked first after the loss is closed")
 	})
+}
+
+// ctxProvider is a memory provider whose Release hands its context to seen
+// and, with hang, waits for that context to end.
+type ctxProvider struct {
+	lock.Provider
+	seen chan context.Context
+	hang bool
+}
+
+func (p ctxProvider) Release(ctx context.Context, key, owner string) error {
+	p.seen <- ctx
+	if p.hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return p.Provider.Release(ctx, key, owner)
+}
+
+type ctxTag struct{}
+
+// Release runs on a context of its own: the caller's values, not its
+// cancellation, and a deadline of at most the release timeout.
+func TestReleaseContext(t *testing.T) {
+	p := ctxProvider{Provider: lock.NewMemoryProvider(), seen: make(chan context.Context, 1)}
+	c := newClient(t, p, lock.WithReleaseTimeout(time.Minute))
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxTag{}, "request-7"))
+	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
+	require.NoError(t, err)
+	cancel()
+	began := time.Now()
+	require.NoError(t, l.Release(ctx), "a cancelled caller's release goes through")
+	rctx := <-p.seen
+	assert.Equal(t, "request-7", rctx.Value(ctxTag{}), "the caller's values reach the provider")
+	assert.NoError(t, rctx.Err(), "the caller's cancellation does not")
+	deadline, ok := rctx.Deadline()
+	require.True(t, ok, "a release has a deadline")
+	assert.WithinRange(t, deadline, began.Add(50*time.Second), began.Add(time.Minute+time.Second),
+		"the deadline is between nine tenths of the release timeout and the whole of it")
+}
+
+// A release whose provider never answers gives up at the release timeout.
+func TestReleaseTimeoutEndsAHangingRelease(t *testing.T) {
+	p := ctxProvider{Provider: lock.NewMemoryProvider(), seen: make(chan context.Context, 2), hang: true}
+	c := newClient(t, p, lock.WithReleaseTimeout(300*time.Millisecond))
+	for i := range 2 { // the second shares the first's deadline, or has one of its own
+		l, err := c.Acquire(context.Background(), uniqueName(t)+strconv.Itoa(i), lock.Options{})
+		require.NoError(t, err)
+		began := time.Now()
+		err = l.Release(context.Background())
+		took := time.Since(began)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "release %d", i)
+		assert.GreaterOrEqual(t, took, 250*time.Millisecond, "release %d ended before nine tenths of the timeout", i)
+		assert.Less(t, took, 10*time.Second, "release %d hung past its timeout", i)
+		<-p.seen
+	}
 }

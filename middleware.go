@@ -22,15 +22,19 @@ type MiddlewareOptions[A any] struct {
 // and returns next's results with a *LostError joined to its error.
 //
 // Middleware returns an error (ErrInvalidArgument) for a nil client or
-// handler, no name, or bad durations.
+// handler, no name, a Name that Acquire would refuse, or bad durations.
 func Middleware[A, R any](c *Client, next func(context.Context, A) (R, error), opts MiddlewareOptions[A]) (func(context.Context, A) (R, error), error) {
-	name, err := namer(c, next == nil, opts.Name, opts.NameFunc, opts.Options)
+	keyOf, err := keyer(c, next == nil, opts.Name, opts.NameFunc, opts.Options)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, arg A) (R, error) {
 		var res R
-		err := c.Do(ctx, name(arg), opts.Options, func(ctx context.Context) error {
+		key, err := keyOf(arg)
+		if err != nil {
+			return res, err
+		}
+		err = c.do(ctx, key, opts.Options, func(ctx context.Context) error {
 			var err error
 			res, err = next(ctx, arg)
 			return err
@@ -39,9 +43,10 @@ func Middleware[A, R any](c *Client, next func(context.Context, A) (R, error), o
 	}, nil
 }
 
-// namer checks what Middleware, HTTPMiddleware and New share, and returns the
-// function that names the lock of one call.
-func namer[A any](c *Client, nilHandler bool, name string, fn func(A) string, o Options) (func(A) string, error) {
+// keyer checks what Middleware, HTTPMiddleware and New share, and returns the
+// function that gives the key of one call's lock: a fixed name is checked
+// and made a key once, here; NameFunc's names on each call.
+func keyer[A any](c *Client, nilHandler bool, name string, fn func(A) string, o Options) (func(A) (string, error), error) {
 	switch {
 	case c == nil:
 		return nil, invalidf("nil client")
@@ -54,7 +59,11 @@ func namer[A any](c *Client, nilHandler bool, name string, fn func(A) string, o 
 		return nil, err
 	}
 	if fn != nil {
-		return fn, nil
+		return func(arg A) (string, error) { return c.checkName(fn(arg)) }, nil
 	}
-	return func(A) string { return name }, nil
+	key, err := c.checkName(name)
+	if err != nil {
+		return nil, err
+	}
+	return func(A) (string, error) { return key, nil }, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,6 +254,7 @@ func TestMiddleware_InvalidArguments(t *testing.T) {
 		{"negative MaxDuration", c, ok, lock.MiddlewareOptions[int]{Name: name, Options: lock.Options{MaxDuration: -1}}},
 		{"negative Lease", c, ok, lock.MiddlewareOptions[int]{Name: name, Options: lock.Options{Lease: -1}}},
 		{"negative GracePeriod", c, ok, lock.MiddlewareOptions[int]{Name: name, Options: lock.Options{GracePeriod: -1}}},
+		{"name over MaxKeyLen", c, ok, lock.MiddlewareOptions[int]{Name: strings.Repeat("n", lock.MaxKeyLen)}},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			var wrapped func(context.Context, int) (int, error)

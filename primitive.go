@@ -33,12 +33,14 @@ type PrimitiveOptions[T any] struct {
 type Primitive[T any] struct {
 	c       *Client
 	handler func(context.Context, T) error
-	name    func(T) string
+	name    string // the name, without NameFunc
+	keyOf   func(T) (string, error)
 	opts    PrimitiveOptions[T]
 }
 
 // New declares handler as a Primitive on c. It returns an error
-// (ErrInvalidArgument) for a nil client or handler and for bad durations.
+// (ErrInvalidArgument) for a nil client or handler, a Name that Acquire would
+// refuse, and bad durations.
 func New[T any](c *Client, handler func(context.Context, T) error, opts PrimitiveOptions[T]) (*Primitive[T], error) {
 	name := opts.Name
 	if name == "" && opts.NameFunc == nil && handler != nil {
@@ -47,15 +49,20 @@ func New[T any](c *Client, handler func(context.Context, T) error, opts Primitiv
 			return nil, invalidf("no lock name: set Name or NameFunc (the handler is a closure or a method value whose type cannot be told from its name)")
 		}
 	}
-	fn, err := namer(c, handler == nil, name, opts.NameFunc, opts.Options)
+	keyOf, err := keyer(c, handler == nil, name, opts.NameFunc, opts.Options)
 	if err != nil {
 		return nil, err
 	}
-	return &Primitive[T]{c: c, handler: handler, name: fn, opts: opts}, nil
+	return &Primitive[T]{c: c, handler: handler, name: name, keyOf: keyOf, opts: opts}, nil
 }
 
 // Name returns the name of the lock that Run(ctx, arg) takes.
-func (p *Primitive[T]) Name(arg T) string { return p.name(arg) }
+func (p *Primitive[T]) Name(arg T) string {
+	if p.opts.NameFunc != nil {
+		return p.opts.NameFunc(arg)
+	}
+	return p.name
+}
 
 // Run runs the handler with arg under the lock, with a fresh owner; concurrent
 // Runs never both enter, in this process or any other that shares the
@@ -70,7 +77,11 @@ func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
 	if p.opts.GracePeriodFunc != nil {
 		o.GracePeriod = p.opts.GracePeriodFunc(arg)
 	}
-	return p.c.Do(ctx, p.name(arg), o, func(ctx context.Context) error {
+	key, err := p.keyOf(arg)
+	if err != nil {
+		return err
+	}
+	return p.c.do(ctx, key, o, func(ctx context.Context) error {
 		return p.handler(ctx, arg)
 	})
 }

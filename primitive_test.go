@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -778,6 +779,7 @@ func TestPrimitive_InvalidArguments(t *testing.T) {
 		{"negative Lease", c, ok, lock.PrimitiveOptions[int]{Name: name, Options: lock.Options{Lease: -time.Second}}},
 		{"negative GracePeriod", c, ok, lock.PrimitiveOptions[int]{Name: name, Options: lock.Options{GracePeriod: -time.Second}}},
 		{"lease under 3ms", c, ok, lock.PrimitiveOptions[int]{Name: name, Options: lock.Options{Lease: time.Millisecond}}},
+		{"name over MaxKeyLen", c, ok, lock.PrimitiveOptions[int]{Name: strings.Repeat("n", lock.MaxKeyLen)}},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			var p *lock.Primitive[int]

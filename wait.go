@@ -23,7 +23,12 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	if err != nil {
 		return nil, err
 	}
-	o, err = o.resolved()
+	return c.acquire(ctx, key, o)
+}
+
+// acquire is Acquire for the lock under key.
+func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, error) {
+	o, err := o.resolved()
 	if err != nil {
 		return nil, err
 	}
