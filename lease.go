@@ -360,6 +360,9 @@ func (l *Lock) resetRenewal(d time.Duration) {
 // GracePeriod, or what is left of OncePer since the hold began, whichever is
 // longer; zero (free it) when that is under a millisecond.
 func (l *Lock) closedFor() time.Duration {
+	if l.opts.GracePeriod == 0 && l.opts.OncePer == 0 {
+		return 0
+	}
 	d := max(l.opts.GracePeriod, time.Until(l.start.Add(l.opts.OncePer)))
 	if d < time.Millisecond {
 		return 0
@@ -405,7 +408,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	} else {
 		err = c.provider.Release(rctx, l.key, l.owner)
 	}
-	heldFor := time.Since(l.start)
+	var heldFor time.Duration
+	if len(c.hooks) > 0 { // else spare the clock read
+		heldFor = time.Since(l.start)
+	}
 	switch {
 	case err == nil:
 		if c.debug {

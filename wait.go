@@ -185,7 +185,9 @@ func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 		c.log.Debug("lock: acquired", "key", a.key, "owner", a.owner, "token", rec.Token)
 	}
 	// The event before the timers: a loss is never reported before its grant.
-	c.emit(Event{Kind: EventAcquired, Key: a.key, Owner: a.owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease, Waited: time.Since(a.began)})
+	if len(c.hooks) > 0 { // else spare the clock read
+		c.emit(Event{Kind: EventAcquired, Key: a.key, Owner: a.owner, Token: rec.Token, MaxDuration: o.MaxDuration, Lease: o.Lease, Waited: time.Since(a.began)})
+	}
 	l.keep(sent, ttl)
 	return l
 }
