@@ -191,9 +191,12 @@ func WithPollInterval(d time.Duration) ClientOption {
 }
 
 // WithReleaseTimeout bounds the release and window writes and the clean-ups
-// of abandoned acquisitions, which run on a context of their own so that a
-// cancelled caller cannot leave a lock held. (A renewal is bounded by the end
-// of the current lease instead.) The default is five seconds.
+// of abandoned acquisitions, which run on a context of their own (the
+// caller's values, not its cancellation) so that a cancelled caller cannot
+// leave a lock held. Each ends between nine tenths of d and d after it
+// starts: calls that start within a tenth of d share one deadline. (A
+// renewal is bounded by the end of the current lease instead.) The default
+// is five seconds.
 func WithReleaseTimeout(d time.Duration) ClientOption {
 	return func(c *Client) {
 		if d > 0 {
