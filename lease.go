@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +18,8 @@ import (
 // this process's monotonic clock from the request that granted or last
 // renewed it: then it declares the lock lost, whatever call to the provider
 // is still under way. So the holder is told before another process can be
-// granted the lock, however slowly the provider answers.
+// granted the lock, however slowly the provider answers. (The timers of a
+// Client's locks share one runtime timer: see leaseTimers.)
 type Lock struct {
 	c           *Client
 	key, owner  string
@@ -26,20 +28,24 @@ type Lock struct {
 	start       time.Time // monotonic, when the granting request was sent
 	maxDeadline time.Time // monotonic
 
-	outer *Lock // the lock held by the call chain that ran this one (see run)
-	scope scope // the context of the handler that run runs
+	outer *Lock       // the lock held by the call chain that ran this one (see run)
+	scope scope       // the context of the handler that run runs
+	rel   detachedCtx // the context of the Release that ends the hold
 
 	renewMu  sync.Mutex // one renewal at a time
 	mu       sync.Mutex // guards what follows
 	state    lockState
-	leaseEnd time.Time   // monotonic: the record expires no earlier than this (see leaseEnd)
-	renewAt  time.Time   // monotonic: the next renewal
-	timer    *time.Timer // fires at renewAt, or at leaseEnd while a renewal is under way
-	lostErr  *LostError
-	relErr   error         // a release that failed: said again by a later Release
-	onLost   func(error)   // told of a loss (run's context)
-	done     chan struct{} // made by the first call of Done
-	ended    bool          // Done's channel is closed, or made closed
+	leaseEnd time.Time // monotonic: the record expires no earlier than this (see leaseEnd)
+	renewAt  time.Time // monotonic: the next renewal
+	// The lease's timer fires at renewAt, or at leaseEnd while a renewal is
+	// under way; due and slot are its place in c.leases, which guards them.
+	due     time.Time
+	slot    int // in c.leases's heap; -1 when not in it
+	lostErr *LostError
+	relErr  error         // a release that failed: said again by a later Release
+	onLost  func(error)   // told of a loss (run's context)
+	done    chan struct{} // made by the first call of Done
+	ended   bool          // Done's channel is closed, or made closed
 }
 
 type lockState int
@@ -62,6 +68,7 @@ func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Ti
 		start:       sent,
 		maxDeadline: sent.Add(o.MaxDuration),
 		leaseEnd:    leaseEnd(sent, ttl),
+		slot:        -1,
 	}
 	return l
 }
@@ -71,7 +78,7 @@ func (l *Lock) keep(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewAt = sent.Add(l.nextRenewal(sent, ttl))
-	l.timer = time.AfterFunc(time.Until(l.renewAt), l.tick)
+	l.c.leases.set(l, l.renewAt)
 }
 
 // Key returns the lock's key (see Client.Key): with the Redis provider, the
@@ -200,7 +207,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	// Timed from when the renewal was sent, as the lease is: a slow reply
 	// must not push the next renewal past the lease end.
 	l.renewAt = now.Add(l.nextRenewal(now, d))
-	l.timer.Reset(max(time.Until(l.renewAt), 0))
+	l.c.leases.set(l, l.renewAt)
 	return nil
 }
 
@@ -234,7 +241,7 @@ func (l *Lock) lose(cause error) error {
 }
 
 func (l *Lock) stopTimersLocked() {
-	l.timer.Stop()
+	l.c.leases.stop(l)
 }
 
 // heldErr returns nil while the lock is held, and why it is not otherwise.
@@ -294,10 +301,10 @@ func (l *Lock) tick() {
 			_ = l.lose(errLeaseRanOut)
 		}
 	case now.Before(l.renewAt):
-		l.timer.Reset(l.renewAt.Sub(now))
+		l.c.leases.set(l, l.renewAt)
 		l.mu.Unlock()
 	default:
-		l.timer.Reset(l.leaseEnd.Sub(now))
+		l.c.leases.set(l, l.leaseEnd)
 		l.mu.Unlock()
 		l.renew()
 	}
@@ -350,9 +357,8 @@ func (l *Lock) resetRenewal(d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == held {
-		now := time.Now()
-		l.renewAt = now.Add(max(d, time.Millisecond))
-		l.timer.Reset(min(l.renewAt.Sub(now), l.leaseEnd.Sub(now)))
+		l.renewAt = time.Now().Add(max(d, time.Millisecond))
+		l.c.leases.set(l, minTime(l.renewAt, l.leaseEnd))
 	}
 }
 
@@ -400,7 +406,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.lostErr
 	}
 
-	rctx := c.detached(ctx)
+	// Only this call moved the state from held: l.rel is its own.
+	l.rel = detachedCtx{values: ctx, bound: c.bound()}
+	rctx := &l.rel
 	var err error
 	closed := l.closedFor()
 	if closed > 0 {
@@ -437,4 +445,103 @@ func (l *Lock) Release(ctx context.Context) error {
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: err})
 		return err
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// leaseTimers are the lease timers of a Client's locks: one runtime timer,
+// armed for the earliest of them, and a heap of the locks by when theirs
+// fires. A release leaves the runtime timer as it is, and a lock taken later
+// falls due later than it, so acquiring and releasing rarely touch it.
+type leaseTimers struct {
+	mu    sync.Mutex
+	locks lockHeap
+	timer *time.Timer // made at the first set; fires at armed
+	armed time.Time   // zero when the timer is not armed
+}
+
+// set makes l's timer fire at t: then l.tick runs, on a goroutine of its
+// own. The caller holds l.mu.
+func (s *leaseTimers) set(l *Lock, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.due = t
+	if l.slot < 0 {
+		heap.Push(&s.locks, l)
+	} else {
+		heap.Fix(&s.locks, l.slot)
+	}
+	s.armLocked()
+}
+
+// stop stops l's timer. The caller holds l.mu.
+func (s *leaseTimers) stop(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.slot >= 0 {
+		heap.Remove(&s.locks, l.slot)
+	}
+}
+
+// armLocked arms the runtime timer for the earliest lock, unless it fires no
+// later than that already (it arms itself again then).
+func (s *leaseTimers) armLocked() {
+	if len(s.locks) == 0 {
+		return
+	}
+	due := s.locks[0].due
+	if !s.armed.IsZero() && !s.armed.After(due) {
+		return
+	}
+	s.armed = due
+	if s.timer == nil {
+		s.timer = time.AfterFunc(time.Until(due), s.fire)
+	} else {
+		s.timer.Reset(time.Until(due))
+	}
+}
+
+// fire runs the ticks of the locks whose timers are due, and arms the runtime
+// timer for the next.
+func (s *leaseTimers) fire() {
+	s.mu.Lock()
+	s.armed = time.Time{}
+	now := time.Now()
+	var due []*Lock
+	for len(s.locks) > 0 && !s.locks[0].due.After(now) {
+		due = append(due, heap.Pop(&s.locks).(*Lock))
+	}
+	s.armLocked()
+	s.mu.Unlock()
+	for _, l := range due {
+		go l.tick()
+	}
+}
+
+// lockHeap orders locks by when their lease timers fire (container/heap).
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].slot, h[j].slot = i, j
+}
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.slot = len(*h)
+	*h = append(*h, l)
+}
+func (h *lockHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.slot = -1
+	return l
 }

@@ -48,8 +48,9 @@ type Client struct {
 	owners string // owners are owners-sequence: id, or identity/id
 	seq    atomic.Uint64
 
-	inbox inbox    // the waiters, and the grants handed to them (topic.go)
-	busy  busyKeys // keys seen contended lately (wait.go)
+	inbox  inbox       // the waiters, and the grants handed to them (topic.go)
+	leases leaseTimers // the timers of held locks (lease.go)
+	busy   busyKeys    // keys seen contended lately (wait.go)
 
 	shared atomic.Pointer[sharedBound] // the deadline of detached contexts (see bound)
 

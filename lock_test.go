@@ -1240,3 +1240,22 @@ func TestReleaseTimeoutEndsAHangingRelease(t *testing.T) {
 		<-p.seen
 	}
 }
+
+// The lease timers of one Client's locks share a runtime timer: a lock with
+// a short lease, taken while one with a long lease is held, or after another
+// was released, is still renewed on time.
+func TestLeaseTimersOfOneClient(t *testing.T) {
+	ctx := ctxTimeout(t, time.Minute)
+	c := newClient(t, lock.NewMemoryProvider())
+	long, err := c.Acquire(ctx, uniqueName(t)+"-long", lock.Options{Lease: time.Minute})
+	require.NoError(t, err)
+	defer long.Release(ctx)
+	for _, name := range []string{"-short", "-after"} { // "-after" comes after "-short" was released
+		l, err := c.Acquire(ctx, uniqueName(t)+name, lock.Options{Lease: 300 * time.Millisecond})
+		require.NoError(t, err)
+		time.Sleep(time.Second) // three leases: renewed about nine times
+		assert.NoError(t, l.Err(), "%s: the short lease was not renewed", name)
+		assert.NoError(t, l.Release(ctx), name)
+	}
+	assert.NoError(t, long.Err())
+}
