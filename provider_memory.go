@@ -29,6 +29,7 @@ type MemoryProvider struct {
 	token   uint64
 	queues  map[string][]Waiter // wait queues, in arrival order
 	inboxes map[string]*memInbox
+	spare   []*memRecord // deleted records, for grant to use again
 
 	// The most entries records and queues have held since they were made.
 	recordsPeak, queuesPeak int
@@ -348,7 +349,13 @@ func (r *memRecord) record(now time.Time) Record {
 // grant stores a new record for owner under the free key. The caller holds m.mu.
 func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Time) Record {
 	m.token++
-	r := &memRecord{key: key, owner: owner, token: m.token, since: now.Truncate(time.Millisecond), deadline: now.Add(ttl)}
+	var r *memRecord
+	if n := len(m.spare); n > 0 {
+		r, m.spare = m.spare[n-1], m.spare[:n-1]
+	} else {
+		r = new(memRecord)
+	}
+	*r = memRecord{key: key, owner: owner, token: m.token, since: now.Truncate(time.Millisecond), deadline: now.Add(ttl)}
 	m.records[key] = r
 	heap.Push(&m.expiry, r)
 	return Record{Owner: owner, Token: r.token, TTL: ttl, Since: r.since}
@@ -356,8 +363,9 @@ func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Ti
 
 // free deletes r, and hands the key to its first waiter. The caller holds m.mu.
 func (m *MemoryProvider) free(r *memRecord) []memMessage {
+	key := r.key
 	m.remove(r)
-	return m.serve(r.key, m.clock.Now())
+	return m.serve(key, m.clock.Now())
 }
 
 // serve grants the free key to the first waiter of its queue whose inbox is
@@ -437,6 +445,7 @@ func (m *MemoryProvider) expire() time.Time {
 	for len(m.expiry) > 0 && !now.Before(m.expiry[0].deadline) {
 		r := heap.Pop(&m.expiry).(*memRecord)
 		delete(m.records, r.key)
+		m.keepSpare(r)
 	}
 	m.compact()
 	return now
@@ -477,6 +486,19 @@ func copyMap[V any](src map[string]V) map[string]V {
 func (m *MemoryProvider) remove(r *memRecord) {
 	delete(m.records, r.key)
 	heap.Remove(&m.expiry, r.index)
+	m.keepSpare(r)
+}
+
+// maxSpare is how many deleted records the provider keeps for new grants.
+const maxSpare = 64
+
+// keepSpare keeps r, deleted, for a later grant, unless enough are kept. The
+// caller holds m.mu and uses r no more.
+func (m *MemoryProvider) keepSpare(r *memRecord) {
+	if len(m.spare) < maxSpare {
+		*r = memRecord{}
+		m.spare = append(m.spare, r)
+	}
 }
 
 func (m *MemoryProvider) setDeadline(r *memRecord, d time.Time) {
