@@ -2,7 +2,6 @@ package lock
 
 import (
 	"log/slog"
-	"strings"
 	"time"
 )
 
@@ -143,7 +142,7 @@ func checkIdentity(id string) error {
 	switch {
 	case len(id) > MaxIdentityLen:
 		return invalidf("identity is %d bytes, more than %d", len(id), MaxIdentityLen)
-	case strings.ContainsAny(id, ", \t\r\n\v\f"):
+	case hasSpace(id, true):
 		return invalidf("identity %q contains a comma or white space", id)
 	}
 	return nil

@@ -203,13 +203,31 @@ func checkKey(key string) error {
 	return nil
 }
 
+// hasSpace reports whether s has white space in it, or, with comma, a comma.
+func hasSpace(s string, comma bool) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] > ',' { // above every byte looked for
+			continue
+		}
+		switch s[i] {
+		case ' ', '\t', '\r', '\n', '\v', '\f':
+			return true
+		case ',':
+			if comma {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func checkOwner(owner string) error {
 	switch {
 	case owner == "":
 		return invalidf("empty owner")
 	case len(owner) > MaxOwnerLen:
 		return invalidf("owner is %d bytes, more than %d", len(owner), MaxOwnerLen)
-	case strings.ContainsAny(owner, ", \t\r\n\v\f"):
+	case hasSpace(owner, true):
 		return invalidf("owner %q contains a comma or white space", owner)
 	}
 	return nil
@@ -252,7 +270,7 @@ func checkInbox(inbox string) error {
 		return invalidf("empty inbox")
 	case len(inbox) > MaxKeyLen:
 		return invalidf("inbox is %d bytes, more than %d", len(inbox), MaxKeyLen)
-	case strings.ContainsAny(inbox, " \t\r\n\v\f"):
+	case hasSpace(inbox, false):
 		return invalidf("inbox %q contains white space", inbox)
 	}
 	return nil

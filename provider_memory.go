@@ -160,8 +160,8 @@ func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error 
 	m.mu.Lock()
 	m.dequeue(key, w.Owner)
 	var msgs []memMessage
-	if r, err := m.owned(key, w.Owner, false); err == nil {
-		msgs = m.free(r)
+	if r, now, err := m.owned(key, w.Owner, false); err == nil {
+		msgs = m.free(r, now)
 	}
 	m.mu.Unlock()
 	send(msgs)
@@ -209,10 +209,10 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 		return err
 	}
 	m.mu.Lock()
-	r, err := m.owned(key, owner, true)
+	r, now, err := m.owned(key, owner, true)
 	var msgs []memMessage
 	if err == nil {
-		msgs = m.free(r)
+		msgs = m.free(r, now)
 	}
 	m.mu.Unlock()
 	send(msgs)
@@ -228,11 +228,11 @@ func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time
 		return err
 	}
 	m.mu.Lock()
-	r, err := m.owned(key, owner, false)
+	r, now, err := m.owned(key, owner, false)
 	var msgs []memMessage
 	if err == nil {
 		r.ended = ended
-		m.setDeadline(r, m.clock.Now().Add(ttl))
+		m.setDeadline(r, now.Add(ttl))
 		if ended {
 			// A grace period: no waiter will get the lock; tell each inbox once.
 			seen := map[string]bool{}
@@ -318,7 +318,7 @@ func (m *MemoryProvider) ForceRelease(ctx context.Context, key string) (Record, 
 		return Record{}, nil
 	}
 	rec := r.record(now)
-	msgs := m.free(r)
+	msgs := m.free(r, now)
 	m.mu.Unlock()
 	send(msgs)
 	return rec, nil
@@ -361,11 +361,12 @@ func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Ti
 	return Record{Owner: owner, Token: r.token, TTL: ttl, Since: r.since}
 }
 
-// free deletes r, and hands the key to its first waiter. The caller holds m.mu.
-func (m *MemoryProvider) free(r *memRecord) []memMessage {
+// free deletes r, and hands the key to its first waiter, at now. The caller
+// holds m.mu.
+func (m *MemoryProvider) free(r *memRecord, now time.Time) []memMessage {
 	key := r.key
 	m.remove(r)
-	return m.serve(key, m.clock.Now())
+	return m.serve(key, now)
 }
 
 // serve grants the free key to the first waiter of its queue whose inbox is
@@ -393,19 +394,20 @@ func (m *MemoryProvider) Len() int {
 	return len(m.records)
 }
 
-// owned returns key's record if owner holds it; an ended record counts as held
-// only when endedOK. The caller holds m.mu.
-func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, error) {
-	m.expire()
+// owned returns key's record if owner holds it (an ended record counts as
+// held only when endedOK), and the time at which it expired records. The
+// caller holds m.mu.
+func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, time.Time, error) {
+	now := m.expire()
 	r, ok := m.records[key]
 	if !ok || r.owner != owner || (r.ended && !endedOK) {
 		token := uint64(0)
 		if ok && r.owner == owner {
 			token = r.token
 		}
-		return nil, &LostError{Key: key, Token: token}
+		return nil, now, &LostError{Key: key, Token: token}
 	}
-	return r, nil
+	return r, now, nil
 }
 
 // enqueue puts w at the back of key's queue, or keeps its place, and

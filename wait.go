@@ -76,7 +76,8 @@ func (a *acquisition) unlessClosed(ctx context.Context, l *Lock, err error) (*Lo
 	return l, err
 }
 
-// try asks for the lock once. A lock held by another owner fails with a
+// try asks for the lock once, as the acquisition begins (a.began counts as
+// when the request was sent). A lock held by another owner fails with a
 // *NotAcquiredError whose reason is ErrHeld, reported (EventContended,
 // EventSkipped) only without o.Wait: with it, the waiter goes on and reports.
 func (a *acquisition) try(ctx context.Context) (*Lock, error) {
@@ -84,7 +85,6 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	if c.closing.Err() != nil {
 		return nil, ErrClosed
 	}
-	sent := time.Now()
 	rec, err := c.provider.Acquire(ctx, key, owner, a.o.Lease)
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
@@ -92,7 +92,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		return nil, a.notAcquired(ctx, a.failed("acquire", err), "", 0)
 	}
 	if rec.Owner == owner && !rec.Ended {
-		return a.granted(rec, sent), nil
+		return a.granted(rec, a.began), nil
 	}
 	if rec.Ended {
 		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
