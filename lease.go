@@ -407,7 +407,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 
 	// Only this call moved the state from held: l.rel is its own.
-	l.rel = detachedCtx{values: ctx, bound: c.bound()}
+	l.rel = c.detach(ctx)
 	rctx := &l.rel
 	var err error
 	closed := l.closedFor()

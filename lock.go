@@ -211,7 +211,22 @@ func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
 // clean-up: ctx's values without its cancellation, ended by the release
 // timeout.
 func (c *Client) detached(ctx context.Context) context.Context {
-	return &detachedCtx{values: ctx, bound: c.bound()}
+	d := c.detach(ctx)
+	return &d
+}
+
+// detach is detached as a value, for a Lock to keep.
+func (c *Client) detach(ctx context.Context) detachedCtx {
+	return detachedCtx{values: withoutCancel(ctx), bound: c.bound()}
+}
+
+// withoutCancel is context.WithoutCancel, but ctx itself when it is never
+// cancelled: no allocation for the context.Background of most callers.
+func withoutCancel(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // bound returns a context that ends between nine tenths of the release
@@ -236,6 +251,8 @@ type sharedBound struct {
 }
 
 // detachedCtx has the values of one context and the deadline of another.
+// values must hide any cancellation of its own (withoutCancel): context.Cause
+// finds a cancelled parent through Value.
 type detachedCtx struct {
 	values context.Context
 	bound  context.Context
@@ -262,7 +279,7 @@ func crcName(s string) uint32 { return crc32.ChecksumIEEE([]byte(s)) }
 type ctxKey struct{}
 
 // scope is the context of a handler run under l: ctx, in which FromContext
-// finds l. It lives in the Lock, which run allocates anyway.
+// finds l. It lives in the Lock, saving an allocation.
 type scope struct {
 	context.Context
 	l *Lock

@@ -1209,15 +1209,16 @@ type ctxTag struct{}
 func TestReleaseContext(t *testing.T) {
 	p := ctxProvider{Provider: lock.NewMemoryProvider(), seen: make(chan context.Context, 1)}
 	c := newClient(t, p, lock.WithReleaseTimeout(time.Minute))
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxTag{}, "request-7"))
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxTag{}, "request-7"))
 	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
 	require.NoError(t, err)
-	cancel()
+	cancel(errors.New("the request ended"))
 	began := time.Now()
 	require.NoError(t, l.Release(ctx), "a cancelled caller's release goes through")
 	rctx := <-p.seen
 	assert.Equal(t, "request-7", rctx.Value(ctxTag{}), "the caller's values reach the provider")
 	assert.NoError(t, rctx.Err(), "the caller's cancellation does not")
+	assert.NoError(t, context.Cause(rctx), "nor its cause")
 	deadline, ok := rctx.Deadline()
 	require.True(t, ok, "a release has a deadline")
 	assert.WithinRange(t, deadline, began.Add(50*time.Second), began.Add(time.Minute+time.Second),
@@ -1229,15 +1230,18 @@ func TestReleaseTimeoutEndsAHangingRelease(t *testing.T) {
 	p := ctxProvider{Provider: lock.NewMemoryProvider(), seen: make(chan context.Context, 2), hang: true}
 	c := newClient(t, p, lock.WithReleaseTimeout(300*time.Millisecond))
 	for i := range 2 { // the second shares the first's deadline, or has one of its own
-		l, err := c.Acquire(context.Background(), uniqueName(t)+strconv.Itoa(i), lock.Options{})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		l, err := c.Acquire(ctx, uniqueName(t)+strconv.Itoa(i), lock.Options{})
 		require.NoError(t, err)
+		cancel(errors.New("the request ended"))
 		began := time.Now()
-		err = l.Release(context.Background())
+		err = l.Release(ctx)
 		took := time.Since(began)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "release %d", i)
 		assert.GreaterOrEqual(t, took, 250*time.Millisecond, "release %d ended before nine tenths of the timeout", i)
 		assert.Less(t, took, 10*time.Second, "release %d hung past its timeout", i)
-		<-p.seen
+		rctx := <-p.seen
+		assert.Equal(t, context.DeadlineExceeded, context.Cause(rctx), "release %d: the cause is its own deadline, not the caller's", i)
 	}
 }
 
