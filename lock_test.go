@@ -1263,3 +1263,37 @@ func TestLeaseTimersOfOneClient(t *testing.T) {
 	}
 	assert.NoError(t, long.Err())
 }
+
+// Many locks of one Client taken, extended and released at once, with leases
+// short enough to be renewed a few times each: every hold is renewed on time
+// (the shared lease timer keeps its heap right under churn).
+func TestLeaseTimersUnderChurn(t *testing.T) {
+	ctx := ctxTimeout(t, time.Minute)
+	c := newClient(t, lock.NewMemoryProvider())
+	base := uniqueName(t)
+	var wg sync.WaitGroup
+	var holds atomic.Int64
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			end := time.Now().Add(3 * time.Second)
+			for i := 0; time.Now().Before(end); i++ {
+				lease := time.Duration(400+(g*37+i*53)%400) * time.Millisecond
+				l, err := c.Acquire(ctx, base+strconv.Itoa(g)+"-"+strconv.Itoa(i%3), lock.Options{Lease: lease})
+				if !assert.NoError(t, err) {
+					return
+				}
+				hold := time.Duration((g*71+i*29)%1200) * time.Millisecond
+				if i%4 == 0 {
+					assert.NoError(t, l.Extend(ctx, lease), "extend")
+				}
+				time.Sleep(hold)
+				assert.NoError(t, l.Release(ctx), "a hold of %v with a lease of %v was not renewed on time", hold, lease)
+				holds.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d holds", holds.Load())
+}
