@@ -460,9 +460,9 @@ func minTime(a, b time.Time) time.Time {
 // falls due later than it, so acquiring and releasing rarely touch it.
 type leaseTimers struct {
 	mu    sync.Mutex
-	locks lockHeap
-	timer *time.Timer // made at the first set; fires at armed
-	armed time.Time   // zero when the timer is not armed
+	locks timeHeap[*Lock] // by when their timers fire
+	timer *time.Timer     // made at the first set; fires at armed
+	armed time.Time       // zero when the timer is not armed
 }
 
 // set makes l's timer fire at t: then l.tick runs, on a goroutine of its
@@ -523,25 +523,5 @@ func (s *leaseTimers) fire() {
 	}
 }
 
-// lockHeap orders locks by when their lease timers fire (container/heap).
-type lockHeap []*Lock
-
-func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h lockHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].slot, h[j].slot = i, j
-}
-func (h *lockHeap) Push(x any) {
-	l := x.(*Lock)
-	l.slot = len(*h)
-	*h = append(*h, l)
-}
-func (h *lockHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.slot = -1
-	return l
-}
+func (l *Lock) when() time.Time { return l.due }
+func (l *Lock) place() *int     { return &l.slot }

@@ -25,7 +25,7 @@ type MemoryProvider struct {
 
 	mu      sync.Mutex
 	records map[string]*memRecord
-	expiry  expiryHeap
+	expiry  timeHeap[*memRecord] // by deadline, soonest first
 	token   uint64
 	queues  map[string][]Waiter // wait queues, in arrival order
 	inboxes map[string]*memInbox
@@ -472,7 +472,7 @@ func (m *MemoryProvider) compact() {
 		m.queues, m.queuesPeak = copyMap(m.queues), len(m.queues)
 	}
 	if cap(m.expiry) >= compactFloor && len(m.expiry) < cap(m.expiry)/4 {
-		m.expiry = append(make(expiryHeap, 0, len(m.expiry)), m.expiry...)
+		m.expiry = append(make(timeHeap[*memRecord], 0, len(m.expiry)), m.expiry...)
 	}
 }
 
@@ -508,25 +508,5 @@ func (m *MemoryProvider) setDeadline(r *memRecord, d time.Time) {
 	heap.Fix(&m.expiry, r.index)
 }
 
-// expiryHeap orders records by deadline, soonest first.
-type expiryHeap []*memRecord
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *expiryHeap) Push(x any) {
-	r := x.(*memRecord)
-	r.index = len(*h)
-	*h = append(*h, r)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	r := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return r
-}
+func (r *memRecord) when() time.Time { return r.deadline }
+func (r *memRecord) place() *int     { return &r.index }
