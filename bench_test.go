@@ -34,6 +34,15 @@ func benchClient(b *testing.B) *lock.Client {
 	return c
 }
 
+// cycle acquires the lock called name and releases it.
+func cycle(ctx context.Context, c *lock.Client, name string, o lock.Options) error {
+	l, err := c.Acquire(ctx, name, o)
+	if err != nil {
+		return err
+	}
+	return l.Release(ctx)
+}
+
 func BenchmarkMemoryProviderAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	p := lock.NewMemoryProvider()
@@ -53,11 +62,7 @@ func BenchmarkClientAcquireRelease(b *testing.B) {
 	c := benchClient(b)
 	b.ReportAllocs()
 	for range b.N {
-		l, err := c.Acquire(ctx, "bench", lock.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
+		if err := cycle(ctx, c, "bench", lock.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -113,12 +118,7 @@ func BenchmarkClientContended(b *testing.B) {
 	b.SetParallelism(8) // 8 x GOMAXPROCS goroutines on one name
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			l, err := c.Acquire(ctx, "bench", lock.Options{Wait: true})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Release(ctx); err != nil {
+			if err := cycle(ctx, c, "bench", lock.Options{Wait: true}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -169,11 +169,7 @@ func BenchmarkRedisAcquireRelease(b *testing.B) {
 	})
 	b.ReportAllocs()
 	for range b.N {
-		l, err := c.Acquire(ctx, "bench", lock.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
+		if err := cycle(ctx, c, "bench", lock.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -210,12 +206,7 @@ func BenchmarkRedisAcquireReleaseParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		name := "bench" + strconv.FormatInt(next.Add(1)-1, 10)
 		for pb.Next() {
-			l, err := c.Acquire(ctx, name, lock.Options{})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Release(ctx); err != nil {
+			if err := cycle(ctx, c, name, lock.Options{}); err != nil {
 				b.Error(err)
 				return
 			}
