@@ -17,7 +17,8 @@ import (
 type command struct {
 	client *lock.Client
 	prefix string
-	json   bool // print JSON rather than text
+	where  string // where the provider keeps the locks: "in Redis", "in the tables public.lock_*"
+	json   bool   // print JSON rather than text
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -41,7 +42,9 @@ func (c command) list(ctx context.Context, limit int) error {
 		return c.printJSON(out)
 	}
 	if len(locks) == 0 {
-		_, err := fmt.Fprintf(c.stdout, "no locks under the prefix %q\n", c.prefix)
+		_, err := fmt.Fprintf(c.stdout, "no locks under the prefix %q %s (keys %s)\n"+
+			"If your services pass a prefix to lock.WithPrefix, give lockctl the same one: lockctl -prefix <prefix> ls\n",
+			c.prefix, c.where, c.client.Key("NAME"))
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)

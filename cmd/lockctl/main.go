@@ -1,5 +1,6 @@
 // Command lockctl shows and force-releases the locks that
-// github.com/seed05627090/lock keeps in Redis.
+// github.com/seed05627090/lock keeps in Redis or, with -postgres, in
+// PostgreSQL (the provider of github.com/seed05627090/lock/postgres).
 //
 // Usage:
 //
@@ -9,15 +10,20 @@
 //
 // Examples:
 //
-//	lockctl ls
-//	lockctl -redis redis://redis.internal:6379/0 -prefix jobs: ls
-//	lockctl -json show nightly-report
-//	lockctl -yes release nightly-report
+//	lockctl -prefix myapp:lock: ls
+//	lockctl -redis redis://redis.internal:6379/0 -prefix myapp:lock: ls
+//	lockctl -postgres postgres://app@db:5432/app -prefix myapp:lock: ls
+//	lockctl -prefix myapp:lock: -json show nightly-report
+//	lockctl -prefix myapp:lock: -yes release nightly-report
 //
-// Flags may also follow the command ("lockctl release -yes NAME"); a name
-// that starts with "-" goes after "--". The Redis URL is -redis, else the
-// environment variable LOCK_REDIS_URL, else redis://127.0.0.1:6379/0; a
-// Redis Cluster is given as redis+cluster://host:port?addr=host2:port2.
+// -prefix is the prefix the services pass to lock.WithPrefix ("lock:" when
+// they pass none). Flags may also follow the command ("lockctl release -yes
+// NAME"); a name that starts with "-" goes after "--". The Redis URL is
+// -redis, else the environment variable LOCK_REDIS_URL, else
+// redis://127.0.0.1:6379/0; a Redis Cluster is given as
+// redis+cluster://host:port?addr=host2:port2. -postgres DSN reads the
+// PostgreSQL provider's tables instead (-table-prefix, "lock_" by default,
+// as postgres.WithTablePrefix); lockctl does not create them.
 //
 // A forced release frees the lock at once and hands it to its first waiter,
 // if any. The holder learns that it lost the lock only at its next renewal
@@ -25,8 +31,9 @@
 // fencing token tells the resource which grant is newer. lockctl logs every
 // forced release to stderr.
 //
-// The exit status is 0 on success, 1 on an error (Redis unreachable, a
-// corrupt record), and 2 on a usage error (release without -yes included).
+// The exit status is 0 on success, 1 on an error (the server unreachable, a
+// corrupt record, no lock tables in PostgreSQL), and 2 on a usage error
+// (release without -yes included).
 package main
 
 import (
@@ -38,12 +45,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/postgres"
 )
 
 func main() {
@@ -71,12 +78,14 @@ const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 // config is what the command line asks for.
 type config struct {
-	redisURL string
-	prefix   string
-	json     bool
-	limit    int
-	timeout  time.Duration
-	yes      bool // release: really do it
+	redisURL    string
+	postgresDSN string // when set, PostgreSQL instead of Redis
+	tablePrefix string // of the PostgreSQL provider's tables
+	prefix      string
+	json        bool
+	limit       int
+	timeout     time.Duration
+	yes         bool // release: really do it
 
 	command string   // ls, show or release
 	args    []string // the command's arguments
@@ -102,21 +111,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 
-	rc, err := newRedis(cfg.redisURL)
+	provider, where, closeProvider, err := openProvider(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "lockctl: -redis %q: %v\n", cfg.redisURL, err)
-		return exitUsage
+		fmt.Fprintf(stderr, "lockctl: %v\n", err)
+		if errors.As(err, new(usageError)) {
+			return exitUsage
+		}
+		return exitError
 	}
-	defer rc.Close()
+	defer closeProvider() // after the Client's Close
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client, err := lock.NewClient(lock.NewRedisProvider(rc), lock.WithPrefix(cfg.prefix), lock.WithLogger(logger))
+	client, err := lock.NewClient(provider, lock.WithPrefix(cfg.prefix), lock.WithLogger(logger))
 	if err != nil {
 		fmt.Fprintf(stderr, "lockctl: %v\n", err)
 		return exitUsage // only a bad prefix fails here
 	}
 	defer client.Close()
 
-	cmd := command{client: client, prefix: cfg.prefix, json: cfg.json, stdout: stdout, stderr: stderr}
+	cmd := command{client: client, prefix: cfg.prefix, where: where, json: cfg.json, stdout: stdout, stderr: stderr}
 	switch cfg.command {
 	case "ls":
 		err = cmd.list(ctx, cfg.limit)
@@ -147,7 +159,9 @@ func parseArgs(args []string, stdout io.Writer) (config, error) {
 		redisURL = defaultRedisURL
 	}
 	fs.StringVar(&cfg.redisURL, "redis", redisURL, "Redis `URL`: redis://, rediss://, unix:// or redis+cluster://host:port?addr=host2:port2;\n$LOCK_REDIS_URL when set")
-	fs.StringVar(&cfg.prefix, "prefix", lock.DefaultPrefix, "key `prefix` of the locks, as given to lock.WithPrefix")
+	fs.StringVar(&cfg.postgresDSN, "postgres", "", "PostgreSQL `DSN` (postgres://user@host:5432/db): read the locks of the PostgreSQL provider\n(github.com/seed05627090/lock/postgres) instead of Redis")
+	fs.StringVar(&cfg.tablePrefix, "table-prefix", postgres.DefaultTablePrefix, "with -postgres: the `prefix` of the provider's tables, as given to postgres.WithTablePrefix")
+	fs.StringVar(&cfg.prefix, "prefix", lock.DefaultPrefix, "key `prefix` of the locks, as the services give it to lock.WithPrefix")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON: an array for ls, one object for show and release")
 	fs.IntVar(&cfg.limit, "limit", 1000, "list at most `N` locks (ls)")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Second, "bound the whole command by this `duration`")
@@ -161,13 +175,22 @@ func parseArgs(args []string, stdout io.Writer) (config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	return cfg, cfg.check(pos)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return cfg, cfg.check(pos, set)
 }
 
 // check sets the command and its arguments from the positional arguments
-// pos, and checks them and the flags.
-func (cfg *config) check(pos []string) error {
-	if len(pos) == 0 {
+// pos, and checks them and the flags; set holds the flags given.
+func (cfg *config) check(pos []string, set map[string]bool) error {
+	switch {
+	case set["postgres"] && cfg.postgresDSN == "":
+		return errors.New("-postgres needs a DSN")
+	case set["postgres"] && set["redis"]:
+		return errors.New("-redis and -postgres: give one of them")
+	case set["table-prefix"] && !set["postgres"]:
+		return errors.New("-table-prefix goes with -postgres")
+	case len(pos) == 0:
 		return errors.New("no command: want ls, show or release")
 	}
 	cfg.command, cfg.args = pos[0], pos[1:]
@@ -220,6 +243,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
   lockctl [flags] show NAME      show one lock in detail
   lockctl [flags] release NAME   free a lock whoever holds it (needs -yes)
 
+The locks are read from Redis (-redis), or from PostgreSQL (-postgres), under
+-prefix: the prefix the services pass to lock.WithPrefix ("lock:" if none).
+
 A forced release hands the lock to its first waiter; the holder learns that
 it lost the lock at its next renewal (within a third of its lease).
 
@@ -229,26 +255,4 @@ Flags:
 `)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-}
-
-// newRedis returns a client of the Redis at rawURL: a single node for
-// redis://, rediss:// and unix:// URLs (redis.ParseURL), a Cluster for
-// redis+cluster:// and rediss+cluster:// (redis.ParseClusterURL, with the
-// scheme's "+cluster" removed). The client honours context deadlines.
-func newRedis(rawURL string) (redis.UniversalClient, error) {
-	scheme, rest, _ := strings.Cut(rawURL, "://")
-	if base, ok := strings.CutSuffix(scheme, "+cluster"); ok {
-		opts, err := redis.ParseClusterURL(base + "://" + rest)
-		if err != nil {
-			return nil, err
-		}
-		opts.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(opts), nil
-	}
-	opts, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	opts.ContextTimeoutEnabled = true
-	return redis.NewClient(opts), nil
 }

@@ -7,22 +7,27 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/postgres"
 )
 
 func TestMain(m *testing.M) {
@@ -35,6 +40,15 @@ func redisAddr() string {
 		return a
 	}
 	return "127.0.0.1:6379"
+}
+
+// postgresDSN is the PostgreSQL the tests use: LOCK_POSTGRES_DSN, or the
+// local one.
+func postgresDSN() string {
+	if d := os.Getenv("LOCK_POSTGRES_DSN"); d != "" {
+		return d
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
 
 // realRedis returns a client of the real Redis, closed at the end of the
@@ -55,62 +69,157 @@ func realRedis(t *testing.T) *redis.Client {
 	return rc
 }
 
-// fixture is a prefix of the real Redis that one test owns: every key under
-// it is deleted at the end of the test.
-type fixture struct {
-	t      *testing.T
-	rc     *redis.Client
-	prefix string
-	url    string
+// realPostgres returns a pool of the real PostgreSQL, closed at the end of
+// the test. Without a server it skips the test, or fails it in CI and when
+// LOCK_REQUIRE_POSTGRES is set.
+func realPostgres(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, postgresDSN())
+	if err == nil {
+		err = pool.Ping(ctx)
+		if err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_POSTGRES") != "" {
+			t.Fatalf("PostgreSQL at %s is required (CI or LOCK_REQUIRE_POSTGRES set): %v", postgresDSN(), err)
+		}
+		t.Skipf("no PostgreSQL at %s: %v (set LOCK_POSTGRES_DSN)", postgresDSN(), err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
-func newFixture(t *testing.T) *fixture {
-	rc := realRedis(t)
-	b := make([]byte, 6)
+func randomHex(n int) string {
+	b := make([]byte, n)
 	_, _ = rand.Read(b)
-	f := &fixture{t: t, rc: rc, prefix: "lockctl-test:" + hex.EncodeToString(b) + ":", url: "redis://" + redisAddr() + "/0"}
+	return hex.EncodeToString(b)
+}
+
+// fixture is a store (Redis or PostgreSQL) and a key prefix of it that one
+// test owns: what the test leaves under the prefix is removed at its end.
+type fixture struct {
+	t      *testing.T
+	prefix string   // the Clients' key prefix
+	flags  []string // lockctl's flags that pick the store
+	// provider returns a provider with connections of its own, as another
+	// process has, closed at the end of the test.
+	provider func() lock.Provider
+	// corrupt stores value, which is not a record, at key; raw reads the
+	// value at key. Both nil for PostgreSQL, whose tables hold records only.
+	corrupt func(key, value string)
+	raw     func(key string) string
+}
+
+// stores are the stores lockctl reads, each with the function that makes a
+// fixture of it.
+var stores = []struct {
+	name       string
+	newFixture func(t *testing.T) *fixture
+}{
+	{"redis", newRedisFixture},
+	{"postgres", newPostgresFixture},
+}
+
+// forEachStore runs fn in a subtest for each store, with a fixture of it.
+func forEachStore(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) { fn(t, s.newFixture(t)) })
+	}
+}
+
+// newRedisFixture returns a fixture of the real Redis, under a prefix of
+// the test's own whose keys are deleted at the end of the test.
+func newRedisFixture(t *testing.T) *fixture {
+	rc := realRedis(t)
+	ctx := context.Background()
+	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-redis", "redis://" + redisAddr() + "/0"}}
+	f.provider = func() lock.Provider {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+		t.Cleanup(func() { _ = c.Close() })
+		return lock.NewRedisProvider(c)
+	}
+	f.corrupt = func(key, value string) { require.NoError(t, rc.Set(ctx, key, value, 0).Err()) }
+	f.raw = func(key string) string {
+		v, err := rc.Get(ctx, key).Result()
+		require.NoError(t, err)
+		return v
+	}
+	keys := func(ctx context.Context) []string {
+		var keys []string
+		iter := rc.Scan(ctx, 0, f.prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("scan %q: %v", f.prefix, err)
+		}
+		return keys
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, k := range f.keys(ctx) {
+		for _, k := range keys(ctx) {
 			_ = rc.Del(ctx, k).Err()
 		}
-		if left := f.keys(ctx); len(left) > 0 {
+		if left := keys(ctx); len(left) > 0 {
 			t.Errorf("keys left under %q: %q", f.prefix, left)
 		}
 	})
 	return f
 }
 
-// keys returns the keys under the fixture's prefix.
-func (f *fixture) keys(ctx context.Context) []string {
-	var keys []string
-	iter := f.rc.Scan(ctx, 0, f.prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
+// newPostgresFixture returns a fixture of the real PostgreSQL, in tables of
+// the test's own (made here, as a service's NewProvider makes them), which
+// are dropped at the end of the test, after everything else of it closed.
+func newPostgresFixture(t *testing.T) *fixture {
+	pool := realPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tables := "lockctl_t" + randomHex(4) + "_"
+	p, err := postgres.NewProvider(ctx, pool, postgres.WithTablePrefix(tables))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Drop(ctx); err != nil {
+			t.Errorf("dropping %s*: %v", tables, err)
+		}
+	})
+	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-postgres", postgresDSN(), "-table-prefix", tables}}
+	f.provider = func() lock.Provider {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pool, err := pgxpool.New(ctx, postgresDSN())
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		p, err := postgres.NewProvider(ctx, pool, postgres.WithTablePrefix(tables))
+		require.NoError(t, err)
+		return p
 	}
-	if err := iter.Err(); err != nil {
-		f.t.Errorf("scan %q: %v", f.prefix, err)
-	}
-	return keys
+	return f
 }
 
-// client returns a lock Client of the fixture's prefix, with its own Redis
+// client returns a lock Client of the fixture's prefix, with its own
 // connections, closed at the end of the test.
 func (f *fixture) client(opts ...lock.ClientOption) *lock.Client {
-	rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	c, err := lock.NewClient(lock.NewRedisProvider(rc), append([]lock.ClientOption{lock.WithPrefix(f.prefix)}, opts...)...)
+	c, err := lock.NewClient(f.provider(), append([]lock.ClientOption{lock.WithPrefix(f.prefix)}, opts...)...)
 	require.NoError(f.t, err)
-	f.t.Cleanup(func() {
-		_ = c.Close()
-		_ = rc.Close()
-	})
+	f.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-// lockctl runs lockctl in-process on the fixture's Redis and prefix.
+// args returns args after the flags that pick the fixture's store and prefix.
+func (f *fixture) args(args ...string) []string {
+	return append(append(slices.Clone(f.flags), "-prefix", f.prefix), args...)
+}
+
+// lockctl runs lockctl in-process on the fixture's store and prefix.
 func (f *fixture) lockctl(args ...string) (stdout, stderr string, code int) {
-	return runArgs(append([]string{"-redis", f.url, "-prefix", f.prefix}, args...)...)
+	return runArgs(f.args(args...)...)
 }
 
 // runArgs runs lockctl in-process with args.
@@ -131,7 +240,7 @@ type acquired struct {
 //     for it (the outcome comes on waiter);
 //   - "plain", held by b, which has no identity;
 //   - "window", released by a into a one-minute grace period;
-//   - "bad", a key holding a value that is not a record.
+//   - "bad", a key holding a value that is not a record (Redis only).
 type scene struct {
 	a, b   *lock.Client
 	held   *lock.Lock
@@ -150,7 +259,9 @@ func newScene(t *testing.T, f *fixture) *scene {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.plain.Release(context.Background()) })
 	require.NoError(t, s.a.Do(ctx, "window", lock.Options{GracePeriod: time.Minute}, func(context.Context) error { return nil }))
-	require.NoError(t, f.rc.Set(ctx, s.a.Key("bad"), "garbage", 0).Err())
+	if f.corrupt != nil {
+		f.corrupt(s.a.Key("bad"), "garbage")
+	}
 
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	go func() {
@@ -231,6 +342,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"-redis", "http://x", "ls"}, "invalid URL scheme"},
 		{[]string{"-prefix", "a{}", "ls"}, "hash tag"},
 		{[]string{"release", "x"}, "Add -yes"},
+		{[]string{"-postgres", "", "ls"}, "-postgres needs a DSN"},
+		{[]string{"-postgres", "postgres://127.0.0.1:1/x", "-redis", "redis://127.0.0.1:1", "ls"}, "give one of them"},
+		{[]string{"-table-prefix", "jobs_", "ls"}, "-table-prefix goes with -postgres"},
+		{[]string{"-postgres", "x=y z", "ls"}, "-postgres: cannot parse"},
+		{[]string{"-postgres", "postgres://127.0.0.1:1/x", "-table-prefix", "Jobs", "ls"}, `-table-prefix "Jobs"`},
 	} {
 		stdout, stderr, code := runArgs(tc.args...)
 		assert.Equal(t, exitUsage, code, "lockctl %q should be a usage error", tc.args)
@@ -241,7 +357,7 @@ func TestUsage(t *testing.T) {
 	stdout, stderr, code := runArgs("-h")
 	assert.Equal(t, exitOK, code)
 	assert.Empty(t, stderr)
-	for _, want := range []string{"ls", "show NAME", "release NAME", "-redis", "-prefix", "-json", "-limit", "-timeout", "-yes"} {
+	for _, want := range []string{"ls", "show NAME", "release NAME", "-redis", "-postgres", "-table-prefix", "-prefix", "lock.WithPrefix", "-json", "-limit", "-timeout", "-yes"} {
 		assert.Contains(t, stdout, want, "the usage should mention %s", want)
 	}
 }
@@ -259,14 +375,17 @@ func TestRedisURL(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	for _, cmd := range [][]string{{"ls"}, {"show", "x"}, {"-yes", "release", "x"}} {
-		start := time.Now()
-		stdout, stderr, code := runArgs(append([]string{"-redis", "redis://127.0.0.1:1", "-timeout", "5s"}, cmd...)...)
-		assert.Equal(t, exitError, code, "lockctl %q on an unreachable Redis", cmd)
-		assert.Contains(t, stderr, "lockctl: ", "lockctl %q", cmd)
-		assert.Contains(t, stderr, "127.0.0.1:1", "the error should name the address")
-		assert.Empty(t, stdout)
-		assert.Less(t, time.Since(start), 20*time.Second, "lockctl %q should end around its 5s timeout", cmd)
+	for _, store := range [][]string{{"-redis", "redis://127.0.0.1:1"}, {"-postgres", "postgres://postgres:secret@127.0.0.1:1/test?sslmode=disable"}} {
+		for _, cmd := range [][]string{{"ls"}, {"show", "x"}, {"-yes", "release", "x"}} {
+			start := time.Now()
+			stdout, stderr, code := runArgs(append(append(slices.Clone(store), "-timeout", "5s"), cmd...)...)
+			assert.Equal(t, exitError, code, "lockctl %q %q on an unreachable server", store, cmd)
+			assert.Contains(t, stderr, "lockctl: ", "lockctl %q", cmd)
+			assert.Contains(t, stderr, "127.0.0.1:1", "the error should name the address")
+			assert.NotContains(t, stderr, "secret", "the error should not show the password")
+			assert.Empty(t, stdout)
+			assert.Less(t, time.Since(start), 20*time.Second, "lockctl %q should end around its 5s timeout", cmd)
+		}
 	}
 }
 
@@ -308,7 +427,10 @@ func TestTimeout(t *testing.T) {
 }
 
 func TestCommands(t *testing.T) {
-	f := newFixture(t)
+	forEachStore(t, testCommands)
+}
+
+func testCommands(t *testing.T, f *fixture) {
 	s := newScene(t, f)
 	ctx := context.Background()
 
@@ -321,11 +443,16 @@ func TestCommands(t *testing.T) {
 		for _, r := range rows {
 			names = append(names, r["NAME"])
 		}
-		require.Equal(t, []string{"bad", "held", "plain", "window"}, names)
-		bad, held, plain, window := rows[0], rows[1], rows[2], rows[3]
-
-		assert.True(t, strings.HasPrefix(bad["STATE"], "corrupt: "), "bad: %q", bad["STATE"])
-		assert.Contains(t, bad["STATE"], "garbage")
+		if f.corrupt != nil {
+			require.Equal(t, []string{"bad", "held", "plain", "window"}, names)
+			bad := rows[0]
+			assert.True(t, strings.HasPrefix(bad["STATE"], "corrupt: "), "bad: %q", bad["STATE"])
+			assert.Contains(t, bad["STATE"], "garbage")
+			rows = rows[1:]
+		} else {
+			require.Equal(t, []string{"held", "plain", "window"}, names)
+		}
+		held, plain, window := rows[0], rows[1], rows[2]
 
 		assert.Equal(t, "held", held["STATE"])
 		assert.Equal(t, "host-a:1", held["OWNER"], "the identity stands for the owner")
@@ -348,12 +475,16 @@ func TestCommands(t *testing.T) {
 		require.Equal(t, exitOK, code)
 		var got []map[string]any
 		decode(t, stdout, &got)
-		require.Len(t, got, 4)
-		bad, held, plain, window := got[0], got[1], got[2], got[3]
-
-		assert.Equal(t, "bad", bad["name"])
-		assert.Equal(t, "corrupt", bad["state"])
-		assert.Contains(t, bad["error"], "corrupt record")
+		if f.corrupt != nil {
+			require.Len(t, got, 4)
+			bad := got[0]
+			assert.Equal(t, "bad", bad["name"])
+			assert.Equal(t, "corrupt", bad["state"])
+			assert.Contains(t, bad["error"], "corrupt record")
+			got = got[1:]
+		}
+		require.Len(t, got, 3)
+		held, plain, window := got[0], got[1], got[2]
 
 		assert.Equal(t, "held", held["name"])
 		assert.Equal(t, s.a.Key("held"), held["key"])
@@ -432,6 +563,9 @@ func TestCommands(t *testing.T) {
 	})
 
 	t.Run("show corrupt", func(t *testing.T) {
+		if f.corrupt == nil {
+			t.Skip("the store holds records only")
+		}
 		stdout, stderr, code := f.lockctl("show", "bad")
 		assert.Equal(t, exitError, code)
 		assert.Empty(t, stdout)
@@ -451,12 +585,13 @@ func TestCommands(t *testing.T) {
 	})
 
 	t.Run("release corrupt", func(t *testing.T) {
+		if f.corrupt == nil {
+			t.Skip("the store holds records only")
+		}
 		_, stderr, code := f.lockctl("-yes", "release", "bad")
 		assert.Equal(t, exitError, code)
 		assert.Contains(t, stderr, "corrupt record")
-		v, err := f.rc.Get(ctx, s.a.Key("bad")).Result()
-		require.NoError(t, err)
-		assert.Equal(t, "garbage", v, "a corrupt value is left as it is")
+		assert.Equal(t, "garbage", f.raw(s.a.Key("bad")), "a corrupt value is left as it is")
 	})
 
 	t.Run("release free", func(t *testing.T) {
@@ -506,22 +641,25 @@ func TestCommands(t *testing.T) {
 	})
 }
 
-// TestBinary builds lockctl and runs it against the real Redis.
+// TestBinary builds lockctl and runs it against the real Redis and the real
+// PostgreSQL.
 func TestBinary(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
 	gobin, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command is needed to build lockctl")
 	bin := filepath.Join(t.TempDir(), "lockctl")
 	build := exec.Command(gobin, "build", "-o", bin, ".")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
+	forEachStore(t, func(t *testing.T, f *fixture) { testBinary(t, f, bin) })
+}
 
+func testBinary(t *testing.T, f *fixture, bin string) {
+	ctx := context.Background()
 	lockctl := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(cctx, bin, append([]string{"-redis", f.url, "-prefix", f.prefix}, args...)...)
+		cmd := exec.CommandContext(cctx, bin, f.args(args...)...)
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		err := cmd.Run()
@@ -585,9 +723,13 @@ func TestBinary(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, stderr, "needs a lock name")
 
-	_, stderr, code = lockctl("-redis", "redis://127.0.0.1:1", "-timeout", "5s", "ls")
-	assert.Equal(t, exitError, code)
-	assert.Contains(t, stderr, "127.0.0.1:1")
+	cmd := exec.CommandContext(ctx, bin, "-redis", "redis://127.0.0.1:1", "-timeout", "5s", "ls")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	assert.Error(t, err)
+	assert.Equal(t, exitError, cmd.ProcessState.ExitCode())
+	assert.Contains(t, errOut.String(), "127.0.0.1:1")
 
 	select {
 	case <-held.Done():
@@ -595,4 +737,76 @@ func TestBinary(t *testing.T) {
 		t.Fatal("the holder was not told within 10s that its lock was lost")
 	}
 	assert.ErrorIs(t, held.Err(), lock.ErrLost)
+}
+
+// TestEmptyList checks what ls says when it finds no lock: the prefix it
+// looked under, where, and how to give another one (issue 22).
+func TestEmptyList(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		stdout, stderr, code := f.lockctl("ls")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Empty(t, stderr)
+		assert.Contains(t, stdout, fmt.Sprintf("no locks under the prefix %q", f.prefix))
+		assert.Contains(t, stdout, f.prefix+"{NAME}", "the keys it looked for")
+		assert.Contains(t, stdout, "lock.WithPrefix")
+		assert.Contains(t, stdout, "lockctl -prefix ", "how to give the services' prefix")
+		if f.corrupt == nil {
+			assert.Contains(t, stdout, "in the tables ")
+		} else {
+			assert.Contains(t, stdout, "in Redis")
+		}
+
+		stdout, stderr, code = f.lockctl("-json", "ls")
+		require.Equal(t, exitOK, code, stderr)
+		assert.Equal(t, "[]\n", stdout, "-json prints an empty array alone")
+	})
+}
+
+// TestPostgresNoTables runs lockctl on a database without the provider's
+// tables (a wrong -table-prefix): it fails, and creates nothing.
+func TestPostgresNoTables(t *testing.T) {
+	pool := realPostgres(t)
+	ctx := context.Background()
+	tables := "lockctl_none" + randomHex(4) + "_"
+	for _, cmd := range [][]string{{"ls"}, {"show", "x"}, {"-yes", "release", "x"}} {
+		stdout, stderr, code := runArgs(append([]string{"-postgres", postgresDSN(), "-table-prefix", tables}, cmd...)...)
+		assert.Equal(t, exitError, code, "lockctl %q", cmd)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "no lock tables "+tables+"*")
+		assert.Contains(t, stderr, "-table-prefix")
+	}
+	var made bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tables+"records").Scan(&made))
+	assert.False(t, made, "lockctl should create no table")
+}
+
+// TestDocsUseOnePrefix checks that the examples of lockctl, in its README and
+// the repository's, use the prefix that the README's Redis example gives to
+// lock.WithPrefix: an operator who copies them looks where the services
+// keep their locks (issue 22).
+func TestDocsUseOnePrefix(t *testing.T) {
+	root, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	own, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`lock\.WithPrefix\("([^"]+)"\)`).FindSubmatch(root)
+	require.NotNil(t, m, "README.md should give lock.WithPrefix a prefix in its Redis example")
+	prefix := string(m[1])
+
+	for name, text := range map[string]string{"README.md": string(root), "cmd/lockctl/README.md": string(own)} {
+		var runs int
+		for _, line := range strings.Split(text, "\n") {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "$ lockctl") {
+				continue
+			}
+			runs++
+			assert.Contains(t, line, "-prefix "+prefix+" ", "%s: %q should look under the services' prefix", name, line)
+		}
+		assert.NotZero(t, runs, "%s should show lockctl being run", name)
+	}
+	// The keys its outputs show are under that prefix too.
+	for _, key := range regexp.MustCompile(`[\w:.-]*\{[\w-]+\}`).FindAllString(string(own), -1) {
+		assert.True(t, strings.HasPrefix(key, prefix), "cmd/lockctl/README.md shows the key %q, not under %q", key, prefix)
+	}
 }
