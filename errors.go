@@ -1,9 +1,11 @@
 package lock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,8 +31,26 @@ var (
 	// ErrLost reports that a lock stopped being held before its holder released it:
 	// its lease expired, renewal failed, it reached its MaxDuration, or the record
 	// was found gone or owned by someone else. Errors that match it are
-	// *LostError values.
+	// *LostError values; their Reason says which.
 	ErrLost = errors.New("lock: lost")
+
+	// ErrReleased reports a call on a Lock that was already released: Extend
+	// after Release, or Release after a clean Release. It is a mistake of the
+	// caller, not a loss: such errors do not match ErrLost.
+	ErrReleased = errors.New("lock: already released")
+
+	// ErrUnavailable reports that the provider could not be reached or
+	// answered with an error (the network's, the server's, a reply the
+	// library could not read). The provider's error is in the chain
+	// (errors.Is, errors.As, errors.Unwrap). An acquisition whose context
+	// ended while the provider had not answered matches it too, beside the
+	// context's error, with the last error a call of the Client to the
+	// provider returned since its last success, when there was one: a
+	// deadline shorter than the provider's own retries then says what kept
+	// the provider from answering. A refusal (ErrHeld, ErrGracePeriod,
+	// ErrTimeout while waiting in the queue), a loss and bad input never
+	// match it.
+	ErrUnavailable = errors.New("lock: provider unavailable")
 
 	// ErrInvalidArgument reports bad input: an empty or oversized name or owner,
 	// a negative duration, a nil handler or provider. Nothing was changed.
@@ -65,8 +85,20 @@ type NotAcquiredError struct {
 	Holder string
 }
 
+// Error names the key and the reason, and the holder's identity when its
+// Client set one (WithIdentity): "lock: could not acquire "lock:{job}": held
+// by another owner (worker-2)". An owner without an identity is a random id
+// that says nothing to a reader; it is in Holder.
 func (e *NotAcquiredError) Error() string {
-	return "lock: could not acquire " + strconv.Quote(e.Key) + ": " + trimPrefix(e.Reason)
+	msg := "lock: could not acquire " + strconv.Quote(e.Key) + ": " + trimPrefix(e.Reason)
+	if id := identityOf(e.Holder); id != "" {
+		if e.Reason == ErrHeld {
+			msg += " (" + id + ")"
+		} else {
+			msg += " (holder " + id + ")"
+		}
+	}
+	return msg
 }
 
 // Is reports whether target is ErrNotAcquired.
@@ -82,18 +114,99 @@ type LostError struct {
 	Key string
 	// Token is the fencing token of the grant that was lost.
 	Token uint64
+	// Reason says why the lock was lost, as far as the holder can tell (see
+	// LostReason). It is zero (LostUnknown) in the LostError a Provider
+	// returns: the Client that holds the lock fills it in.
+	Reason LostReason
+	// Holder is the owner found holding the key when the loss was found
+	// (see Lock.Owner), when another owner held it; empty otherwise.
+	Holder string
 	// Cause says how the loss was found: nil when the record was found gone or
 	// owned by another owner; otherwise the error that kept the lease from being
 	// renewed, or an error saying the lock reached its MaxDuration.
 	Cause error
 }
 
+// Error names the key, the token and the reason: "lock: lost "lock:{job}"
+// (token 7): another owner holds it (worker-2): its record was removed
+// before its lease ran out (a forced release, or the server lost it)".
 func (e *LostError) Error() string {
 	msg := "lock: lost " + strconv.Quote(e.Key) + " (token " + strconv.FormatUint(e.Token, 10) + ")"
-	if e.Cause != nil {
+	held := "another owner holds it"
+	if id := identityOf(e.Holder); id != "" {
+		held += " (" + id + ")"
+	}
+	const removed = "its record was removed before its lease ran out (a forced release, or the server lost it)"
+	switch {
+	case e.Reason == LostTaken:
+		msg += ": " + held + ": " + removed
+	case e.Reason == LostRemoved:
+		msg += ": " + removed
+	case e.Reason == LostLeaseRanOut:
+		msg += ": " + errLeaseRanOut.Error()
+		if e.Holder != "" {
+			msg += "; " + held
+		}
+	case e.Cause != nil:
 		msg += ": " + trimPrefix(e.Cause)
 	}
 	return msg
+}
+
+// LostReason says why a held lock was lost, as far as its holder can tell.
+// A renewal or a release that finds the record gone or another's cannot see
+// who removed it: when that happens before the lease ran out by the
+// holder's clock, the record did not expire, so it was removed early, by a
+// forced release (Client.ForceRelease, lockctl) or by the server losing it
+// (a restart without persistence, a failover to a replica that had not
+// received it, a flush); the library cannot tell these apart.
+type LostReason int
+
+// The reasons of a loss.
+const (
+	// LostUnknown: the LostError did not come from the Client that held the
+	// lock (a Provider's).
+	LostUnknown LostReason = iota
+	// LostTaken: a renewal or the release found another owner (Holder)
+	// holding the key before the lease ran out: the record was removed
+	// early (see LostReason) and granted again.
+	LostTaken
+	// LostRemoved: a renewal or the release found the key free before the
+	// lease ran out: the record was removed early (see LostReason).
+	LostRemoved
+	// LostLeaseRanOut: the lease ran out by the holder's clock before a
+	// renewal succeeded, while no renewal had failed: the process was
+	// paused (a GC pause, a stopped VM), a renewal was slower than the rest
+	// of the lease, or the release came after the lease's end and found the
+	// record gone or another's (Holder set then).
+	LostLeaseRanOut
+	// LostUnreachable: the lease ran out while renewals failed: the
+	// provider could not be reached or answered with an error (Cause, which
+	// also matches errors.Is with that error).
+	LostUnreachable
+	// LostMaxDuration: the hold reached Options.MaxDuration.
+	LostMaxDuration
+	// LostCorrupt: the record was found not to be a record (Cause is the
+	// *RecordError).
+	LostCorrupt
+)
+
+func (r LostReason) String() string {
+	switch r {
+	case LostTaken:
+		return "taken by another owner"
+	case LostRemoved:
+		return "removed before the lease ran out"
+	case LostLeaseRanOut:
+		return "lease ran out"
+	case LostUnreachable:
+		return "provider unreachable"
+	case LostMaxDuration:
+		return "max duration reached"
+	case LostCorrupt:
+		return "corrupt record"
+	}
+	return "unknown"
 }
 
 // Is reports whether target is ErrLost.
@@ -120,6 +233,82 @@ func (e *RecordError) Error() string {
 
 // Is reports whether target is ErrCorruptRecord.
 func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord }
+
+// releasedError is ErrReleased for one call on one lock.
+type releasedError struct{ op, key string }
+
+func (e *releasedError) Error() string {
+	return "lock: " + e.op + " " + strconv.Quote(e.key) + ": already released"
+}
+
+// Is reports whether target is ErrReleased.
+func (e *releasedError) Is(target error) bool { return target == ErrReleased }
+
+// opError is a provider's error, with the operation and the key it failed
+// on (no key within a NotAcquiredError, which names it). It matches
+// ErrUnavailable unless the call ended because the caller's context did,
+// which says nothing of the provider.
+type opError struct {
+	op, key     string
+	err         error
+	callerEnded bool // err is the error of the caller's context, which ended
+}
+
+func (e *opError) Error() string {
+	msg := e.err.Error()
+	if e.key == "" { // within a NotAcquiredError, which names the key
+		return e.op + ": " + msg
+	}
+	// A provider of this module may have named the operation and the key
+	// itself (the Redis provider's List): say them once.
+	prefix := "lock: " + e.op + " " + strconv.Quote(e.key) + ": "
+	if strings.HasPrefix(msg, prefix) {
+		return msg
+	}
+	return prefix + msg
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+// Is reports whether target is ErrUnavailable, unless the caller's context
+// ended the call.
+func (e *opError) Is(target error) bool {
+	return target == ErrUnavailable && !e.callerEnded
+}
+
+// unansweredError is the reason, in a NotAcquiredError beside the context's
+// error, of an acquisition whose context ended before the provider answered
+// the call op: it matches ErrUnavailable and unwraps to last, the last error
+// a call of the Client to the provider returned since its last success
+// (nil when there was none).
+type unansweredError struct {
+	op   string
+	last error
+}
+
+func (e *unansweredError) Error() string {
+	msg := e.op + ": no answer from the provider"
+	if e.last != nil {
+		msg += " (its last error: " + trimPrefix(e.last) + ")"
+	}
+	return msg
+}
+
+func (e *unansweredError) Is(target error) bool { return target == ErrUnavailable }
+func (e *unansweredError) Unwrap() error        { return e.last }
+
+// isContextErr reports whether err is a context's error.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// identityOf returns the identity (WithIdentity) in owner, "" without one.
+func identityOf(owner string) string {
+	if i := strings.LastIndexByte(owner, '/'); i > 0 {
+		return owner[:i]
+	}
+	return ""
+}
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)

@@ -50,7 +50,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
 	}
 	rec, err := c.provider.Inspect(ctx, key)
 	if err != nil {
-		return Status{}, c.failed("inspect", key, err)
+		return Status{}, c.failed(ctx, "inspect", key, err)
 	}
 	return status(name, key, rec, time.Now()), nil
 }
@@ -84,7 +84,7 @@ func (c *Client) List(ctx context.Context, limit int) (locks []Status, more bool
 		return true
 	})
 	if err != nil {
-		return nil, false, c.failed("list", c.prefix, err)
+		return nil, false, c.failed(ctx, "list", c.prefix, err)
 	}
 	slices.SortFunc(locks, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
 	return locks, more, nil
@@ -105,7 +105,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Status, error) 
 	}
 	rec, err := c.provider.ForceRelease(ctx, key)
 	if err != nil {
-		return Status{}, c.failed("force release", key, err)
+		return Status{}, c.failed(ctx, "force release", key, err)
 	}
 	s := status(name, key, rec, time.Now())
 	if s.Held() {
@@ -125,12 +125,36 @@ func (c *Client) checkName(name string) (string, error) {
 }
 
 // failed names the operation and the key of a provider error, as an
-// acquisition's does.
-func (c *Client) failed(op, key string, err error) error {
+// acquisition's does, and remembers it as the provider's last error (see
+// lastError) unless it is a context's. ctx is the caller's context, nil
+// when the call ran on a context of the library's own: a call that ended
+// because the caller's context did is no sign of the provider's health (the
+// error does not match ErrUnavailable).
+func (c *Client) failed(ctx context.Context, op, key string, err error) error {
 	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
 		return err
 	}
-	return &opError{op: op, key: key, err: err}
+	ended := isContextErr(err)
+	if !ended {
+		c.lastErr.Store(&err)
+	}
+	return &opError{op: op, key: key, err: err, callerEnded: ended && ctx != nil && ctx.Err() != nil}
+}
+
+// answered forgets the provider's last error: a call has succeeded.
+func (c *Client) answered() {
+	if c.lastErr.Load() != nil {
+		c.lastErr.Store(nil)
+	}
+}
+
+// lastError returns the last error a call of c to the provider returned
+// since the last success, other than a context's; nil when there is none.
+func (c *Client) lastError() error {
+	if p := c.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // nameOf returns the name whose key (see Key) is key, and whether key is

@@ -39,21 +39,30 @@ type Lock struct {
 	renewAt  time.Time // monotonic: the next renewal
 	// The lease's timer fires at renewAt, or at leaseEnd while a renewal is
 	// under way; due and slot are its place in c.leases, which guards them.
-	due     time.Time
-	slot    int // in c.leases's heap; -1 when not in it
-	lostErr *LostError
-	relErr  error         // a release that failed: said again by a later Release
-	onLost  func(error)   // told of a loss (run's context)
-	done    chan struct{} // made by the first call of Done
-	ended   bool          // Done's channel is closed, or made closed
+	due      time.Time
+	slot     int // in c.leases's heap; -1 when not in it
+	lostErr  *LostError
+	relErr   error         // a release that failed: said again by a later Release
+	renewErr error         // the last renewal's provider error, nil after a success
+	onLost   func(error)   // told of a loss (run's context)
+	done     chan struct{} // made by the first call of Done
+	ended    bool          // Done's channel is closed, or made closed
 }
 
+// lockState is where a Lock is in its life:
+//
+//	held  --Release-->  releasing  --the provider's answer-->  released
+//	      --lease timer, renewal-->  lost  --Release-->  released
+//
+// Done is closed, and Err final, on entering lost, and on entering released
+// from releasing: only once the provider has said how the release ended.
 type lockState int
 
 const (
-	held lockState = iota
-	released
-	lost
+	held      lockState = iota
+	releasing           // Release has asked the provider and waits for its answer
+	released            // Release has ended: lostErr or relErr say how, when not cleanly
+	lost                // lost while held; Release not called yet
 )
 
 // newLock returns the Lock of a grant with ttl requested at sent; keep
@@ -94,7 +103,11 @@ func (l *Lock) Owner() string { return l.owner }
 // lower than one it has already seen.
 func (l *Lock) Token() uint64 { return l.token }
 
-// Done returns a channel that is closed when the lock is released or lost.
+// Done returns a channel that is closed when the lock is lost, or when a
+// Release has ended. As with a context, once it is closed Err says how, and
+// says it for good: a Release closes it only after the provider answered, so
+// a lock that the release finds lost closes it with Err already the
+// *LostError.
 func (l *Lock) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -124,8 +137,12 @@ func (l *Lock) endLocked() {
 	}
 }
 
-// Err returns nil while the lock is held or after a clean release, and the
-// *LostError once the lock has been lost.
+// Err returns nil while the lock is held (and while a Release waits for the
+// provider), and after a release that did not find it lost; the *LostError
+// once the lock has been lost, whether a renewal, the lease timer or the
+// release found it. A Release that failed with the provider's error is not a
+// loss: Err stays nil (Release returned that error, and the record expires
+// within its lease). Once Done is closed, Err no longer changes.
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -151,9 +168,10 @@ func (l *Lock) onLoss(fn func(error)) {
 
 // Extend sets the lease to d from now (cut to what is left of MaxDuration) and
 // goes on renewing with the configured lease. It returns a *LostError when the
-// lock is no longer held, and the provider's error otherwise (the lock is then
-// still held until its current lease ends). It gives up at the end of the
-// current lease: a renewal that arrives later is too late.
+// lock was lost, an error matching ErrReleased when it was released, and the
+// provider's error otherwise (matching ErrUnavailable; the lock is then still
+// held until its current lease ends). It gives up at the end of the current
+// lease: a renewal that arrives later is too late.
 func (l *Lock) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return invalidf("Extend duration %v is not positive", d)
@@ -176,33 +194,39 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	}
 	now := time.Now()
 	if l.overMax(now) {
-		return l.lose(l.heldTooLong())
+		return l.lose(l.lostError(LostMaxDuration, l.heldTooLong()))
 	}
-	ctx, cancel := context.WithDeadline(ctx, end)
+	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	d = min(d, l.maxDeadline.Sub(now))
-	err = l.c.provider.Update(ctx, l.key, l.owner, d, false)
+	err = l.c.provider.Update(rctx, l.key, l.owner, d, false)
 	switch {
 	case errors.Is(err, ErrLost):
-		return l.lose(nil) // found gone or taken
+		return l.lose(l.found(ctx, err, end)) // found gone or taken
 	case errors.Is(err, ErrCorruptRecord):
-		return l.lose(err)
+		return l.lose(l.lostError(LostCorrupt, err))
 	case err != nil && !time.Now().Before(end):
-		return l.lose(fmt.Errorf("%w: %w", errLeaseRanOut, err))
+		_ = l.c.failed(ctx, "renew", l.key, err) // remembered as the provider's last error
+		return l.lose(l.lostError(LostUnreachable, fmt.Errorf("%w: %w", errLeaseRanOut, err)))
 	case err != nil:
 		if herr := l.heldErr(); herr != nil {
 			return herr // lost meanwhile, or released
 		}
-		err = fmt.Errorf("lock: renew %q: %w", l.key, err)
+		l.mu.Lock()
+		l.renewErr = err
+		l.mu.Unlock()
+		err = l.c.failed(ctx, "renew", l.key, err)
 		l.c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: l.token, Lease: d, Held: time.Since(l.start), Err: err})
 		return err
 	}
+	l.c.answered()
 	l.c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: l.token, Lease: d, Held: time.Since(l.start)})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
 		return l.heldErrLocked()
 	}
+	l.renewErr = nil
 	l.leaseEnd = leaseEnd(now, d)
 	// Timed from when the renewal was sent, as the lease is: a slow reply
 	// must not push the next renewal past the lease end.
@@ -211,10 +235,10 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// lose marks the lock lost with cause, unless it was released meanwhile, and
+// lose marks the lock lost with e, unless it was released meanwhile, and
 // then tells everyone who asked (outside l.mu, so that they may call the
 // Lock's methods).
-func (l *Lock) lose(cause error) error {
+func (l *Lock) lose(e *LostError) error {
 	l.mu.Lock()
 	if l.state != held {
 		defer l.mu.Unlock()
@@ -222,22 +246,66 @@ func (l *Lock) lose(cause error) error {
 	}
 	l.state = lost
 	l.stopTimersLocked()
-	l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
+	l.lostErr = e
 	onLost := l.onLost
 	l.onLost = nil
 	l.mu.Unlock()
-	// The event first, then Done and the contexts: whoever they wake finds
-	// the event delivered. Only this call moved the state to lost, so only it
-	// closes done.
-	l.c.log.Debug("lock: lost", "key", l.key, "token", l.token, "cause", cause)
-	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: l.lostErr})
+	// The log and the event first, then Done and the contexts: whoever they
+	// wake finds the event delivered. Only this call moved the state to lost,
+	// so only it closes done.
+	l.reportLoss(e)
 	l.mu.Lock()
 	l.endLocked()
 	l.mu.Unlock()
 	if onLost != nil {
-		onLost(l.lostErr)
+		onLost(e)
 	}
-	return l.lostErr
+	return e
+}
+
+// lostError returns the LostError of a loss of l for reason.
+func (l *Lock) lostError(reason LostReason, cause error) *LostError {
+	return &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
+}
+
+// found returns the LostError of a loss that a renewal or the release found:
+// the provider answered err, a *LostError (the record gone or another's).
+// When the answer came before end, the lease's end, the record cannot have
+// expired: it was removed early (LostTaken, LostRemoved); otherwise the lease
+// ran out. Who holds the key now is read once more (Inspect, bounded by a
+// second), unless the provider said it; a failed read leaves Holder empty.
+func (l *Lock) found(ctx context.Context, err error, end time.Time) *LostError {
+	e := l.lostError(LostRemoved, nil)
+	if !time.Now().Before(end) {
+		e.Reason = LostLeaseRanOut
+	}
+	var pe *LostError
+	if errors.As(err, &pe) && pe.Holder != "" && pe.Holder != l.owner {
+		e.Holder = pe.Holder
+	} else {
+		ctx, cancel := context.WithTimeout(withoutCancel(ctx), min(l.c.releaseTimeout, time.Second))
+		rec, err := l.c.provider.Inspect(ctx, l.key)
+		cancel()
+		if err == nil && rec.Owner != l.owner {
+			e.Holder = rec.Owner
+		}
+	}
+	if e.Holder != "" && e.Reason == LostRemoved {
+		e.Reason = LostTaken
+	}
+	return e
+}
+
+// reportLoss logs the loss at warning level, the one event an operator must
+// see, and emits EventLost.
+func (l *Lock) reportLoss(e *LostError) {
+	heldFor := time.Since(l.start)
+	args := []any{"key", l.key, "token", l.token, "held", heldFor, "reason", e.Reason.String()}
+	if e.Holder != "" {
+		args = append(args, "holder", e.Holder)
+	}
+	l.c.log.Warn("lock: lost", append(args, "err", e)...)
+	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: e})
 }
 
 func (l *Lock) stopTimersLocked() {
@@ -251,12 +319,14 @@ func (l *Lock) heldErr() error {
 	return l.heldErrLocked()
 }
 
+// heldErrLocked is heldErr; the caller holds l.mu. A released lock's error
+// names Extend, the one call that returns it.
 func (l *Lock) heldErrLocked() error {
-	switch l.state {
-	case lost:
+	switch {
+	case l.lostErr != nil:
 		return l.lostErr
-	case released:
-		return &LostError{Key: l.key, Token: l.token, Cause: errors.New("already released")}
+	case l.state == releasing || l.state == released:
+		return &releasedError{op: "extend", key: l.key}
 	}
 	return nil
 }
@@ -294,11 +364,15 @@ func (l *Lock) tick() {
 	now := time.Now()
 	switch {
 	case !now.Before(l.leaseEnd):
+		renewErr := l.renewErr
 		l.mu.Unlock()
-		if l.overMax(now) {
-			_ = l.lose(l.heldTooLong())
-		} else {
-			_ = l.lose(errLeaseRanOut)
+		switch {
+		case l.overMax(now):
+			_ = l.lose(l.lostError(LostMaxDuration, l.heldTooLong()))
+		case renewErr != nil:
+			_ = l.lose(l.lostError(LostUnreachable, fmt.Errorf("%w: %w", errLeaseRanOut, renewErr)))
+		default:
+			_ = l.lose(l.lostError(LostLeaseRanOut, errLeaseRanOut))
 		}
 	case now.Before(l.renewAt):
 		l.c.leases.set(l, l.renewAt)
@@ -321,7 +395,7 @@ func (l *Lock) renew() {
 		return
 	}
 	if l.overMax(time.Now()) {
-		_ = l.lose(l.heldTooLong())
+		_ = l.lose(l.lostError(LostMaxDuration, l.heldTooLong()))
 		return
 	}
 	if !l.renewMu.TryLock() {
@@ -377,33 +451,36 @@ func (l *Lock) closedFor() time.Duration {
 }
 
 // Release ends the hold: it deletes the record, hands it to the next waiter,
-// or, with a GracePeriod or OncePer, keeps it closed for as long as they say. It runs on a context
-// of its own (bounded by the release timeout) so that a cancelled ctx cannot
-// leave the lock held. It returns nil after a clean release, the *LostError if
-// the lock was lost before (or found gone or taken now), and the provider's
-// error otherwise (the record then expires within its lease). Release after
-// Release returns what the first returned, without calling the provider.
+// or, with a GracePeriod or OncePer, keeps it closed for as long as they say.
+// It runs on a context of its own (bounded by the release timeout) so that a
+// cancelled ctx cannot leave the lock held. It returns nil after a clean
+// release, the *LostError if the lock was lost before (or found gone or
+// taken now), and the provider's error otherwise (matching ErrUnavailable;
+// the record then expires within its lease). Done is closed when it returns,
+// with Err saying the same. Release after Release returns what the first
+// returned when it failed, and after a clean one an error matching
+// ErrReleased; it does not call the provider, and while the first is under
+// way it waits for its outcome.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
-	state, lostErr, relErr := l.state, l.lostErr, l.relErr
-	if state == held {
-		l.state = released
+	state, end := l.state, l.leaseEnd
+	switch state {
+	case held:
+		l.state = releasing
 		l.stopTimersLocked()
-		l.endLocked()
+	case lost:
+		l.state = released
 	}
 	l.onLost = nil
 	l.mu.Unlock()
 	c := l.c
 	switch state {
-	case released:
-		if lostErr != nil {
-			return lostErr // the first Release found the lock lost
-		}
-		return relErr
+	case releasing, released:
+		return l.releasedAgain()
 	case lost:
 		// The lease ran out without a renewal; the record may still be ours.
 		_ = c.provider.Release(c.detached(ctx), l.key, l.owner)
-		return l.lostErr
+		return l.Err() // the loss
 	}
 
 	// Only this call moved the state from held: l.rel is its own.
@@ -416,35 +493,63 @@ func (l *Lock) Release(ctx context.Context) error {
 	} else {
 		err = c.provider.Release(rctx, l.key, l.owner)
 	}
-	var heldFor time.Duration
-	if len(c.hooks) > 0 { // else spare the clock read
-		heldFor = time.Since(l.start)
-	}
 	switch {
 	case err == nil:
+		c.answered()
 		if c.debug {
 			c.log.Debug("lock: released", "key", l.key, "token", l.token)
 		}
+		var heldFor time.Duration
+		if len(c.hooks) > 0 { // else spare the clock read
+			heldFor = time.Since(l.start)
+		}
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: closed})
+		l.end(nil, nil)
 		return nil
 	case errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord):
-		cause := error(nil)
-		if errors.Is(err, ErrCorruptRecord) {
-			cause = err
+		e := l.lostError(LostCorrupt, err)
+		if !errors.Is(err, ErrCorruptRecord) {
+			e = l.found(rctx, err, end)
 		}
-		l.mu.Lock()
-		l.lostErr = &LostError{Key: l.key, Token: l.token, Cause: cause}
-		l.mu.Unlock()
-		c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: l.lostErr})
-		return l.lostErr
+		l.reportLoss(e)
+		l.end(e, nil)
+		return e
 	default:
-		err = fmt.Errorf("lock: release %q: %w", l.key, err)
-		l.mu.Lock()
-		l.relErr = err
-		l.mu.Unlock()
-		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: err})
+		err = c.failed(nil, "release", l.key, err)
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: err})
+		l.end(nil, err)
 		return err
 	}
+}
+
+// end ends a release: the lock is released, lost with lostErr when that is
+// set, or with the release's failure relErr. Err says so before Done is
+// closed.
+func (l *Lock) end(lostErr *LostError, relErr error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.state = released
+	if lostErr != nil {
+		l.lostErr = lostErr
+	}
+	l.relErr = relErr
+	l.endLocked()
+}
+
+// releasedAgain is Release after Release: it waits for the first one's
+// outcome (Done) and returns it, the loss or the failure, or ErrReleased
+// after a clean release.
+func (l *Lock) releasedAgain() error {
+	<-l.Done()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.lostErr != nil:
+		return l.lostErr
+	case l.relErr != nil:
+		return l.relErr
+	}
+	return &releasedError{op: "release", key: l.key}
 }
 
 func minTime(a, b time.Time) time.Time {

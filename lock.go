@@ -52,7 +52,8 @@ type Client struct {
 	leases leaseTimers // the timers of held locks (lease.go)
 	busy   busyKeys    // keys seen contended lately (wait.go)
 
-	shared atomic.Pointer[sharedBound] // the deadline of detached contexts (see bound)
+	shared  atomic.Pointer[sharedBound] // the deadline of detached contexts (see bound)
+	lastErr atomic.Pointer[error]       // the provider's last error since its last success (see lastError)
 
 	closing context.Context // cancelled with ErrClosed by Close
 	stop    context.CancelCauseFunc
@@ -172,8 +173,8 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	defer func() {
 		cancel(nil)
 		rerr := l.Release(ctx)
-		if rerr != nil && reported(err, rerr) {
-			rerr = nil
+		if rerr != nil && (reported(err, rerr) || errors.Is(rerr, ErrReleased)) {
+			rerr = nil // said already, or fn released the lock itself
 		}
 		err = errors.Join(err, rerr)
 	}()

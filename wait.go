@@ -85,12 +85,18 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	if c.closing.Err() != nil {
 		return nil, ErrClosed
 	}
+	if ctx.Err() != nil {
+		// Nothing asked: an error of the provider's from now on is one that
+		// came while the context was live (see notAcquired).
+		return nil, a.notAcquired(ctx, nil, "", 0)
+	}
 	rec, err := c.provider.Acquire(ctx, key, owner, a.o.Lease)
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
 		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
-		return nil, a.notAcquired(ctx, a.failed("acquire", err), "", 0)
+		return nil, a.notAcquired(ctx, a.failed(ctx, "acquire", err), "", 0)
 	}
+	c.answered()
 	if rec.Owner == owner && !rec.Ended {
 		return a.granted(rec, a.began), nil
 	}
@@ -129,19 +135,24 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 // *NotAcquiredError, emitted as EventSkipped, when the lock was held or in
 // its grace period or when ctx ended (its cause is then the reason, with the
 // provider's error if one came with it), and reason itself (a provider
-// error, naming the operation and the key) otherwise.
+// error, naming the operation and the key) otherwise. A provider call that
+// the context ended before the provider answered (its error is the
+// context's: the caller checked the context before the call) makes the
+// reason match ErrUnavailable too, with the provider's last error.
 func (a *acquisition) notAcquired(ctx context.Context, reason error, holder string, retryAfter time.Duration) error {
 	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed)
+	var op *opError
+	failed := reason != nil && !held && errors.As(reason, &op)
 	switch cause := context.Cause(ctx); {
-	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
+	case cause != nil && failed && !isContextErr(op.err):
 		// The provider failed as the context ended: keep both, and name the
 		// key once (the NotAcquiredError does).
-		var op *opError
-		if errors.As(reason, &op) {
-			reason = fmt.Errorf("%w: %s: %w", cause, op.op, op.err)
-		} else {
-			reason = fmt.Errorf("%w: %w", cause, reason)
-		}
+		reason = fmt.Errorf("%w: %w", cause, &opError{op: op.op, err: op.err})
+	case cause != nil && failed && !errors.Is(cause, ErrClosed):
+		// The context ended before the provider answered.
+		reason = fmt.Errorf("%w: %w", cause, &unansweredError{op: op.op, last: a.c.lastError()})
+	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
+		reason = fmt.Errorf("%w: %w", cause, reason)
 	case cause != nil:
 		reason = cause
 	case !held:
@@ -162,16 +173,9 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 // failed names the operation and the key of a provider error, keeping the
 // error for errors.Is and errors.As. The library's own errors name the key
 // already.
-func (a *acquisition) failed(op string, err error) error { return a.c.failed(op, a.key, err) }
-
-// opError is a provider's error, with the operation and the key it failed on.
-type opError struct {
-	op, key string
-	err     error
+func (a *acquisition) failed(ctx context.Context, op string, err error) error {
+	return a.c.failed(ctx, op, a.key, err)
 }
-
-func (e *opError) Error() string { return fmt.Sprintf("lock: %s %q: %v", e.op, e.key, e.err) }
-func (e *opError) Unwrap() error { return e.err }
 
 // granted returns the held Lock of a grant of rec, requested at sent.
 func (a *acquisition) granted(rec Record, sent time.Time) *Lock {

@@ -101,11 +101,16 @@ const lookers = 16
 // ask sends one request. It returns the lock when the reply grants it, an
 // error when w gives up, and neither when w is queued.
 func (w *waiter) ask(ctx context.Context) (*Lock, error) {
+	if ctx.Err() != nil {
+		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
+	}
 	sent := time.Now()
 	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
+	if err != nil {
+		return nil, w.giveUp(ctx, w.failed(ctx, "wait", err))
+	}
+	w.c.answered()
 	switch {
-	case err != nil:
-		return nil, w.giveUp(ctx, w.failed("wait", err))
 	case rec.Owner == w.req.Owner && !rec.Ended:
 		return w.grant(rec, sent), nil
 	case rec.Ended:
@@ -135,16 +140,20 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	if time.Until(leaseEnd(w.asked, g.TTL)) > g.TTL/2 {
 		return w.grant(rec, w.asked), nil
 	}
+	if ctx.Err() != nil {
+		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
+	}
 	sent := time.Now()
 	err := w.c.provider.Update(ctx, w.key, w.req.Owner, w.o.Lease, false)
 	switch {
 	case err == nil:
+		w.c.answered()
 		rec.TTL = w.o.Lease
 		return w.grant(rec, sent), nil
 	case errors.Is(err, ErrLost):
 		return nil, nil
 	}
-	return nil, w.giveUp(ctx, w.failed("renew", err))
+	return nil, w.giveUp(ctx, w.failed(ctx, "renew", err))
 }
 
 func (w *waiter) grant(rec Record, sent time.Time) *Lock {
