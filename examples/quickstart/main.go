@@ -30,8 +30,10 @@ func run() error {
 	// be its own process, and the code below would not change.
 	provider := lock.NewMemoryProvider()
 
-	// 1. A nightly job that must run once, however many replicas get the tick.
-	fmt.Println("== nightly job on 4 replicas, one of them late ==")
+	// 1. A nightly job that must run once per night, however many replicas
+	// get the tick. A day is long to wait for: here the period is a second,
+	// and the replicas run two ticks.
+	fmt.Println("== a nightly job, sped up to one tick a second, on 4 replicas, one of them late ==")
 	var clients []*lock.Client
 	for range 4 {
 		c, err := lock.NewClient(provider) // one Client per replica (per process)
@@ -41,49 +43,23 @@ func run() error {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-
-	report := func(ctx context.Context, replica string) error {
-		fmt.Printf("%s: sending the nightly report\n", replica)
-		time.Sleep(200 * time.Millisecond) // the work
-		return nil
-	}
-	// Every replica's scheduler fires for the same scheduled instant, today's
-	// tick. The lock is per tick: a replica whose clock is late cannot run
-	// this tick again after it has run, and tomorrow's tick is a lock of its
-	// own, so no run is skipped either.
-	tick := time.Now().UTC().Truncate(24 * time.Hour)
-	runJob := func(c *lock.Client, replica string) error {
-		err := c.RunTick(ctx, "nightly-report", tick, 24*time.Hour, lock.Options{}, func(ctx context.Context) error {
-			return report(ctx, replica)
-		})
-		switch {
-		case errors.Is(err, lock.ErrHeld):
-			fmt.Printf("%s: skipped, another replica is running this tick\n", replica)
-		case errors.Is(err, lock.ErrGracePeriod):
-			fmt.Printf("%s: skipped, this tick has run already\n", replica)
-		case err != nil:
-			return err // the job failed, or the provider did
-		}
-		return nil
-	}
-
-	// Three replicas get the tick at the same moment: one runs the job, two
-	// find it held.
-	errs := make([]error, 3)
+	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
-	for i := range 3 {
+	for i, c := range clients {
+		replica, late := fmt.Sprintf("replica-%d", i+1), time.Duration(0)
+		if i == len(clients)-1 {
+			// This replica's timer fires 300ms late (a busy process, a slow
+			// clock): by then the tick has run, and it skips it.
+			replica, late = replica+" (late)", 300*time.Millisecond
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = runJob(clients[i], fmt.Sprintf("replica-%d", i+1))
+			errs[i] = schedule(ctx, c, replica, time.Second, late, 2)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	// A fourth replica, whose clock is late, ticks after the job has ended.
-	if err := runJob(clients[3], "replica-4 (late)"); err != nil {
 		return err
 	}
 
@@ -135,5 +111,37 @@ func run() error {
 		return err
 	}
 	fmt.Println("retry:", res)
+	return nil
+}
+
+// schedule is one replica's scheduler of the nightly report, with a period
+// of every: it waits for each of the next n ticks (late by late, as a busy
+// replica's timer fires) and runs the report under the tick's lock, as the
+// README's quickstart does with a period of a day.
+func schedule(ctx context.Context, c *lock.Client, replica string, every, late time.Duration, n int) error {
+	for range n {
+		// The tick names the run: the time it was scheduled for, the same in
+		// every replica, never the time this replica's timer fired.
+		tick := time.Now().Truncate(every).Add(every)
+		select {
+		case <-time.After(time.Until(tick) + late):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		at := tick.Format("15:04:05")
+		err := c.RunTick(ctx, "nightly-report", tick, every, lock.Options{}, func(ctx context.Context) error {
+			fmt.Printf("tick %s, %s: sending the nightly report\n", at, replica)
+			time.Sleep(200 * time.Millisecond) // the work
+			return nil
+		})
+		switch {
+		case errors.Is(err, lock.ErrHeld):
+			fmt.Printf("tick %s, %s: skipped, another replica is running this tick\n", at, replica)
+		case errors.Is(err, lock.ErrGracePeriod):
+			fmt.Printf("tick %s, %s: skipped, this tick has run already\n", at, replica)
+		case err != nil:
+			return err // the job failed, or the provider did
+		}
+	}
 	return nil
 }

@@ -1,0 +1,335 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// The tests of this file check what the README and the module READMEs say
+// against the repository (issue 22).
+
+// moduleREADMEs are the READMEs that tell a user how to depend on a module
+// of this repository, or name its version.
+var moduleREADMEs = []string{"README.md", "gocron/README.md", "otel/README.md", "postgres/README.md", "cmd/lockctl/README.md"}
+
+// readDoc returns the text of the file at path, relative to the root module.
+func readDoc(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// docSection returns the text under the heading (a whole line, such as
+// "## Install") up to the next heading of the same level or higher.
+func docSection(t *testing.T, text, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(text, "\n"+heading+"\n")
+	require.True(t, ok, "no %q section", heading)
+	level := strings.Index(heading, " ") // the number of #
+	for i := 0; i < len(rest); {
+		j := strings.Index(rest[i:], "\n#")
+		if j < 0 {
+			break
+		}
+		line := rest[i+j+1:]
+		if n := len(line) - len(strings.TrimLeft(line, "#")); n <= level && strings.HasPrefix(line[n:], " ") {
+			return rest[:i+j+1]
+		}
+		i += j + 1
+	}
+	return rest
+}
+
+// codeBlocks returns the fenced code blocks of text, without their fences.
+func codeBlocks(text string) []string {
+	var blocks []string
+	parts := strings.Split(text, "```")
+	for i := 1; i < len(parts); i += 2 {
+		_, body, _ := strings.Cut(parts[i], "\n") // the fence's info string
+		blocks = append(blocks, body)
+	}
+	return blocks
+}
+
+var (
+	versionPattern = regexp.MustCompile(`\bv\d+\.\d+\.\d+\b`)
+	// otherProject ends the text before a version that is another
+	// project's: "pgx v5.13.0", "OpenTelemetry Go v1.47.0".
+	otherProject = regexp.MustCompile(`(?i)\b(pgx|opentelemetry go|otel|go-redis|redis|valkey|gocron|robfig/cron|redsync|redislock|miniredis|go)\s+$`)
+)
+
+// historyOfVersions are the sentences that may name an earlier version of
+// this module, as history; any other mention names the latest.
+var historyOfVersions = []string{
+	"This test found a bug in v0.1.0", // README.md, Guarantees
+}
+
+// TestDocsNameOneVersion checks that the README and the module READMEs name
+// one version of this module, the latest section of CHANGELOG.md, or none,
+// and that the README's Install section names it (issue 22: the README said
+// v0.1.1 while the CHANGELOG's latest was v0.1.2).
+func TestDocsNameOneVersion(t *testing.T) {
+	changelog := readDoc(t, "CHANGELOG.md")
+	m := regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+)\b`).FindStringSubmatch(changelog)
+	require.NotNil(t, m, "CHANGELOG.md should have a section per version, \"## vX.Y.Z — date\"")
+	latest := m[1]
+
+	for _, path := range moduleREADMEs {
+		for _, line := range strings.Split(readDoc(t, path), "\n") {
+			for _, loc := range versionPattern.FindAllStringIndex(line, -1) {
+				v := line[loc[0]:loc[1]]
+				pseudo := v == "v0.0.0" && strings.HasPrefix(line[loc[1]:], "-") // v0.0.0-<date>-<commit>
+				if pseudo || v == latest || otherProject.MatchString(line[:loc[0]]) {
+					continue
+				}
+				history := slices.ContainsFunc(historyOfVersions, func(s string) bool { return strings.Contains(line, s) })
+				assert.True(t, history, "%s names %s, but the latest version in CHANGELOG.md is %s: %q", path, v, latest, line)
+			}
+		}
+	}
+	install := docSection(t, readDoc(t, "README.md"), "## Install")
+	assert.Contains(t, install, latest, "README.md's Install section should name the latest version")
+}
+
+// TestREADMEQuickstartTick checks that the README's first example defines
+// the tick it passes to RunTick, and computes it as examples/quickstart,
+// which CI runs, does (issue 22: it passed an undefined tick).
+func TestREADMEQuickstartTick(t *testing.T) {
+	blocks := codeBlocks(docSection(t, readDoc(t, "README.md"), "## Quickstart"))
+	require.NotEmpty(t, blocks)
+	first := blocks[0]
+	quickstart := readDoc(t, "examples/quickstart/main.go")
+
+	tickAt := strings.Index(first, "tick := ")
+	runAt := strings.Index(first, "RunTick(")
+	require.True(t, tickAt >= 0 && runAt > tickAt, "the first example should define tick before it calls RunTick")
+	tickLine, _, _ := strings.Cut(first[tickAt:], "\n")
+	tickLine, _, _ = strings.Cut(tickLine, " //")
+	assert.Contains(t, quickstart, strings.TrimSpace(tickLine), "examples/quickstart should compute the tick as the README does")
+
+	call, _, _ := strings.Cut(first[runAt:], "\n")
+	call = call[:strings.LastIndex(call, ",")+1] // up to the function
+	assert.Contains(t, quickstart, "c."+call, "examples/quickstart should call RunTick as the README does")
+}
+
+// TestREADMEHTTPQueue runs the README's HTTP queueing example: requests for
+// one order wait in its queue and are served one at a time, in the order
+// they came; one that waits MaxWait is answered 423 with Retry-After: 1.
+func TestREADMEHTTPQueue(t *testing.T) {
+	ctx := context.Background()
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	require.NoError(t, err)
+	defer c.Close()
+
+	var (
+		mu      sync.Mutex
+		served  []string                     // the requests' ids, in the order they were served
+		proceed = map[string]chan struct{}{} // closed to let a request's handler return
+		active  atomic.Int32
+		overlap atomic.Bool
+	)
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		proceed[id] = make(chan struct{})
+	}
+	processOrder := func(w http.ResponseWriter, r *http.Request) {
+		if active.Add(1) > 1 {
+			overlap.Store(true)
+		}
+		defer active.Add(-1)
+		id := r.URL.Query().Get("req")
+		mu.Lock()
+		served = append(served, id)
+		mu.Unlock()
+		<-proceed[id]
+		fmt.Fprintf(w, "order %s processed\n", r.PathValue("id"))
+	}
+	server := func(maxWait time.Duration) *httptest.Server {
+		withOrderLock, err := lock.HTTPMiddleware(c, lock.HTTPOptions{
+			NameFunc: func(r *http.Request) string { return "order:" + r.PathValue("id") },
+			Options:  lock.Options{Wait: true, MaxWait: maxWait},
+		})
+		require.NoError(t, err)
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders/{id}", withOrderLock(http.HandlerFunc(processOrder)))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	type response struct {
+		code       int
+		retryAfter string
+		body       string
+	}
+	post := func(srv *httptest.Server, id string) <-chan response {
+		out := make(chan response, 1)
+		go func() {
+			resp, err := http.Post(srv.URL+"/orders/42?req="+id, "text/plain", nil)
+			if err != nil {
+				out <- response{body: err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			out <- response{resp.StatusCode, resp.Header.Get("Retry-After"), string(b)}
+		}()
+		return out
+	}
+	waiters := func(n int) func() bool {
+		return func() bool {
+			s, err := c.Inspect(ctx, "order:42")
+			return err == nil && s.Waiters == n
+		}
+	}
+
+	srv := server(5 * time.Second)
+	a := post(srv, "a")
+	require.Eventually(t, func() bool { return active.Load() == 1 }, 10*time.Second, time.Millisecond, "a is served")
+	b := post(srv, "b")
+	require.Eventually(t, waiters(1), 10*time.Second, time.Millisecond, "b waits")
+	cc := post(srv, "c")
+	require.Eventually(t, waiters(2), 10*time.Second, time.Millisecond, "c waits behind b")
+	for _, r := range []struct {
+		id  string
+		out <-chan response
+	}{{"a", a}, {"b", b}, {"c", cc}} {
+		close(proceed[r.id])
+		got := <-r.out
+		assert.Equal(t, http.StatusOK, got.code, "request %s: %s", r.id, got.body)
+	}
+	assert.Equal(t, []string{"a", "b", "c"}, served, "served one at a time, in the order they came")
+	assert.False(t, overlap.Load(), "two requests for one order were served at once")
+
+	// A wait bounded by MaxWait.
+	srv = server(100 * time.Millisecond)
+	d := post(srv, "d")
+	require.Eventually(t, func() bool { return active.Load() == 1 }, 10*time.Second, time.Millisecond, "d is served")
+	start := time.Now()
+	got := <-post(srv, "e")
+	assert.Equal(t, http.StatusLocked, got.code, "a request that waited MaxWait")
+	assert.Equal(t, "1", got.retryAfter)
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "it waited MaxWait")
+	close(proceed["d"])
+	assert.Equal(t, http.StatusOK, (<-d).code)
+}
+
+// TestREADMEInstall runs the commands of the README's Install section, and
+// the install commands of the module READMEs, each block in a module of its
+// own, and builds (or lists) a program that imports what they got. The
+// repository is reached through git's url.insteadOf, pointed at this
+// checkout, whose HEAD stands for main: what a user gets is the commit, not
+// the working tree. It needs git and the modules' dependencies (from the
+// module cache, else GOPROXY): CI runs it; elsewhere set LOCK_TEST_INSTALL.
+func TestREADMEInstall(t *testing.T) {
+	if os.Getenv("CI") == "" && os.Getenv("LOCK_TEST_INSTALL") == "" {
+		t.Skip("runs go and git, which may download modules: set LOCK_TEST_INSTALL=1 (CI runs it)")
+	}
+	gobin, err := exec.LookPath("go")
+	require.NoError(t, err)
+	git, err := exec.LookPath("git")
+	require.NoError(t, err)
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	out, err := exec.Command(git, "-C", root, "rev-parse", "HEAD").Output()
+	require.NoError(t, err, "the checkout should be a git repository")
+	head := strings.TrimSpace(string(out))
+	out, err = exec.Command(gobin, "env", "GOMODCACHE", "GOPROXY").Output()
+	require.NoError(t, err)
+	goenv := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, goenv, 2)
+
+	tmp := t.TempDir()
+	gitconfig := filepath.Join(tmp, "gitconfig")
+	require.NoError(t, os.WriteFile(gitconfig, []byte(fmt.Sprintf(
+		"[url \"file://%s\"]\n\tinsteadOf = https://github.com/seed05627090/lock\n[safe]\n\tdirectory = *\n", root)), 0o644))
+	env := append(os.Environ(),
+		"GIT_CONFIG_GLOBAL="+gitconfig, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0",
+		"GOPRIVATE=github.com/seed05627090", "GOFLAGS=-modcacherw", "GOWORK=off", "GOTOOLCHAIN=local",
+		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
+		"GOPROXY=file://"+filepath.ToSlash(filepath.Join(goenv[0], "cache", "download"))+","+goenv[1])
+	run := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "in %s: %s\n%s", dir, strings.Join(args, " "), out)
+	}
+
+	blocks := codeBlocks(docSection(t, readDoc(t, "README.md"), "## Install")) // then the module READMEs'
+	for _, path := range []string{"gocron/README.md", "otel/README.md", "postgres/README.md"} {
+		n := len(blocks)
+		for _, b := range codeBlocks(readDoc(t, path)) {
+			if strings.Contains(b, "go get ") {
+				blocks = append(blocks, b)
+			}
+		}
+		require.Greater(t, len(blocks), n, "%s should say how to get the module", path)
+	}
+	modulePath := regexp.MustCompile(`github\.com/seed05627090/lock(/[a-z]+)?\b`)
+	cloned := false
+	for i, block := range blocks {
+		dir := filepath.Join(tmp, fmt.Sprintf("app%d", i))
+		require.NoError(t, os.Mkdir(dir, 0o755))
+		run(dir, gobin, "mod", "init", "example.com/app")
+		// The commands, and a program that imports the modules they name.
+		var cmds [][]string
+		imports := map[string]bool{}
+		for _, line := range strings.Split(block, "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			args := strings.Fields(line)
+			switch {
+			case len(args) == 0:
+				continue
+			case args[0] == "git" && args[1] == "clone":
+				require.Equal(t, "../lock", args[len(args)-1], "the README clones into ../lock")
+				if !cloned {
+					run(tmp, git, "clone", "-q", root, "lock")
+					cloned = true
+				}
+				continue
+			}
+			require.Equal(t, "go", args[0], "the install commands are go and git clone: %q", line)
+			for j, a := range args {
+				args[j] = strings.ReplaceAll(a, "@main", "@"+head)
+			}
+			for _, m := range modulePath.FindAllString(line, -1) {
+				imports[m] = true
+			}
+			cmds = append(cmds, args)
+		}
+		require.NotEmpty(t, imports, "block %d gets no module of this repository:\n%s", i, block)
+		var src strings.Builder
+		src.WriteString("package main\n\nimport (\n")
+		for m := range imports {
+			fmt.Fprintf(&src, "\t_ %q\n", m)
+		}
+		src.WriteString(")\n\nfunc main() {}\n")
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(src.String()), 0o644))
+		for _, args := range cmds {
+			run(dir, append([]string{gobin}, args[1:]...)...)
+		}
+		if i == 0 {
+			run(dir, gobin, "build", "-o", os.DevNull, ".")
+		} else {
+			run(dir, gobin, "list", "-deps", ".") // what a build loads, without compiling otel or pgx
+		}
+	}
+}
