@@ -324,4 +324,3 @@ func serverCalls(stats string) int64 {
 	}
 	return sum
 }
-
