@@ -91,13 +91,13 @@ func gatedProviders(t *testing.T) map[string]func(t *testing.T) (*lock.RedisProv
 }
 
 // testKeys returns the function that names the test's n keys, deleted
-// (with their fencing counters) when the test ends.
+// when the test ends.
 func testKeys(t *testing.T, rc *redis.Client, n int) func(i int) string {
 	base := uniqueName(t)
 	key := func(i int) string { return "lock:{" + base + ":" + strconv.Itoa(i) + "}" }
 	t.Cleanup(func() {
 		for i := range n {
-			_ = rc.Del(context.Background(), key(i), key(i)+":fence").Err()
+			_ = rc.Del(context.Background(), key(i)).Err()
 		}
 	})
 	return key

@@ -164,6 +164,8 @@ func FuzzRedisRecord(f *testing.F) {
 		strings.Repeat("x", lock.MaxOwnerLen+1) + ",1,9",
 		"me,1", "me,1,ended", "me,1,q", "me,1,-9", "me,1,+9", "me,1,0", "me,1,1234567890123456",
 		"me,1,123456789012345", "me,1,\uff19", "me,1, 9",
+		"me,4503599627370497,9", "other,4503599627370497,9", "me,6300000000000000,1795000000000,q",
+		"other,6300000000000000,1795000000000,q", "other,4503599627370497,9,ended",
 	} {
 		f.Add(v, uint8(0))
 	}
@@ -229,6 +231,16 @@ func FuzzRedisRecord(f *testing.F) {
 			}
 		case !isRecord:
 			unchanged("Acquire", before, err)
+		case !ended && token < 1<<52:
+			// A live record of a version before 0.2.0 (see tokenBase).
+			if !errors.Is(err, lock.ErrIncompatible) {
+				bad("Acquire on a record with a token below 2^52 returned %v, want ErrIncompatible", err)
+			}
+			// (Its own record, which no earlier version can have made, has
+			// its TTL reset as any record of its own.)
+			if after := fuzzSnapshot(t, mr, rkey); after.value != before.value || owner != fuzzOwner && after != before {
+				bad("Acquire changed a record of an earlier version: %+v -> %+v", before, after)
+			}
 		case err != nil:
 			bad("Acquire on a record returned %v", err)
 		default:

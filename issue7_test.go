@@ -561,7 +561,8 @@ func TestIssue7KeySlotReference(t *testing.T) {
 
 // FuzzKeySlots: for every prefix NewClient accepts and every name, the
 // stored keys of the lock (RedisKeys of Client.Key) share one Cluster hash
-// slot and start with the prefix, and the record is Client.Key itself; a
+// slot, the record and the queue start with the prefix and the fencing
+// counter with its text before any "{", and the record is Client.Key itself; a
 // prefix is refused, with ErrInvalidArgument, only when its first "{" opens
 // an empty hash tag.
 func FuzzKeySlots(f *testing.F) {
@@ -593,8 +594,13 @@ func FuzzKeySlots(f *testing.F) {
 		require.NoError(t, err, "RedisKeys(%q) (prefix %q, name %q)", key, prefix, name)
 		assert.Equal(t, key, r, "the record is stored under Client.Key")
 		slot := clusterSlot(r)
+		// The fencing counter is shared by the locks of a slot: it starts
+		// with the text of the prefix before any hash tag in it.
+		head, _, _ := strings.Cut(prefix, "{")
+		assert.True(t, strings.HasPrefix(fence, head), "fencing counter %q does not start with %q (prefix %q)", fence, head, prefix)
+		assert.True(t, strings.HasSuffix(fence, "}:fence"), "fencing counter %q", fence)
 		for _, k := range []string{r, fence, q} {
-			assert.True(t, strings.HasPrefix(k, prefix), "stored key %q does not start with prefix %q", k, prefix)
+			assert.True(t, k == fence || strings.HasPrefix(k, prefix), "stored key %q does not start with prefix %q", k, prefix)
 			assert.Equal(t, slot, clusterSlot(k), "key %q is in slot %d, the record %q in %d (prefix %q, name %q)",
 				k, clusterSlot(k), r, slot, prefix, name)
 		}

@@ -624,7 +624,7 @@ func TestAcquireBadInput(t *testing.T) {
 		}
 		for _, key := range []string{c.Key(name), c.Key(long)} {
 			if b.raw != nil {
-				n, err := b.raw.Exists(ctx, rawKey(key), rawKey(key)+":fence").Result()
+				n, err := b.raw.Exists(ctx, rawKey(key), queueKey(key)).Result()
 				require.NoError(t, err)
 				assert.Zero(t, n, "nothing is stored for bad input")
 			}

@@ -97,18 +97,10 @@ func (p *RedisProvider) eval(ctx context.Context, s *script, nkeys int, args ...
 // in Unix milliseconds.
 func now() any { return time.Now().UnixMilli() }
 
-// fenceTTL is how long a key's fencing counter lives from its first grant;
-// the next counter starts at the server's clock in microseconds, above every
-// token the old one gave, so tokens keep increasing across counters.
-const fenceTTL = time.Hour
-
-// Script arguments that never change, boxed once.
-var (
-	fenceTTLArg any = fenceTTL.Milliseconds()
-	// The queue outlives its last look by a minute: a waiter looks again
-	// well within that, and a queue whose waiters all died goes away.
-	queueTTLArg any = time.Minute.Milliseconds()
-)
+// queueTTLArg is a script argument boxed once: the queue outlives its last
+// look by a minute; a waiter looks again well within that, and a queue
+// whose waiters all died goes away.
+var queueTTLArg any = time.Minute.Milliseconds()
 
 // RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
 // takes any redis.UniversalClient: single node, Sentinel (failover) or
@@ -116,10 +108,12 @@ var (
 // callers ask for while GOMAXPROCS (at least 2) are under way share one
 // pipeline (see the README's "Many callers at once share round trips").
 //
-// For a key K it writes the record at K, the fencing counter at K+":fence"
-// and the wait queue at K+":q" (see RedisKeys): one hash slot, so Cluster
-// works. The record lives until it is released or its TTL ends, the counter
-// one hour from its first grant, the queue while its waiters look. A message
+// For a key K it writes the record at K and the wait queue at K+":q", and
+// takes fencing tokens from the counter of K's hash slot (see RedisKeys and
+// provider_redis_fence.go): one slot, so Cluster works. The record lives
+// until it is released or its TTL ends, the queue while its waiters look;
+// nothing per key outlives them, and the counters (at most 16,384 per key
+// prefix) never expire. A message
 // is published only to hand a lock to a waiter (on that waiter's inbox
 // channel) and to tell waiters that the lock entered a grace period: a
 // release that nobody waits for publishes nothing. A waiter whose inbox
@@ -207,15 +201,18 @@ func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisP
 // RedisKeys returns the Redis keys of the lock under key: the record, the
 // fencing counter and the wait queue. The record is key itself when key has
 // a Redis Cluster hash tag ("lock:{name}", as Client.Key makes them);
-// otherwise a tag made from key's checksum is appended. Every key starts
-// with key and shares its hash slot. A key whose first "{" is followed by
-// "}" (an empty hash tag) cannot share a slot with another key, and is
-// refused with ErrInvalidArgument.
+// otherwise a tag made from key's checksum is appended; the queue is the
+// record followed by ":q". The fencing counter is shared by every lock of
+// the record's hash slot whose key starts with the same prefix (the text
+// before the hash tag; DefaultPrefix for a key without one): P{t}:fence, t a
+// tag of the slot. All three share the record's hash slot. A key whose first
+// "{" is followed by "}" (an empty hash tag) cannot share a slot with another
+// key, and is refused with ErrInvalidArgument.
 func RedisKeys(key string) (record, fence, queue string, err error) {
 	if record, err = recordKey(key); err != nil {
 		return "", "", "", err
 	}
-	return record, record + ":fence", record + ":q", nil
+	return record, fenceKey(key, record), record + ":q", nil
 }
 
 // recordKey returns the Redis key of key's record (see RedisKeys).
@@ -255,7 +252,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 		return Record{}, err
 	}
 	ms := time.Now().UnixMilli() // the record's since
-	res, acked, err := p.run(ctx, acquireScript, 2, r, r+":fence", owner, ttl.Milliseconds(), fenceTTLArg, ms)
+	res, acked, err := p.run(ctx, acquireScript, 2, r, fenceKey(key, r), owner, ttl.Milliseconds(), ms)
 	var rec Record
 	if token, ok := res.(int64); ok && err == nil {
 		// Stored: the reply is the token alone.
@@ -263,6 +260,9 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	} else {
 		reply, _ := res.([]any)
 		rec, err = p.record(ctx, "acquire", key, reply, err)
+		if err == nil {
+			err = checkVersion(key, rec)
+		}
 	}
 	if err == nil && rec.Owner == owner && !rec.Ended {
 		err = p.replicated(key, acked)
@@ -301,10 +301,13 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	case w.Fair:
 		mode = "f"
 	}
-	res, acked, err := p.run(ctx, queueScript, 3, r, f, q, w.Owner, w.TTL.Milliseconds(), fenceTTLArg,
+	res, acked, err := p.run(ctx, queueScript, 3, r, f, q, w.Owner, w.TTL.Milliseconds(),
 		entry(w, ch), mode, queueTTLArg, key, pub, now())
 	reply, _ := res.([]any)
 	rec, err := p.record(ctx, "queue", key, reply, err)
+	if err == nil {
+		err = checkVersion(key, rec)
+	}
 	if err == nil && rec.Owner == w.Owner && !rec.Ended && !rec.Queued {
 		err = p.replicated(key, acked)
 	}
@@ -333,7 +336,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.eval(ctx, leaveScript, 3, r, f, q, w.Owner, entry(w, channel(w.Inbox, prefix)), fenceTTLArg, key, pub, now())
+	_, err = p.eval(ctx, leaveScript, 3, r, f, q, w.Owner, entry(w, channel(w.Inbox, prefix)), key, pub, now())
 	return p.wrap(key, err)
 }
 
@@ -358,7 +361,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if r != key {
 		karg = key
 	}
-	res, err := p.eval(ctx, releaseScript, 3, rarg, f, q, owner, fenceTTLArg, karg, pub, now())
+	res, err := p.eval(ctx, releaseScript, 3, rarg, f, q, owner, karg, pub, now())
 	return p.result("release", key, res, err)
 }
 
@@ -627,7 +630,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, err
 	}
-	reply, err := p.eval(ctx, forceReleaseScript, 3, r, f, q, fenceTTLArg, key, pub, now())
+	reply, err := p.eval(ctx, forceReleaseScript, 3, r, f, q, key, pub, now())
 	res, _ := reply.([]any)
 	if err != nil {
 		return Record{}, p.wrap(key, err)
@@ -808,6 +811,11 @@ func parseGrant(s string) (Grant, bool) {
 	ms, terr := strconv.ParseInt(ttl, 10, 64)
 	if err != nil || terr != nil || rec.Ended {
 		return Grant{}, false
+	}
+	if checkVersion(key, rec) != nil {
+		// Handed on by a process of an earlier version: the waiter's next
+		// look finds the lock its own and reports ErrIncompatible.
+		return Grant{Key: key}, true
 	}
 	return Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}, true
 }

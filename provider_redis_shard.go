@@ -337,6 +337,12 @@ const clusterSlots = 16384
 // Cluster hashes to it. "{" + slotTag(s) + "}" starts a name in slot s, and
 // has no white space, whatever the lock's key holds.
 func slotTag(slot int) string {
+	var buf [10]byte
+	return string(appendSlotTag(buf[:0], slot))
+}
+
+// appendSlotTag appends slotTag(slot) to b.
+func appendSlotTag(b []byte, slot int) []byte {
 	slotTagsOnce.Do(func() {
 		slotTags = new([clusterSlots]uint32)
 		var found [clusterSlots]bool
@@ -349,7 +355,7 @@ func slotTag(slot int) string {
 			}
 		}
 	})
-	return strconv.FormatUint(uint64(slotTags[slot]), 10)
+	return strconv.AppendUint(b, uint64(slotTags[slot]), 10)
 }
 
 var (

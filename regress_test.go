@@ -297,7 +297,6 @@ func TestScriptsSentAgainAfterFlush(t *testing.T) {
 		_, err := p.Acquire(ctx, key, "a", time.Minute)
 		require.ErrorIs(t, err, lock.ErrNotReplicated)
 		_ = p.Release(ctx, key, "a")
-		_ = rc.Del(ctx, key+":fence").Err()
 	})
 }
 

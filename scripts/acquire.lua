@@ -5,8 +5,7 @@
 -- unchanged; the caller reports it. The token is taken first, so that a free
 -- key costs one write: a contended attempt uses up a token, and tokens still
 -- increase.
--- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms, ARGV[4] now
--- (Unix ms)
+-- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] now (Unix ms)
 -- The fencing token, written out here as record.lua's nexttoken does it
 -- (see there): this script runs most often, and a function made on every
 -- call costs Redis more than the rest of it.
@@ -20,10 +19,10 @@ if type(token) == 'table' then
 end
 if token == 1 then
   local t = redis.call('TIME')
-  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 4503599627370496
+  redis.call('SET', KEYS[2], string.format('%d', token))
 end
-local v = ARGV[1] .. ',' .. string.format('%d', token) .. ',' .. ARGV[4]
+local v = ARGV[1] .. ',' .. string.format('%d', token) .. ',' .. ARGV[3]
 if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
   return token
 end

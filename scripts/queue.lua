@@ -2,14 +2,13 @@
 -- {value, pttl} as acquire does, with two more elements when the caller is
 -- queued: 1 and its place in the queue (0 first); {false, 0, 1, place} when
 -- it joined the queue without reading the record.
--- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] fencing counter ttl ms,
--- ARGV[4] the caller's queue entry "owner ttl channel", ARGV[5] mode: 'c' a
--- first attempt at a busy key, 'a' a look again (the caller may be queued),
--- 'f' a fair first attempt, '' a first attempt (after 'c' finds no queue,
--- nobody waits, so fair or not is the same); ARGV[6] queue ttl ms,
--- ARGV[7] key (for messages), ARGV[8] how to publish (see publish in
--- record.lua), ARGV[9] now (Unix ms).
-local owner, entry, mode = ARGV[1], ARGV[4], ARGV[5]
+-- ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] the caller's queue entry "owner ttl
+-- channel", ARGV[4] mode: 'c' a first attempt at a busy key, 'a' a look again
+-- (the caller may be queued), 'f' a fair first attempt, '' a first attempt
+-- (after 'c' finds no queue, nobody waits, so fair or not is the same);
+-- ARGV[5] queue ttl ms, ARGV[6] key (for messages), ARGV[7] how to publish
+-- (see publish in record.lua), ARGV[8] now (Unix ms).
+local owner, entry, mode = ARGV[1], ARGV[3], ARGV[4]
 if mode == 'c' then
   -- A queue exists, so the lock is busy: one command to join it.
   local n = redis.call('RPUSHX', KEYS[3], entry)
@@ -18,9 +17,9 @@ end
 local h = lib()
 local v
 if mode == '' or mode == 'c' then
-  local token, err = h.nexttoken(ARGV[3])
+  local token, err = h.nexttoken()
   if not token then return err end
-  v = owner .. ',' .. token .. ',' .. ARGV[9]
+  v = owner .. ',' .. token .. ',' .. ARGV[8]
   if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then
     return {v, tonumber(ARGV[2])}
   end
@@ -28,10 +27,10 @@ end
 v = redis.call('GET', KEYS[1])
 if not v then
   -- Free (a fair attempt, or a look again): the first waiter goes first.
-  local first, fv, err = h.serve(ARGV[3], ARGV[7], ARGV[8], ARGV[9], entry)
+  local first, fv, err = h.serve(ARGV[6], ARGV[7], ARGV[8], entry)
   if err then return err end
   if not first then
-    fv, err = h.grant(owner, ARGV[2], ARGV[3], ARGV[9], false)
+    fv, err = h.grant(owner, ARGV[2], ARGV[8], false)
     if not fv then return err end
     return {fv, tonumber(ARGV[2])}
   end
@@ -55,7 +54,7 @@ end
 local place = false
 if mode == 'a' then place = redis.call('LPOS', KEYS[3], entry) end
 if not place then place = redis.call('RPUSH', KEYS[3], entry) - 1 end
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
 if not queued then
   redis.call('SET', KEYS[1], v .. ',q', 'KEEPTTL')
 end

@@ -4,7 +4,7 @@
 -- call of a script costs Redis more than the rest of an uncontended
 -- acquire, release or renewal, which read a record of their own owner
 -- inline (as release.lua shows) and call lib() only for anything else.
--- KEYS[1] is the record, KEYS[2] the fencing counter, KEYS[3] the wait
+-- KEYS[1] is the record, KEYS[2] the fencing counter of its slot, KEYS[3] the wait
 -- queue: a list of entries "owner ttl-ms channel" in arrival order, channel
 -- the waiter's inbox or, with sharded pub/sub on a Cluster, its shard
 -- channel in this key's slot (see publish).
@@ -29,14 +29,14 @@ local function lib()
   end
 
   -- nexttoken returns a fresh fencing token from the counter KEYS[2], or nil
-  -- and the error to return. A new counter starts at the server's time in
-  -- microseconds and lives for fencettl ms (INCR keeps its TTL); the next one
-  -- starts at the time then, higher than any token the old one gave (that
-  -- would take a grant a microsecond). So tokens keep increasing across
-  -- counters, and after the server restarts empty, as long as its clock does.
-  -- A server error (OOM, READONLY...) is returned as it is; only a counter that
-  -- holds something else than an integer is reported as corrupt.
-  local function nexttoken(fencettl)
+  -- and the error to return. The counter serves every lock of its hash slot
+  -- and key prefix, and never expires (see provider_redis_fence.go): when it
+  -- does not exist yet (or was lost), it starts at the server's time in
+  -- microseconds plus 2^52, above every token an earlier counter gave as long
+  -- as the clock does not step back. A server error (OOM, READONLY...) is
+  -- returned as it is; only a counter that holds something else than an
+  -- integer is reported as corrupt.
+  local function nexttoken()
     local token = redis.pcall('INCR', KEYS[2])
     if type(token) == 'table' then
       local msg = token.err or ''
@@ -47,8 +47,8 @@ local function lib()
     end
     if token == 1 then
       local t = redis.call('TIME')
-      token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      redis.call('SET', KEYS[2], string.format('%d', token), 'PX', fencettl)
+      token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 4503599627370496
+      redis.call('SET', KEYS[2], string.format('%d', token))
     end
     return string.format('%d', token)
   end
@@ -56,8 +56,8 @@ local function lib()
   -- grant stores a new record for owner with a fresh token, granted at now,
   -- marked queued when queued is true, and returns its value, or nil and the
   -- error to return.
-  local function grant(owner, ttl, fencettl, now, queued)
-    local token, err = nexttoken(fencettl)
+  local function grant(owner, ttl, now, queued)
+    local token, err = nexttoken()
     if not token then return nil, err end
     local v = owner .. ',' .. token .. ',' .. now
     if queued then v = v .. ',q' end
@@ -93,13 +93,13 @@ local function lib()
   -- when the queue is empty (the record is then unchanged, or deleted if it
   -- had been handed to a dead waiter); or nil, nil and an error. The entry me
   -- (if given) is granted without a message.
-  local function serve(fencettl, key, pub, now, me)
+  local function serve(key, pub, now, me)
     while true do
       local e = redis.call('LPOP', KEYS[3])
       if not e then return nil end
       local owner, ttl, ch = string.match(e, '^(%S+) (%d+) (%S+)$')
       if owner then
-        local v, err = grant(owner, ttl, fencettl, now, true)
+        local v, err = grant(owner, ttl, now, true)
         if not v then return nil, nil, err end
         if e == me then return owner, v end
         if not publish(ch, v .. ' ' .. ttl .. '\n' .. key, pub) then return owner, v end

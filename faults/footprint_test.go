@@ -1,0 +1,326 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
+)
+
+// A lock per resource (an order, a tick) leaves nothing behind in Redis:
+// after many distinct names, the keys left are the fencing counters, one per
+// hash slot at most, and the memory Redis uses grows by at most
+// footprintMemory (issue 17).
+const (
+	footprintCycles = 100_000 // Acquire+Release on distinct names
+	footprintMemory = 2 << 20 // bytes of used_memory
+	footprintSlots  = 16384   // counters at most: one per hash slot (one prefix)
+)
+
+// TestFootprint runs footprintCycles acquire+release cycles on distinct
+// names, and more through Middleware, RunTick and waits that queued, against
+// a Redis of its own, and checks what is left: no key but the fencing
+// counters, none with a TTL, at most one per slot, and used_memory up by at
+// most footprintMemory. Then it counts the server's calls per uncontended
+// cycle (INFO commandstats, the calls inside scripts included): at most 6,
+// on fresh names and on reused ones, and no PUBLISH.
+func TestFootprint(t *testing.T) {
+	srv := faults.StartRedis(t)
+	direct := newRedis(t, srv.Addr)
+	rc := newRedis(t, srv.Addr, func(o *redis.Options) { o.PoolSize = 40 })
+	c := newClient(t, rc)
+	ctx := ctxTimeout(t, 5*time.Minute)
+
+	nodes := []*redis.Client{direct}
+	before := footprintWarmUp(t, ctx, c, nodes, []string{"warm-up"})
+	footprintWork(t, ctx, c, "order", footprintCycles, true)
+	footprintCheck(t, ctx, nodes, before)
+
+	// Calls per cycle, on fresh names and then on the same names again.
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = "calls:" + strconv.Itoa(i)
+	}
+	for _, round := range []string{"fresh", "reused"} {
+		counters := dbSize(t, ctx, nodes)
+		require.NoError(t, direct.ConfigResetStat(ctx).Err())
+		for _, name := range names {
+			l, err := c.Acquire(ctx, name, lock.Options{})
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		}
+		stats, err := direct.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		created := dbSize(t, ctx, nodes) - counters // counters made in this round: TIME and SET each
+		calls := serverCalls(stats)
+		perCycle := float64(calls) / float64(len(names))
+		t.Logf("%s names: %d server calls for %d cycles (%.3f a cycle), %d counters created", round, calls, len(names), perCycle, created)
+		expect(t, calls <= int64(6*len(names))+2*created,
+			"%s names: %d server calls for %d acquire+release cycles, more than 6 a cycle (and 2 per counter created: %d)", round, calls, len(names), created)
+		expect(t, infoCount(stats, "cmdstat_publish:", "calls=") == 0, "an uncontended cycle published: %s", stats)
+	}
+}
+
+// TestFootprintCluster is TestFootprint's footprint on a Redis Cluster of
+// three primaries: the counters are spread over the nodes, one per slot at
+// most in all.
+func TestFootprintCluster(t *testing.T) {
+	addrs := startCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 40})
+	t.Cleanup(func() { _ = cc.Close() })
+	c := newClient(t, cc)
+	ctx := ctxTimeout(t, 5*time.Minute)
+	var nodes []*redis.Client
+	for _, a := range addrs {
+		nodes = append(nodes, newRedis(t, a))
+	}
+	// A name on each node.
+	byNode := map[string]string{}
+	for i := 0; len(byNode) < len(addrs); i++ {
+		name := "warm-up:" + strconv.Itoa(i)
+		n, err := cc.MasterForKey(ctx, lock.DefaultPrefix+"{"+name+"}")
+		require.NoError(t, err)
+		byNode[n.Options().Addr] = name
+	}
+	var warm []string
+	for _, name := range byNode {
+		warm = append(warm, name)
+	}
+	before := footprintWarmUp(t, ctx, c, nodes, warm)
+	footprintWork(t, ctx, c, "order", footprintCycles, false)
+	footprintCheck(t, ctx, nodes, before)
+
+	// Waits that queued leave no key either. (Their Client keeps a pub/sub
+	// connection per slot it has waited in, with sharded pub/sub, until it
+	// closes: that is the Client's, not the names', and is not counted
+	// here; the README states it.)
+	footprintWork(t, ctx, c, "queued", footprintCycles/100, true)
+	footprintCheck(t, ctx, nodes, usedMemory(t, ctx, nodes))
+}
+
+// footprintWarmUp opens the client's connections and loads its scripts
+// (which Redis keeps, and which are not per name) on every node, with a
+// contended lock on each, and returns the nodes' used_memory then.
+func footprintWarmUp(t *testing.T, ctx context.Context, c *lock.Client, nodes []*redis.Client, names []string) int64 {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, name := range names {
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					err := c.Do(ctx, name, lock.Options{Wait: true, MaxWait: time.Minute}, func(context.Context) error { return nil })
+					require.NoError(t, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return usedMemory(t, ctx, nodes)
+}
+
+// footprintWork runs the traffic of a lock per resource on c: n
+// acquire+release cycles on distinct names, n/10 calls of a Middleware with
+// a name per argument, n/10 RunTick ticks of a job, and, when queued, n/100
+// waits that queued behind a holder and were handed the lock by its release.
+func footprintWork(t *testing.T, ctx context.Context, c *lock.Client, base string, n int, queued bool) {
+	t.Helper()
+	start := time.Now()
+	parallel(t, 32, n, func(i int) error {
+		l, err := c.Acquire(ctx, base+":"+strconv.Itoa(i), lock.Options{})
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	})
+	t.Logf("%d acquire+release cycles on distinct names in %v", n, time.Since(start).Round(time.Millisecond))
+
+	process, err := lock.Middleware(c, func(context.Context, int) (int, error) { return 0, nil },
+		lock.MiddlewareOptions[int]{NameFunc: func(i int) string { return base + ":mw:" + strconv.Itoa(i) }})
+	require.NoError(t, err)
+	parallel(t, 32, n/10, func(i int) error {
+		_, err := process(ctx, i)
+		return err
+	})
+
+	// Ticks 50 ms apart: each tick's record stays closed for one period
+	// after its run (its grace period), then expires.
+	const every = 50 * time.Millisecond
+	first := time.Now().Truncate(every)
+	parallel(t, 32, n/10, func(i int) error {
+		return c.RunTick(ctx, base+":job", first.Add(time.Duration(i)*every), every, lock.Options{}, func(context.Context) error { return nil })
+	})
+
+	if !queued {
+		return
+	}
+	parallel(t, 8, n/100, func(i int) error {
+		name := base + ":queued:" + strconv.Itoa(i)
+		h, err := c.Acquire(ctx, name, lock.Options{})
+		if err != nil {
+			return err
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: time.Minute})
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		for {
+			st, err := c.Inspect(ctx, name)
+			if err != nil {
+				return err
+			}
+			if st.Waiters > 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := h.Release(ctx); err != nil {
+			return err
+		}
+		return <-got
+	})
+}
+
+// parallel calls fn(0) to fn(n-1) on g goroutines, and fails the test with
+// the first error.
+func parallel(t *testing.T, g, n int, fn func(i int) error) {
+	t.Helper()
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = fmt.Errorf("call %d: %w", i, err) })
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, first)
+}
+
+// footprintCheck checks what the work left on the nodes: once the ticks'
+// grace periods have run out, only fencing counters, without a TTL, at most
+// one per slot, and used_memory at most footprintMemory above before.
+func footprintCheck(t *testing.T, ctx context.Context, nodes []*redis.Client, before int64) {
+	t.Helper()
+	var keys []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		keys = keys[:0]
+		for _, n := range nodes {
+			k, err := n.Keys(ctx, "*").Result()
+			require.NoError(t, err)
+			keys = append(keys, k...)
+		}
+		others := 0
+		for _, k := range keys {
+			if !strings.HasSuffix(k, "}:fence") {
+				others++
+			}
+		}
+		if others == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys other than fencing counters still there 30 s after the work, e.g. %q", others, firstOther(keys))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		for _, k := range mustKeys(t, ctx, n) {
+			ttl, err := n.PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			expect(t, ttl == -1, "fencing counter %q has a TTL (%v)", k, ttl)
+			require.True(t, strings.HasPrefix(k, lock.DefaultPrefix+"{"), "counter %q", k)
+		}
+	}
+	after := usedMemory(t, ctx, nodes)
+	t.Logf("left: %d fencing counters (at most %d); used_memory %d -> %d bytes (+%d)", len(keys), footprintSlots, before, after, after-before)
+	expect(t, len(keys) <= footprintSlots, "%d fencing counters left, more than one per slot", len(keys))
+	expect(t, after-before <= footprintMemory, "used_memory grew by %d bytes, more than %d", after-before, footprintMemory)
+}
+
+func firstOther(keys []string) string {
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "}:fence") {
+			return k
+		}
+	}
+	return ""
+}
+
+func mustKeys(t *testing.T, ctx context.Context, n *redis.Client) []string {
+	t.Helper()
+	k, err := n.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	return k
+}
+
+func usedMemory(t *testing.T, ctx context.Context, nodes []*redis.Client) int64 {
+	t.Helper()
+	var sum int64
+	for _, n := range nodes {
+		info, err := n.Info(ctx, "memory").Result()
+		require.NoError(t, err)
+		sum += faults.InfoField(info, "used_memory")
+	}
+	return sum
+}
+
+func dbSize(t *testing.T, ctx context.Context, nodes []*redis.Client) int64 {
+	t.Helper()
+	var sum int64
+	for _, n := range nodes {
+		s, err := n.DBSize(ctx).Result()
+		require.NoError(t, err)
+		sum += s
+	}
+	return sum
+}
+
+// serverCalls adds up the calls of every command in INFO commandstats but
+// the test's own (INFO, CONFIG RESETSTAT) and those of a connection's set-up
+// or health check, which the client's pool makes now and then (HELLO,
+// CLIENT SETINFO, PING).
+func serverCalls(stats string) int64 {
+	var sum int64
+	for _, l := range strings.Split(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		switch strings.TrimPrefix(name, "cmdstat_") {
+		case "info", "config|resetstat", "hello", "client|setinfo", "ping":
+			continue
+		}
+		sum += infoCount(name+":"+rest, name+":", "calls=")
+	}
+	return sum
+}
