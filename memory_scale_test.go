@@ -125,3 +125,29 @@ func BenchmarkMemoryProviderLiveKeys(b *testing.B) {
 		runtime.KeepAlive(p)
 	}
 }
+
+// TestMemoryProviderKeepsNothingPerName: a lock per resource on the memory
+// provider, 1,000,000 acquire+release cycles on distinct names, leaves no
+// record, and the heap ends about where it started: the tokens come from one
+// counter, and nothing of a released name is kept (issue 17).
+func TestMemoryProviderKeepsNothingPerName(t *testing.T) {
+	const n = 1_000_000
+	ctx := context.Background()
+	p := lock.NewMemoryProvider()
+	baseline := heapAlloc()
+	var last uint64
+	for i := range n {
+		key := "order:" + strconv.Itoa(i)
+		rec, err := p.Acquire(ctx, key, "o", time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, rec.Token, last, "tokens increase")
+		last = rec.Token
+		require.NoError(t, p.Release(ctx, key, "o"))
+	}
+	assert.Equal(t, 0, p.Len(), "no record left")
+	after := heapAlloc()
+	t.Logf("heap: %d bytes before, %d after %d names", baseline, after, n)
+	// A record is about 200 bytes: a map or heap that kept one per name
+	// would hold some 200 MB here.
+	assert.Less(t, int64(after)-int64(baseline), int64(8<<20), "the heap grew by more than 8 MiB over %d names", n)
+}
