@@ -21,7 +21,8 @@ const (
 	EventReleased
 	// EventLost: the lock stopped being held before a clean release (lease
 	// expired, renewal failed, MaxDuration reached, record gone or taken). Err
-	// is the *LostError. Held is how long it was held until then.
+	// is the *LostError, whose Reason says which. Held is how long it was
+	// held until then.
 	EventLost
 	// EventForceReleased: this Client's ForceRelease freed a lock that Owner
 	// held, with Token (see Client.ForceRelease). The holder, in whatever

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock"
 )
@@ -354,4 +357,152 @@ func ExampleClient_Inspect() {
 	// listed: nightly-report lock:{nightly-report} more: false
 	// held after ForceRelease: false
 	// holder's release: true
+}
+
+// With Redis down, an acquisition fails with an error that names the
+// operation, the key and what the server's client said, and matches
+// ErrUnavailable: an outage, not a refusal (ErrNotAcquired). When the
+// context ends before the server's client gives up, the error matches the
+// context's error and ErrUnavailable both, and carries the last error the
+// provider returned.
+func Example_redisDown() {
+	rdb := redis.NewClient(&redis.Options{
+		Addr:          "127.0.0.1:1", // nothing listens there
+		MaxRetries:    -1,            // for the example: give up at the first refused dial
+		DialerRetries: 1,
+	})
+	defer rdb.Close()
+	c, err := lock.NewClient(lock.NewRedisProvider(rdb))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	_, err = c.Acquire(context.Background(), "job", lock.Options{})
+	fmt.Println(err)
+	fmt.Println("unavailable:", errors.Is(err, lock.ErrUnavailable), "not acquired:", errors.Is(err, lock.ErrNotAcquired))
+	// Output:
+	// lock: acquire "lock:{job}": dial tcp 127.0.0.1:1: connect: connection refused
+	// unavailable: true not acquired: false
+}
+
+// A lock needs a name: an empty one is refused before anything is sent.
+func Example_emptyName() {
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	_, err = c.Acquire(context.Background(), "", lock.Options{})
+	fmt.Println(err)
+	fmt.Println("invalid argument:", errors.Is(err, lock.ErrInvalidArgument))
+	// Output:
+	// lock: invalid argument: empty lock name
+	// invalid argument: true
+}
+
+// A key (the prefix and the name in braces) is at most MaxKeyLen bytes.
+func Example_nameTooLong() {
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	_, err = c.Acquire(context.Background(), strings.Repeat("x", 1100), lock.Options{})
+	fmt.Println(err)
+	fmt.Println("invalid argument:", errors.Is(err, lock.ErrInvalidArgument))
+	// Output:
+	// lock: invalid argument: lock key is 1107 bytes, more than 1024
+	// invalid argument: true
+}
+
+// A second Release says the lock was released already: a mistake of the
+// caller, not a loss.
+func ExampleLock_Release_twice() {
+	ctx := context.Background()
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	l, err := c.Acquire(ctx, "report", lock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("first:", l.Release(ctx))
+	err = l.Release(ctx)
+	fmt.Println("second:", err)
+	fmt.Println("released:", errors.Is(err, lock.ErrReleased), "lost:", errors.Is(err, lock.ErrLost))
+	// Output:
+	// first: <nil>
+	// second: lock: release "lock:{report}": already released
+	// released: true lost: false
+}
+
+// Extend after Release says the lock was released, not lost.
+func ExampleLock_Extend_afterRelease() {
+	ctx := context.Background()
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	l, err := c.Acquire(ctx, "report", lock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		panic(err)
+	}
+	err = l.Extend(ctx, time.Minute)
+	fmt.Println(err)
+	fmt.Println("released:", errors.Is(err, lock.ErrReleased), "lost:", errors.Is(err, lock.ErrLost))
+	// Output:
+	// lock: extend "lock:{report}": already released
+	// released: true lost: false
+}
+
+// A holder whose lock an operator freed finds out at its next renewal (or
+// its release) and is told why: its record was removed before its lease ran
+// out, and another owner holds it now.
+func ExampleLostError() {
+	ctx := context.Background()
+	provider := lock.NewMemoryProvider()
+	worker, err := lock.NewClient(provider)
+	if err != nil {
+		panic(err)
+	}
+	defer worker.Close()
+	other, err := lock.NewClient(provider, lock.WithIdentity("worker-2"))
+	if err != nil {
+		panic(err)
+	}
+	defer other.Close()
+
+	l, err := worker.Acquire(ctx, "report", lock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := other.ForceRelease(ctx, "report"); err != nil { // lockctl rm, say
+		panic(err)
+	}
+	l2, err := other.Acquire(ctx, "report", lock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer l2.Release(ctx)
+
+	err = l.Release(ctx)
+	fmt.Println(err)
+	var lost *lock.LostError
+	if errors.As(err, &lost) {
+		fmt.Println("reason:", lost.Reason)
+	}
+	// Output:
+	// lock: lost "lock:{report}" (token 1): another owner holds it (worker-2): its record was removed before its lease ran out (a forced release, or the server lost it)
+	// reason: taken by another owner
 }

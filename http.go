@@ -3,10 +3,17 @@ package lock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 )
+
+// DefaultHTTPMaxWait bounds the wait of a request that HTTPMiddleware serves
+// with Wait and no MaxWait: a web request that waits longer for a lock than
+// its client will wait for an answer serves nobody. Set MaxWait for another
+// bound.
+const DefaultHTTPMaxWait = 5 * time.Second
 
 // HTTPOptions configure HTTPMiddleware. Set Name or NameFunc; every other
 // field has a zero value that works.
@@ -24,13 +31,21 @@ type HTTPOptions struct {
 	// not acquired, or could not be asked for. err is the full error, for
 	// logging: a *NotAcquiredError (ErrNotAcquired, with ErrHeld,
 	// ErrGracePeriod, ErrTimeout or the request context's error), an error
-	// matching ErrInvalidArgument, or the provider's error. It holds the lock's
-	// key and the provider's words, so it should not be written to the
-	// response as it is. Nil means WriteHTTPError.
+	// matching ErrInvalidArgument, or the provider's error (ErrUnavailable).
+	// It holds the lock's key and the provider's words, so it should not be
+	// written to the response as it is. Nil means WriteHTTPError, with a log
+	// record through the Client's logger (WithLogger): "lock: request not
+	// served" at warning level for a 503 that the provider caused
+	// (ErrUnavailable) or that has no known cause, at debug level for the
+	// rest (423 refusals, 400 for a bad name, 503 for a request whose
+	// context ended or a closed Client). A handler of your own logs what it
+	// wants.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// Options say how each request's lock is acquired and held; the zero
-	// value tries once, without waiting.
+	// value tries once, without waiting. With Wait, a MaxWait of zero means
+	// DefaultHTTPMaxWait (5 s; MaxDuration when that is shorter), not
+	// MaxDuration as elsewhere: a request waits seconds, not an hour.
 	Options
 }
 
@@ -53,14 +68,23 @@ func HTTPMiddleware(c *Client, opts HTTPOptions) (func(http.Handler) http.Handle
 	}
 	fail := opts.ErrorHandler
 	if fail == nil {
-		fail = WriteHTTPError
+		fail = func(w http.ResponseWriter, r *http.Request, err error) {
+			logRefusal(c.log, r, err, writeHTTPError(w, err))
+		}
+	}
+	o := opts.Options
+	if o.Wait && o.MaxWait == 0 {
+		o.MaxWait = DefaultHTTPMaxWait
+		if o.MaxDuration > 0 {
+			o.MaxWait = min(o.MaxWait, o.MaxDuration)
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ran := false
 			key, err := keyOf(r)
 			if err == nil {
-				err = c.do(r.Context(), key, opts.Options, func(ctx context.Context) error {
+				err = c.do(r.Context(), key, o, func(ctx context.Context) error {
 					ran = true
 					next.ServeHTTP(w, r.WithContext(ctx))
 					return nil
@@ -85,12 +109,22 @@ func HTTPMiddleware(c *Client, opts HTTPOptions) (func(http.Handler) http.Handle
 //     runs, says nothing about when it finishes.
 //   - 400 Bad Request when the lock name is empty or too long
 //     (ErrInvalidArgument).
-//   - 503 Service Unavailable otherwise: the provider unreachable, the client
-//     closed, the request's context ended.
+//   - 503 Service Unavailable otherwise: the provider unreachable or failing
+//     (ErrUnavailable, also when a wait timed out while the provider did
+//     not answer), the client closed, the request's context ended.
+//
+// It logs nothing; HTTPMiddleware's default handler logs (see
+// HTTPOptions.ErrorHandler).
 func WriteHTTPError(w http.ResponseWriter, _ *http.Request, err error) {
+	writeHTTPError(w, err)
+}
+
+// writeHTTPError is WriteHTTPError; it returns the status it answered.
+func writeHTTPError(w http.ResponseWriter, err error) int {
 	code := http.StatusServiceUnavailable
 	var na *NotAcquiredError
 	switch {
+	case errors.Is(err, ErrUnavailable):
 	case errors.As(err, &na) && (errors.Is(err, ErrHeld) || errors.Is(err, ErrGracePeriod) || errors.Is(err, ErrTimeout)):
 		code = http.StatusLocked
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(na)))
@@ -98,6 +132,24 @@ func WriteHTTPError(w http.ResponseWriter, _ *http.Request, err error) {
 		code = http.StatusBadRequest
 	}
 	http.Error(w, http.StatusText(code), code)
+	return code
+}
+
+// logRefusal logs a request that the default ErrorHandler answered with
+// code: at warning level a 503 that the provider caused, or whose cause is
+// not known; at debug level the refusals a service expects (a held lock, a
+// bad name, a request whose context ended, a closed Client).
+func logRefusal(log *slog.Logger, r *http.Request, err error, code int) {
+	level := slog.LevelDebug
+	var na *NotAcquiredError
+	if code == http.StatusServiceUnavailable && !errors.Is(err, ErrClosed) && (errors.Is(err, ErrUnavailable) || !errors.As(err, &na)) {
+		level = slog.LevelWarn
+	}
+	ctx := r.Context()
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	log.Log(ctx, level, "lock: request not served", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
 }
 
 // retryAfterSeconds is the Retry-After of a 423, as WriteHTTPError says.

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -344,6 +345,7 @@ func TestWriteHTTPError(t *testing.T) {
 		{"context ended", &lock.NotAcquiredError{Key: "lock:k", Reason: context.Canceled}, http.StatusServiceUnavailable, ""},
 		{"invalid argument", errors.Join(lock.ErrInvalidArgument, errors.New("empty lock name")), http.StatusBadRequest, ""},
 		{"provider", errMwDown, http.StatusServiceUnavailable, ""},
+		{"timed out, provider unavailable", &lock.NotAcquiredError{Key: "lock:k", Reason: errors.Join(lock.ErrTimeout, lock.ErrUnavailable)}, http.StatusServiceUnavailable, ""},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -379,4 +381,75 @@ func TestHTTPMiddleware_InvalidArguments(t *testing.T) {
 			assert.Nil(t, mw, "HTTPMiddleware should return no middleware with an error")
 		})
 	}
+}
+
+// Issue 22, item 4: with Wait and no MaxWait, a request waits at most
+// DefaultHTTPMaxWait for a held lock (it waited up to MaxDuration's default,
+// an hour); a MaxWait or a shorter MaxDuration of the user's wins.
+func TestHTTPMiddleware_WaitBoundedByDefault(t *testing.T) {
+	c := newClient(t, lock.NewMemoryProvider())
+	name := uniqueName(t)
+	primHold(t, c, name)
+	for _, tc := range []struct {
+		what string
+		o    lock.Options
+		want time.Duration
+	}{
+		{"default", lock.Options{Wait: true}, lock.DefaultHTTPMaxWait},
+		{"MaxWait", lock.Options{Wait: true, MaxWait: 200 * time.Millisecond, MaxDuration: time.Hour}, 200 * time.Millisecond},
+		{"shorter MaxDuration", lock.Options{Wait: true, MaxDuration: 300 * time.Millisecond}, 300 * time.Millisecond},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			mw, err := lock.HTTPMiddleware(c, lock.HTTPOptions{Name: name, Options: tc.o})
+			require.NoError(t, err)
+			var calls atomic.Int32
+			began := time.Now()
+			resp := httpServe(t, ctxTimeout(t, 3*lock.DefaultHTTPMaxWait), mw(httpCounted(&calls)), http.MethodPost, "/run")
+			took := time.Since(began)
+
+			assert.Equal(t, http.StatusLocked, resp.Code, "a wait that timed out is answered 423; body: %s", resp.Body)
+			assert.GreaterOrEqual(t, took, tc.want-tc.want/10, "the request waits for the lock until its bound")
+			assert.Less(t, took, tc.want+2*time.Second, "the request waits no longer than its bound")
+			assert.Zero(t, calls.Load(), "the handler must not be called without the lock")
+		})
+	}
+}
+
+// Issue 22, item 4: the default ErrorHandler logs what it refuses through
+// the Client's logger: a provider failure (503) at warning level, a held
+// lock (423) and a bad name (400) at debug level.
+func TestHTTPMiddleware_DefaultHandlerLogs(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p := &downProvider{Provider: lock.NewMemoryProvider()}
+	c := newClient(t, p, lock.WithLogger(log), lock.WithReleaseTimeout(time.Second))
+	held := uniqueName(t)
+	primHold(t, c, held)
+	mw, err := lock.HTTPMiddleware(c, lock.HTTPOptions{NameFunc: func(r *http.Request) string { return r.URL.Query().Get("name") }})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	h := mw(httpCounted(&calls))
+
+	resp := httpServe(t, ctx, h, http.MethodPost, "/run?name="+held)
+	require.Equal(t, http.StatusLocked, resp.Code)
+	resp = httpServe(t, ctx, h, http.MethodPost, "/run?name=")
+	require.Equal(t, http.StatusBadRequest, resp.Code)
+	p.mode.Store("fail")
+	resp = httpServe(t, ctx, h, http.MethodPost, "/run?name=other")
+	require.Equal(t, http.StatusServiceUnavailable, resp.Code)
+	assertHidesInternals(t, resp, errDown.Error())
+
+	lines := buf.lines(`msg="lock: request not served"`)
+	require.Len(t, lines, 3, "each refusal is logged once:\n%s", buf.String())
+	assert.Contains(t, lines[0], "level=DEBUG", "a held lock is logged at debug level")
+	assert.Contains(t, lines[0], "status=423")
+	assert.Contains(t, lines[0], "held by another owner")
+	assert.Contains(t, lines[1], "level=DEBUG", "a bad name is logged at debug level")
+	assert.Contains(t, lines[1], "status=400")
+	assert.Contains(t, lines[2], "level=WARN", "a provider failure is logged at warning level")
+	assert.Contains(t, lines[2], "status=503")
+	assert.Contains(t, lines[2], "path=/run")
+	assert.Contains(t, lines[2], errDown.Error(), "the log says the provider's error")
+	assert.Zero(t, calls.Load())
 }

@@ -92,11 +92,13 @@ func (c *Client) List(ctx context.Context, limit int) (locks []Status, more bool
 
 // ForceRelease frees the lock called name whoever holds it, held or in a
 // grace period, and returns the record it removed (Waiters is not counted
-// there): the first waiter, if one is queued, is handed the lock. It is for operators (a holder that hangs, a
-// window to cut short), not for normal work: the holder is told its lock is
-// lost only at its next renewal (within a third of its lease), and may act
-// on the resource until then; its fencing token tells the resource which
-// grant is newer. The release is logged at warning level and emitted as
+// there): the first waiter, if one is queued, is handed the lock. It is for
+// operators (a holder that hangs, a window to cut short), not for normal
+// work: the holder is told its lock is lost only at its next renewal
+// (within a third of its lease) or its release, and may act on the resource
+// until then; its fencing token tells the resource which grant is newer.
+// Its LostError says LostRemoved, or LostTaken when another owner took the
+// lock meanwhile. The release is logged at warning level and emitted as
 // EventForceReleased.
 func (c *Client) ForceRelease(ctx context.Context, name string) (Status, error) {
 	key, err := c.checkName(name)

@@ -29,7 +29,8 @@ type Options struct {
 	// context ends. Without Wait, a held lock fails the call at once with ErrHeld.
 	Wait bool
 
-	// MaxWait bounds a wait (ErrTimeout). Zero means MaxDuration. Bound the
+	// MaxWait bounds a wait (ErrTimeout). Zero means MaxDuration
+	// (DefaultHTTPMaxWait in HTTPMiddleware). Bound the
 	// wait with MaxWait rather than with the context's deadline, which the
 	// held lock's work inherits in Do, Middleware and New: "wait at most 10s,
 	// then run for up to an hour" is MaxWait 10s, MaxDuration 1h.
@@ -148,8 +149,12 @@ func checkIdentity(id string) error {
 	return nil
 }
 
-// WithLogger sends debug records about acquisitions, waits and releases to l.
-// The default discards them. Errors returned to the caller are not logged.
+// WithLogger sends the Client's log records to l: at debug level,
+// acquisitions, waits and releases; at warning level, a lost lock (with the
+// key, the token, how long it was held and the LostReason) and a forced
+// release; and the refusals of HTTPMiddleware's default ErrorHandler. The
+// default discards them. Errors returned to the caller are not logged, but
+// for a loss, the one event an operator must see whoever handles the error.
 func WithLogger(l *slog.Logger) ClientOption {
 	return func(c *Client) {
 		if l != nil {

@@ -20,7 +20,9 @@
 // records, fencing tokens, renewals and grace periods (Acquire, Release,
 // Update), bad input, the wait queue (Queue, Leave, Listen, and how Release
 // and Update serve a queue), and what operators use (Inspect, List,
-// ForceRelease); each check is a subtest named after the
+// ForceRelease), and what a lock.Client on the provider promises where it
+// rests on the provider's answers (a lock found lost is reported, with why,
+// before Done is closed); each check is a subtest named after the
 // property it checks, so that one can be rerun with go test -run. Checks of
 // behaviour that the contract leaves open run only when the Backend says the
 // provider has it (see its fields).
@@ -97,6 +99,7 @@ func Run(t *testing.T, b Backend) {
 	s.runRecords(t)
 	s.runQueue(t)
 	s.runInspect(t)
+	s.runClient(t)
 }
 
 // suite is one backend's provider under test.

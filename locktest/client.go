@@ -1,0 +1,137 @@
+package locktest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// runClient checks what a lock.Client built on the provider promises its
+// users where that rests on the provider's answers: a lock lost under its
+// holder is reported as lost, with why, and Done is closed only once Err
+// says so.
+func (s *suite) runClient(t *testing.T) {
+	t.Run("ReleaseOfTakenLockSaysLostBeforeDone", s.releaseOfTakenLock)
+	t.Run("RenewalFindsLockRemovedOrTaken", s.renewalFindsLockRemovedOrTaken)
+}
+
+// newClient returns a Client on p, closed at the end of the test.
+func newClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
+	t.Helper()
+	c, err := lock.NewClient(p, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// slowRelease is a provider whose releases (and grace-period writes) wait d
+// before they reach the provider, as over a slow network: a watcher of Done
+// has the time to read Err before the provider answers.
+type slowRelease struct {
+	lock.Provider
+	d time.Duration
+}
+
+func (p slowRelease) Release(ctx context.Context, key, owner string) error {
+	time.Sleep(p.d)
+	return p.Provider.Release(ctx, key, owner)
+}
+
+func (p slowRelease) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	if ended {
+		time.Sleep(p.d)
+	}
+	return p.Provider.Update(ctx, key, owner, ttl, ended)
+}
+
+// releaseOfTakenLock: a lock whose record was force-released and granted to
+// another owner is released while a goroutine waits on Done: the Release
+// returns a *lock.LostError (LostTaken, naming the new holder), and the
+// goroutine, reading Err right after Done, gets that same error, never nil
+// (issue 23: Done used to be closed before the provider had answered). With
+// a grace period too, whose release is an Update.
+func (s *suite) releaseOfTakenLock(t *testing.T) {
+	ctx := s.ctx
+	for _, grace := range []time.Duration{0, time.Second} {
+		c := newClient(t, slowRelease{s.b.New(t), 50 * time.Millisecond})
+		other := newClient(t, s.b.New(t))
+		name := uniqueName(t)
+		l, err := c.Acquire(ctx, name, lock.Options{GracePeriod: grace})
+		require.NoError(t, err)
+		_, err = other.ForceRelease(ctx, name)
+		require.NoError(t, err)
+		l2, err := other.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err, "grace %v: a force-released lock is free for another owner", grace)
+		t.Cleanup(func() { _ = l2.Release(context.Background()) })
+
+		seen := make(chan error, 1)
+		done := l.Done()
+		go func() {
+			<-done
+			seen <- l.Err()
+		}()
+		err = l.Release(ctx)
+		require.ErrorIs(t, err, lock.ErrLost, "grace %v: the release finds the lock taken", grace)
+		select {
+		case werr := <-seen:
+			assert.Equal(t, err, werr, "grace %v: Err read right after Done is the loss Release returned", grace)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("grace %v: Done was not closed after Release returned", grace)
+		}
+		var le *lock.LostError
+		if assert.ErrorAs(t, err, &le) {
+			assert.Equal(t, lock.LostTaken, le.Reason, "grace %v: another owner was found before the lease ran out", grace)
+			assert.Equal(t, l2.Owner(), le.Holder, "grace %v: the LostError names the new holder", grace)
+		}
+		assert.NoError(t, l2.Release(ctx), "grace %v: the late release left the new holder's record", grace)
+	}
+}
+
+// renewalFindsLockRemovedOrTaken: a renewal (here Extend, which renews at
+// once) that finds the key free reports LostRemoved; one that finds it held
+// by another owner reports LostTaken with the holder. Both are the cause of
+// the handler's context in Do.
+func (s *suite) renewalFindsLockRemovedOrTaken(t *testing.T) {
+	ctx := s.ctx
+	for _, taken := range []bool{false, true} {
+		c := newClient(t, s.b.New(t))
+		other := newClient(t, s.b.New(t))
+		name := uniqueName(t)
+		var l2 *lock.Lock
+		var cause error
+		err := c.Do(ctx, name, lock.Options{Lease: 30 * time.Second}, func(ctx context.Context) error {
+			if _, err := other.ForceRelease(ctx, name); err != nil {
+				return err
+			}
+			if taken {
+				var err error
+				if l2, err = other.Acquire(ctx, name, lock.Options{}); err != nil {
+					return err
+				}
+			}
+			l, _ := lock.FromContext(ctx)
+			_ = l.Extend(ctx, time.Minute)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return cause
+		})
+		if l2 != nil {
+			t.Cleanup(func() { _ = l2.Release(context.Background()) })
+		}
+		require.ErrorIs(t, err, lock.ErrLost, "taken %v", taken)
+		var le *lock.LostError
+		require.ErrorAs(t, cause, &le, "taken %v: the handler's context's cause is the loss", taken)
+		if taken {
+			assert.Equal(t, lock.LostTaken, le.Reason, "the renewal found another owner")
+			assert.Equal(t, l2.Owner(), le.Holder, "the LostError names the new holder")
+		} else {
+			assert.Equal(t, lock.LostRemoved, le.Reason, "the renewal found the key free")
+			assert.Empty(t, le.Holder)
+		}
+	}
+}
