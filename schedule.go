@@ -40,10 +40,10 @@ func TickName(job string, tick time.Time) string {
 //
 // o is used as Do uses it (Wait, MaxDuration, Lease), except that GracePeriod
 // is at least every. Runs of different ticks may overlap when a run lasts
-// longer than a period. Every tick is a new lock name: on Redis, each leaves
-// its small fencing counter for as long as the provider keeps one (an hour),
-// and the tokens of successive ticks still increase, because a new counter
-// starts at the server's clock in microseconds.
+// longer than a period. Every tick is a new lock name, whose record stays
+// for its grace period and then expires: nothing else of it is kept (on
+// Redis, tokens come from the counter of the name's hash slot, so the tokens
+// of successive ticks increase).
 //
 // On success, fn ran in this replica and RunTick returns fn's error joined with
 // the release's, as Do does; the tick then stays closed even when fn failed

@@ -12,9 +12,9 @@
 // unless -run names it). Several copies of the binary started at once with the
 // same -run behave like the replicas below, and a later run with that -run,
 // within ten minutes, finds the schema already migrated. A run with a random id
-// deletes its schema version at the end and leaves in Redis only the library's
-// fencing counter, which expires within an hour; with -run, the version stays
-// too, and expires ten minutes after the migration.
+// deletes its schema version at the end and leaves in Redis only the fencing
+// counter of the lock's hash slot, which every lock of that slot shares; with
+// -run, the version stays too, and expires ten minutes after the migration.
 package main
 
 import (

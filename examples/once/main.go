@@ -11,8 +11,9 @@
 // do not see each other's locks. Start the binary several times (or on several
 // machines) at once with the same -run: all their replicas compete for the
 // same lock, and a run with that -run within the grace period of the last one
-// skips too. A run leaves in Redis only keys that expire: the lock, for the
-// grace period, and the library's fencing counter, within an hour.
+// skips too. A run leaves in Redis only the lock, which expires after the grace
+// period, and the fencing counter of its hash slot, which every lock of that
+// slot shares.
 package main
 
 import (
