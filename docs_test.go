@@ -236,8 +236,9 @@ func TestREADMEHTTPQueue(t *testing.T) {
 // own, and builds (or lists) a program that imports what they got. The
 // repository is reached through git's url.insteadOf, pointed at this
 // checkout, whose HEAD stands for main: what a user gets is the commit, not
-// the working tree. It needs git and the modules' dependencies (from the
-// module cache, else GOPROXY): CI runs it; elsewhere set LOCK_TEST_INSTALL.
+// the working tree. It also checks that no tag exists, as the README says.
+// It needs git and the modules' dependencies (from the module cache, else
+// GOPROXY): CI runs it; elsewhere set LOCK_TEST_INSTALL.
 func TestREADMEInstall(t *testing.T) {
 	if os.Getenv("CI") == "" && os.Getenv("LOCK_TEST_INSTALL") == "" {
 		t.Skip("runs go and git, which may download modules: set LOCK_TEST_INSTALL=1 (CI runs it)")
@@ -251,6 +252,10 @@ func TestREADMEInstall(t *testing.T) {
 	out, err := exec.Command(git, "-C", root, "rev-parse", "HEAD").Output()
 	require.NoError(t, err, "the checkout should be a git repository")
 	head := strings.TrimSpace(string(out))
+	out, err = exec.Command(git, "-C", root, "tag", "--list").Output()
+	require.NoError(t, err)
+	require.Empty(t, strings.TrimSpace(string(out)),
+		"the README's Install section says that no version is tagged: now that one is, say how to get it")
 	out, err = exec.Command(gobin, "env", "GOMODCACHE", "GOPROXY").Output()
 	require.NoError(t, err)
 	goenv := strings.Split(strings.TrimSpace(string(out)), "\n")

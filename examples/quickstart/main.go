@@ -43,6 +43,7 @@ func run() error {
 		defer c.Close()
 		clients = append(clients, c)
 	}
+	var ran tickCounter
 	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
 	for i, c := range clients {
@@ -55,11 +56,14 @@ func run() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = schedule(ctx, c, replica, time.Second, late, 2)
+			errs[i] = schedule(ctx, c, replica, time.Second, late, 2, &ran)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := ran.once(2); err != nil {
 		return err
 	}
 
@@ -117,8 +121,8 @@ func run() error {
 // schedule is one replica's scheduler of the nightly report, with a period
 // of every: it waits for each of the next n ticks (late by late, as a busy
 // replica's timer fires) and runs the report under the tick's lock, as the
-// README's quickstart does with a period of a day.
-func schedule(ctx context.Context, c *lock.Client, replica string, every, late time.Duration, n int) error {
+// README's quickstart does with a period of a day. It counts its runs in ran.
+func schedule(ctx context.Context, c *lock.Client, replica string, every, late time.Duration, n int, ran *tickCounter) error {
 	for range n {
 		// The tick names the run: the time it was scheduled for, the same in
 		// every replica, never the time this replica's timer fired.
@@ -131,6 +135,7 @@ func schedule(ctx context.Context, c *lock.Client, replica string, every, late t
 		at := tick.Format("15:04:05")
 		err := c.RunTick(ctx, "nightly-report", tick, every, lock.Options{}, func(ctx context.Context) error {
 			fmt.Printf("tick %s, %s: sending the nightly report\n", at, replica)
+			ran.add(tick)
 			time.Sleep(200 * time.Millisecond) // the work
 			return nil
 		})
@@ -142,6 +147,37 @@ func schedule(ctx context.Context, c *lock.Client, replica string, every, late t
 		case err != nil:
 			return err // the job failed, or the provider did
 		}
+	}
+	return nil
+}
+
+// tickCounter counts the runs of each tick.
+type tickCounter struct {
+	mu   sync.Mutex
+	runs map[time.Time]int
+}
+
+func (tc *tickCounter) add(tick time.Time) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.runs == nil {
+		tc.runs = map[time.Time]int{}
+	}
+	tc.runs[tick]++
+}
+
+// once returns an error unless each tick that ran ran once, and at least n
+// ticks ran (more when a replica's timer was held up past a whole tick).
+func (tc *tickCounter) once(n int) error {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	for tick, runs := range tc.runs {
+		if runs != 1 {
+			return fmt.Errorf("tick %s ran %d times", tick.Format(time.RFC3339), runs)
+		}
+	}
+	if len(tc.runs) < n {
+		return fmt.Errorf("%d ticks ran, not %d", len(tc.runs), n)
 	}
 	return nil
 }
