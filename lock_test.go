@@ -42,7 +42,8 @@ func TestAcquireRelease(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 		assertClosed(t, l.Done(), "Done is closed after Release")
 		assert.NoError(t, l.Err(), "a clean release leaves no error")
-		assert.NoError(t, l.Release(ctx), "Release after Release returns nil")
+		assert.ErrorIs(t, l.Release(ctx), lock.ErrReleased, "Release after a clean Release says it was released")
+		assert.NotErrorIs(t, l.Release(ctx), lock.ErrLost, "and not that it was lost")
 
 		l2, err := c.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err, "the lock is free after Release")
@@ -592,7 +593,8 @@ func TestExtend(t *testing.T) {
 		assertTTL(t, lock.DefaultMaxDuration, holder(t, b.replica(t), l.Key()).TTL, "Extend is cut to what is left of MaxDuration")
 		require.NoError(t, l.Release(ctx))
 		err = l.Extend(ctx, time.Second)
-		assert.ErrorIs(t, err, lock.ErrLost, "a released lock cannot be extended")
+		assert.ErrorIs(t, err, lock.ErrReleased, "a released lock cannot be extended")
+		assert.NotErrorIs(t, err, lock.ErrLost, "and it was not lost")
 	})
 }
 
