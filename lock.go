@@ -42,6 +42,7 @@ type Client struct {
 	hooks          []func(Event)
 	debug          bool // log is enabled at debug level
 	poll           time.Duration
+	claim          time.Duration // see WithClaimWindow
 	releaseTimeout time.Duration
 
 	id     string // this client's random id; it names its inbox
@@ -74,6 +75,7 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 		log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		clock:          systemClock{},
 		poll:           time.Second,
+		claim:          time.Second,
 		releaseTimeout: 5 * time.Second,
 		id:             uuid.NewString(),
 	}

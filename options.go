@@ -194,6 +194,27 @@ func WithPollInterval(d time.Duration) ClientOption {
 	}
 }
 
+// WithClaimWindow sets how long a lock handed to a waiter stays its own
+// before the waiter takes it up (the default is one second). A waiter's
+// record, whether a release handed it over or the waiter's own request took
+// it, is stored for the claim window only, and the waiter extends it to its
+// lease before it relies on it (a grant handed over) or right after (a grant
+// its own request took). A waiter whose process is stalled when the lock is
+// handed to it (a long GC pause, SIGSTOP, a frozen VM) does not take it up:
+// the record expires at the end of the window, and the next waiter's look
+// takes it, so the lock idles for the window (plus the poll interval, when
+// that is longer), not for a lease. The stalled waiter, when it resumes,
+// finds the grant gone and waits again, at the back of the queue. A window
+// at least as long as the lease turns this off: a handed-over record then
+// lives a lease. d must be at least a millisecond; other values are ignored.
+func WithClaimWindow(d time.Duration) ClientOption {
+	return func(c *Client) {
+		if d >= time.Millisecond {
+			c.claim = d
+		}
+	}
+}
+
 // WithReleaseTimeout bounds the release and window writes and the clean-ups
 // of abandoned acquisitions, which run on a context of their own (the
 // caller's values, not its cancellation) so that a cancelled caller cannot

@@ -119,7 +119,9 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 		acquisition: *a,
 		// A wait starts only once the key was seen busy (Acquire): first
 		// look for a queue to join.
-		req:    Waiter{Owner: a.owner, TTL: a.o.Lease, Fair: a.o.Fair, Contended: true},
+		// Its record is stored for the claim window: a grant that nobody
+		// takes up passes on (see WithClaimWindow).
+		req:    Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Fair: a.o.Fair, Contended: true},
 		grants: make(chan Grant, 1),
 		wake:   make(chan struct{}, 1),
 	}

@@ -329,6 +329,7 @@ func TestHelperProcess(t *testing.T) {
 var roles = map[string]func(t *testing.T){
 	"counter": roleCounter,
 	"holder":  roleHolder,
+	"waiter":  roleWaiter,
 }
 
 // report writes one report line to the parent.

@@ -2,6 +2,7 @@ package locktest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 func (s *suite) runClient(t *testing.T) {
 	t.Run("ReleaseOfTakenLockSaysLostBeforeDone", s.releaseOfTakenLock)
 	t.Run("RenewalFindsLockRemovedOrTaken", s.renewalFindsLockRemovedOrTaken)
+	t.Run("GrantToStalledWaiterPassesOn", s.grantToStalledWaiterPassesOn)
 }
 
 // newClient returns a Client on p, closed at the end of the test.
@@ -134,4 +136,130 @@ func (s *suite) renewalFindsLockRemovedOrTaken(t *testing.T) {
 			assert.Empty(t, le.Holder)
 		}
 	}
+}
+
+// stalledGrants is a provider whose Listen holds back the grants it
+// delivers once stall is called, until resume: the grants of a process that
+// is stalled (a long GC pause, SIGSTOP) while its connection stays open.
+type stalledGrants struct {
+	lock.Provider
+	mu      sync.Mutex
+	stalled bool
+	held    []func()
+}
+
+func (p *stalledGrants) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+	return p.Provider.Listen(ctx, inbox, func(g lock.Grant) {
+		p.mu.Lock()
+		if p.stalled && g.Owner != "" {
+			p.held = append(p.held, func() { deliver(g) })
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		deliver(g)
+	})
+}
+
+func (p *stalledGrants) stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+// resume delivers the grants held back, holds no more, and returns how
+// many there were.
+func (p *stalledGrants) resume() int {
+	p.mu.Lock()
+	held := p.held
+	p.held, p.stalled = nil, false
+	p.mu.Unlock()
+	for _, d := range held {
+		d()
+	}
+	return len(held)
+}
+
+// grantToStalledWaiterPassesOn: a release hands the lock to the first
+// waiter, whose process is stalled (its grants held back, its polls an hour
+// apart). The live waiter behind it gets the lock once the claim window has
+// run out, not a lease later; the stalled one, when it resumes, finds the
+// grant gone, waits again and gets the lock after the live one, with a
+// greater token; never two holders at once (issue 23: the lock used to idle
+// for the stalled waiter's whole lease).
+func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
+	if !s.expires(t) {
+		return
+	}
+	ctx := s.ctx
+	const (
+		window = 300 * time.Millisecond
+		lease  = 10 * time.Second
+	)
+	name := uniqueName(t)
+	holder := newClient(t, s.b.New(t))
+	sp := &stalledGrants{Provider: s.b.New(t)}
+	stalled := newClient(t, sp, lock.WithPollInterval(time.Hour), lock.WithClaimWindow(window))
+	live := newClient(t, s.b.New(t), lock.WithPollInterval(50*time.Millisecond), lock.WithClaimWindow(window))
+
+	h, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	type result struct {
+		l    *lock.Lock
+		err  error
+		when time.Time
+	}
+	stalledGot, liveGot := make(chan result, 1), make(chan result, 1)
+	waitFor := func(c *lock.Client, got chan<- result) {
+		l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 30 * time.Second, Lease: lease})
+		got <- result{l, err, time.Now()}
+	}
+	waiters := func(n int) func() bool {
+		return func() bool {
+			st, err := holder.Inspect(ctx, name)
+			return err == nil && st.Waiters == n
+		}
+	}
+	go waitFor(stalled, stalledGot)
+	require.Eventually(t, waiters(1), 10*time.Second, 5*time.Millisecond, "the first waiter queues")
+	go waitFor(live, liveGot)
+	require.Eventually(t, waiters(2), 10*time.Second, 5*time.Millisecond, "the second waiter queues")
+
+	sp.stall()
+	released := time.Now()
+	require.NoError(t, h.Release(ctx)) // hands the lock to the stalled waiter
+	var lv result
+	select {
+	case lv = <-liveGot:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the live waiter did not get the lock")
+	}
+	require.NoError(t, lv.err)
+	waited := lv.when.Sub(released)
+	t.Logf("the live waiter got the lock %v after the release (claim window %v, lease %v)", waited.Round(time.Millisecond), window, lease)
+	assert.Less(t, waited, lease/2, "the live waiter waited for the stalled waiter's lease")
+	assert.Greater(t, lv.l.Token(), h.Token())
+
+	// The stalled waiter resumes: its grant is gone, it waits again.
+	require.Equal(t, 1, sp.resume(), "a grant was handed to the stalled waiter")
+	select {
+	case r := <-stalledGot:
+		t.Fatalf("the stalled waiter took a lock that had passed on: %v, %v", r.l, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	st, err := holder.Inspect(ctx, name)
+	require.NoError(t, err)
+	assert.Equal(t, lv.l.Owner(), st.Owner, "the live waiter holds the lock")
+	require.NoError(t, lv.l.Err())
+	require.NoError(t, lv.l.Release(ctx))
+
+	var sv result
+	select {
+	case sv = <-stalledGot:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the resumed waiter did not get the lock after the live one")
+	}
+	require.NoError(t, sv.err)
+	assert.Greater(t, sv.l.Token(), lv.l.Token(), "tokens increase")
+	require.NoError(t, sv.l.Release(ctx))
 }
