@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -144,28 +145,64 @@ func (p *RedisProvider) publishing(ctx context.Context, record string) (arg any,
 // or with prefix, its shard channel in one slot.
 func channel(inbox, prefix string) string { return prefix + inbox }
 
-// subscribeShard makes sure that every Listen of this provider on inbox is
-// subscribed to ch, a shard channel of the inbox, and that Redis has
-// confirmed it, before a waiter is queued with ch: no grant sent to ch is
-// then lost. A subscription that fails is not an error (the waiter, nobody
-// hearing its grant, is skipped, and looks again at its next poll, as with
-// a Listen that failed); only ctx ending is.
+// shardLinger is how long a shard channel stays subscribed once no waiter
+// queued with it is left, so that a slot waited in again and again is not
+// subscribed anew for each wait.
+const shardLinger = 3 * time.Second
+
+// shardPing is how long a shard connection may be silent before it is sent
+// a PING; one that has answered nothing after as long again is taken for
+// broken.
+const shardPing = 3 * time.Second
+
+// subscribeShard is queueShard for a waiter that is not named: ch is kept
+// until the Listen stops. (Queue names its waiter: see queueShard.)
 func (p *RedisProvider) subscribeShard(ctx context.Context, inbox, ch string) error {
+	return p.queueShard(ctx, inbox, ch, ","+ch) // no owner has a comma: never unqueued
+}
+
+// queueShard makes sure that every Listen of this provider on inbox is
+// subscribed to ch, a shard channel of the inbox, and that Redis has
+// confirmed it, before owner is queued with ch: no grant sent to ch is then
+// lost. Each Listen keeps ch while owner may still be granted the lock on
+// it (see unqueueShard). A subscription that fails is not an error (the
+// waiter, nobody hearing its grant, is skipped, and looks again at its next
+// poll, as with a Listen that failed); only ctx ending is.
+func (p *RedisProvider) queueShard(ctx context.Context, inbox, ch, owner string) error {
 	p.shard.mu.Lock()
 	ls := slices.Clone(p.shard.listeners[inbox])
 	p.shard.mu.Unlock()
 	for _, l := range ls {
-		if err := l.ensure(ctx, ch); err != nil && ctx.Err() != nil {
+		if err := l.ensure(ctx, ch, owner); err != nil && ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
 	return nil
 }
 
+// unqueueShard tells the Listens on inbox that owner will not be granted a
+// lock on the channel it was queued with: it left, or its Queue found the
+// lock its own or the key ended. (A grant delivered to owner tells them
+// too.) A channel that no owner needs is unsubscribed after shardLinger.
+func (p *RedisProvider) unqueueShard(inbox, owner string) {
+	p.shard.mu.Lock()
+	defer p.shard.mu.Unlock()
+	for _, l := range p.shard.listeners[inbox] {
+		l.forget(owner)
+	}
+}
+
 // shardListener is a Listen on a Cluster with sharded pub/sub: the shard
-// channels its inbox's waiters are queued with, one subscription (a
-// redis.PubSub on the slot's primary) each, and the goroutines that read
-// them.
+// channels its inbox's waiters are queued with, and at most one pub/sub
+// connection per primary, which carries the channels of the slots that
+// node serves (one SSUBSCRIBE each: a command may only name channels of
+// one slot). Each connection has a goroutine that reads it and one that
+// pings it and closes it.
+//
+// go-redis would resubscribe a broken connection with one SSUBSCRIBE of
+// all its channels, which Redis refuses for channels of several slots
+// (CROSSSLOT): so a connection that breaks is closed with its channels
+// instead, and the waiters look again, which subscribes them anew.
 type shardListener struct {
 	p       *RedisProvider
 	inbox   string
@@ -173,18 +210,56 @@ type shardListener struct {
 	dmu     sync.Mutex // held while deliver runs: one call at a time
 
 	mu      sync.Mutex
-	subs    map[string]*shardSub // by channel
+	conns   map[string]*shardConn // open connections, by node address
+	chans   map[string]*shardChan // by channel; none in shardGone
+	owners  map[string]*shardChan // the channel each owner was last queued with
 	stopped bool
-	wg      sync.WaitGroup // the readers
+	wg      sync.WaitGroup // each connection's reader and pinger
 }
 
-// shardSub is one shard subscription: ready is closed once it is confirmed
-// (ps set) or has failed (err set).
-type shardSub struct {
-	ready chan struct{}
-	ps    *redis.PubSub
-	err   error
+// shardConn is one pub/sub connection of a shardListener to a primary.
+type shardConn struct {
+	addr   string
+	ps     *redis.PubSub
+	chans  int           // channels on it, not in shardGone
+	lost   bool          // it broke with a channel that waiters need: they look again
+	shut   bool          // closed: no longer in conns
+	closed chan struct{} // closed when shut; its pinger then closes ps
+	heard  atomic.Bool   // something arrived since the pinger last looked
 }
+
+// shardChan is one shard channel of a shardListener, on one connection.
+// Its state changes in move only.
+type shardChan struct {
+	name   string
+	conn   *shardConn
+	state  shardChanState
+	owners int           // owners in listener.owners that were queued with it
+	idle   int           // how many times owners fell to 0: the linger timer's generation
+	timer  *time.Timer   // the linger, once owners fell to 0
+	err    error         // why it failed, once ready is closed in shardGone
+	ready  chan struct{} // closed when it leaves shardSubscribing
+	gone   chan struct{} // closed when it enters shardGone
+}
+
+// shardChanState is where a shard channel's subscription stands:
+//
+//	subscribing --ssubscribe confirmed-->  subscribed
+//	            --MOVED, connection broken, Listen stopped-->  gone (ready closed with err)
+//	subscribed  --no owner for shardLinger (SUNSUBSCRIBE sent)-->  unsubscribing
+//	            --sunsubscribe from Redis (its slot moved), connection broken-->  gone
+//	unsubscribing  --sunsubscribe confirmed, connection broken-->  gone
+//
+// A Queue for a channel that is unsubscribing waits until it is gone, and
+// subscribes it anew: the SUNSUBSCRIBE must not end the new subscription.
+type shardChanState int
+
+const (
+	shardSubscribing   shardChanState = iota // SSUBSCRIBE sent, not confirmed yet
+	shardSubscribed                          // confirmed: grants sent to it are heard
+	shardUnsubscribing                       // SUNSUBSCRIBE sent, not confirmed yet
+	shardGone                                // no longer subscribed, or never was
+)
 
 var errListenStopped = errors.New("listen stopped")
 
@@ -192,7 +267,8 @@ var errListenStopped = errors.New("listen stopped")
 // subscribes to nothing yet: Queue subscribes it to the channels its
 // waiters need.
 func (p *RedisProvider) listenShards(inbox string, deliver func(Grant)) *shardListener {
-	l := &shardListener{p: p, inbox: inbox, deliver: deliver, subs: make(map[string]*shardSub)}
+	l := &shardListener{p: p, inbox: inbox, deliver: deliver,
+		conns: make(map[string]*shardConn), chans: make(map[string]*shardChan), owners: make(map[string]*shardChan)}
 	p.shard.mu.Lock()
 	if p.shard.listeners == nil {
 		p.shard.listeners = make(map[string][]*shardListener)
@@ -202,82 +278,336 @@ func (p *RedisProvider) listenShards(inbox string, deliver func(Grant)) *shardLi
 	return l
 }
 
-// ensure subscribes l to ch unless it is, and waits until Redis confirmed
-// it. A stopped listener subscribes to nothing.
-func (l *shardListener) ensure(ctx context.Context, ch string) error {
-	l.mu.Lock()
-	if l.stopped {
-		l.mu.Unlock()
-		return nil
-	}
-	s := l.subs[ch]
-	if s == nil {
-		s = &shardSub{ready: make(chan struct{})}
-		l.subs[ch] = s
-		l.mu.Unlock()
-		l.open(ctx, ch, s)
-	} else {
-		l.mu.Unlock()
-	}
-	select {
-	case <-s.ready:
-		return s.err
-	case <-ctx.Done():
-		return ctx.Err()
+// ensure subscribes l to ch unless it is, counts owner as queued with it,
+// and waits until Redis confirmed the subscription. A subscription that
+// Redis refused because the slot moved (MOVED: the cluster state was old)
+// is tried once more after the state is loaded again. A stopped listener
+// subscribes to nothing.
+func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
+	for try := 0; ; try++ {
+		c, err := l.join(ctx, ch, owner)
+		if c == nil || err != nil {
+			return err
+		}
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if try == 0 && isMoved(c.err) {
+			_ = l.p.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // loads the slots again
+			continue
+		}
+		return c.err
 	}
 }
 
-// open subscribes s to ch (SSUBSCRIBE on the primary of ch's slot), waits
-// for Redis's confirmation and starts its reader; a failed subscription is
-// forgotten, so that the next waiter tries again.
-func (l *shardListener) open(ctx context.Context, ch string, s *shardSub) {
-	defer close(s.ready)
-	ps := l.p.cluster.SSubscribe(ctx, ch)
-	_, err := ps.Receive(ctx)
-	l.mu.Lock()
-	if err == nil && l.stopped {
-		err = errListenStopped
-	}
-	if err != nil {
-		if l.subs[ch] == s {
-			delete(l.subs, ch)
+// join returns ch's subscription with owner counted in it: the one there
+// is, or a new one (SSUBSCRIBE sent) when there is none. When the one there
+// is being unsubscribed, it waits until that is done, and subscribes anew.
+// It returns nil when l stopped.
+func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan, error) {
+	for {
+		node, err := l.p.cluster.MasterForKey(ctx, ch)
+		if err != nil {
+			return nil, err
 		}
+		l.mu.Lock()
+		if l.stopped {
+			l.mu.Unlock()
+			return nil, nil
+		}
+		c := l.chans[ch]
+		if c != nil && c.state == shardUnsubscribing {
+			l.mu.Unlock()
+			select {
+			case <-c.gone:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		fresh := c == nil
+		if fresh {
+			c = l.open(ch, node)
+		}
+		l.own(owner, c)
 		l.mu.Unlock()
-		_ = ps.Close()
-		s.err = fmt.Errorf("lock: subscribe to %s: %w", ch, err)
+		if fresh {
+			// Not the caller's ctx: the connection may be dialled now, and
+			// it serves other waiters too.
+			if err := c.conn.ps.SSubscribe(context.WithoutCancel(ctx), ch); err != nil {
+				l.broken(c.conn, err)
+			}
+		}
+		return c, nil
+	}
+}
+
+// open adds ch, to be subscribed on node's connection, opened if need be;
+// l.mu is held.
+func (l *shardListener) open(ch string, node *redis.Client) *shardChan {
+	addr := node.Options().Addr
+	conn := l.conns[addr]
+	if conn == nil {
+		// No channel yet: nothing is sent until the first SSUBSCRIBE.
+		conn = &shardConn{addr: addr, ps: node.SSubscribe(context.Background()), closed: make(chan struct{})}
+		l.conns[addr] = conn
+		l.wg.Add(2)
+		go l.read(conn)
+		go l.ping(conn)
+	}
+	conn.chans++
+	c := &shardChan{name: ch, conn: conn, ready: make(chan struct{}), gone: make(chan struct{})}
+	l.chans[ch] = c
+	return c
+}
+
+// own counts owner as queued with c; l.mu is held.
+func (l *shardListener) own(owner string, c *shardChan) {
+	old := l.owners[owner]
+	if old == c {
 		return
 	}
-	s.ps = ps
-	l.wg.Add(1)
-	l.mu.Unlock()
-	go l.read(ch, s)
+	if old != nil {
+		l.disown(old)
+	}
+	l.owners[owner] = c
+	c.owners++
 }
 
-// read passes on the grants of one subscription until it is closed. A
-// confirmation after the first (the one open read) is a resubscription
-// after a broken connection: grants may have been lost, and every waiter of
-// the inbox looks again. A subscription the server ended (its slot moved
-// to another node: Redis unsubscribes the slot's shard channels) is
-// forgotten, so that the waiters' next looks subscribe again where the slot
-// now lives, and every waiter looks again.
-func (l *shardListener) read(ch string, s *shardSub) {
+// forget stops counting owner as queued with its channel.
+func (l *shardListener) forget(owner string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.owners[owner]; c != nil {
+		delete(l.owners, owner)
+		l.disown(c)
+	}
+}
+
+// disown takes one owner off c, and starts its linger when none is left;
+// l.mu is held.
+func (l *shardListener) disown(c *shardChan) {
+	if c.owners--; c.owners == 0 && c.state == shardSubscribed {
+		l.linger(c)
+	}
+}
+
+// linger unsubscribes c after shardLinger, unless an owner joined it
+// meanwhile; l.mu is held.
+func (l *shardListener) linger(c *shardChan) {
+	c.idle++
+	idle := c.idle
+	c.timer = time.AfterFunc(shardLinger, func() { l.expire(c, idle) })
+}
+
+// expire sends the SUNSUBSCRIBE of c, if it has had no owner since its
+// linger started.
+func (l *shardListener) expire(c *shardChan, idle int) {
+	l.mu.Lock()
+	if l.stopped || c.state != shardSubscribed || c.owners > 0 || c.idle != idle {
+		l.mu.Unlock()
+		return
+	}
+	l.move(c, shardUnsubscribing, nil)
+	l.mu.Unlock()
+	if err := c.conn.ps.SUnsubscribe(context.Background(), c.name); err != nil {
+		l.broken(c.conn, err)
+	}
+}
+
+// move moves c to state to; l.mu is held. It is the one place where a
+// channel's state changes: a channel gone leaves chans, and a connection
+// without channels is closed.
+func (l *shardListener) move(c *shardChan, to shardChanState, err error) {
+	from := c.state
+	if from == shardGone {
+		return
+	}
+	c.state = to
+	switch to {
+	case shardSubscribed:
+		close(c.ready)
+		if c.owners == 0 {
+			l.linger(c)
+		}
+	case shardGone:
+		if from == shardSubscribing {
+			c.err = err
+			close(c.ready)
+		}
+		close(c.gone)
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		if l.chans[c.name] == c {
+			delete(l.chans, c.name)
+		}
+		if c.conn.chans--; c.conn.chans == 0 {
+			l.shut(c.conn)
+		}
+	}
+}
+
+// shut closes conn (its pinger closes the PubSub); l.mu is held.
+func (l *shardListener) shut(conn *shardConn) {
+	if conn.shut {
+		return
+	}
+	conn.shut = true
+	if l.conns[conn.addr] == conn {
+		delete(l.conns, conn.addr)
+	}
+	close(conn.closed)
+}
+
+// broken closes conn after an error, and its channels with it; when one of
+// them was confirmed and needed, its reader tells the waiters to look
+// again.
+func (l *shardListener) broken(conn *shardConn, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if conn.shut {
+		return
+	}
+	for _, c := range l.chans {
+		if c.conn == conn {
+			conn.lost = conn.lost || c.state == shardSubscribed && c.owners > 0
+			l.move(c, shardGone, fmt.Errorf("lock: subscribe to %s: %w", c.name, err))
+		}
+	}
+	l.shut(conn)
+}
+
+// read passes on the grants that arrive on conn, and Redis's answers to
+// the SSUBSCRIBE and SUNSUBSCRIBE sent on it, until it is closed. When
+// Redis ends a needed subscription itself (its slot moved to another
+// node: Redis unsubscribes the slot's shard channels), and when the
+// connection broke with needed subscriptions, every waiter is told to look
+// again (a Grant without Key): those queued with the channel subscribe
+// anew where the slot lives.
+func (l *shardListener) read(conn *shardConn) {
 	defer l.wg.Done()
-	for m := range s.ps.ChannelWithSubscriptions() {
+	for {
+		m, err := conn.ps.Receive(context.Background())
+		conn.heard.Store(true)
+		if err != nil {
+			if l.refused(conn, err) {
+				continue
+			}
+			break
+		}
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind == "sunsubscribe" {
-				l.mu.Lock()
-				if l.subs[ch] == s {
-					delete(l.subs, ch)
-				}
-				l.mu.Unlock()
-				_ = s.ps.Close() // ends the loop
+			if l.confirmed(conn, m) {
+				l.send(Grant{})
 			}
-			l.send(Grant{})
 		case *redis.Message:
 			if g, ok := parseGrant(m.Payload); ok {
+				if g.Owner != "" {
+					l.forget(g.Owner)
+				}
 				l.send(g)
 			}
+		}
+	}
+	l.mu.Lock()
+	lost := conn.lost && !l.stopped
+	l.mu.Unlock()
+	if lost {
+		l.send(Grant{})
+	}
+}
+
+// confirmed applies an ssubscribe or sunsubscribe that arrived on conn, and
+// reports whether it ended a subscription that waiters need. A late answer
+// for a channel that is no longer on conn, or was subscribed anew since,
+// changes nothing: Redis answers a connection's commands in order.
+func (l *shardListener) confirmed(conn *shardConn, m *redis.Subscription) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.chans[m.Channel]
+	if c == nil || c.conn != conn {
+		return false
+	}
+	switch {
+	case m.Kind == "ssubscribe" && c.state == shardSubscribing:
+		l.move(c, shardSubscribed, nil)
+	case m.Kind == "sunsubscribe" && c.state == shardUnsubscribing:
+		l.move(c, shardGone, nil)
+	case m.Kind == "sunsubscribe" && c.state == shardSubscribed:
+		needed := c.owners > 0
+		l.move(c, shardGone, nil)
+		return needed
+	}
+	return false
+}
+
+// refused handles an error read on conn, and reports whether reading goes
+// on. MOVED answers an SSUBSCRIBE or SUNSUBSCRIBE of a slot that the node
+// no longer serves: the channels of that slot being subscribed or
+// unsubscribed on conn are gone. Any other error closes conn.
+func (l *shardListener) refused(conn *shardConn, err error) bool {
+	if slot, ok := movedSlot(err); ok {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, c := range l.chans {
+			if c.conn == conn && c.state != shardSubscribed && slotOf(c.name) == slot {
+				l.move(c, shardGone, fmt.Errorf("lock: subscribe to %s: %w", c.name, err))
+			}
+		}
+		return true
+	}
+	l.broken(conn, err)
+	return false
+}
+
+// movedSlot returns the slot of a MOVED error.
+func movedSlot(err error) (int, bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return 0, false
+	}
+	f := strings.Fields(rerr.Error())
+	if len(f) != 3 || f[0] != "MOVED" {
+		return 0, false
+	}
+	slot, err := strconv.Atoi(f[1])
+	return slot, err == nil && slot >= 0 && slot < clusterSlots
+}
+
+// isMoved reports whether err is, or wraps, a MOVED error.
+func isMoved(err error) bool {
+	_, ok := movedSlot(err)
+	return ok
+}
+
+// ping sends conn a PING when nothing arrived on it for shardPing, and
+// closes it when the PING fails or nothing arrived for shardPing more; it
+// closes the PubSub once conn is shut.
+func (l *shardListener) ping(conn *shardConn) {
+	defer l.wg.Done()
+	defer conn.ps.Close()
+	t := time.NewTicker(shardPing)
+	defer t.Stop()
+	asked := false
+	for {
+		select {
+		case <-conn.closed:
+			return
+		case <-t.C:
+		}
+		switch {
+		case conn.heard.Swap(false):
+			asked = false
+		case asked:
+			l.broken(conn, errors.New("no answer to PING"))
+		default:
+			if err := conn.ps.Ping(context.Background()); err != nil {
+				l.broken(conn, err)
+			}
+			asked = true
 		}
 	}
 }
@@ -289,8 +619,8 @@ func (l *shardListener) send(g Grant) {
 }
 
 // stop unregisters l, closes its subscriptions and waits for their readers:
-// deliver is not running when it returns, and is not called again. A
-// subscription being opened meanwhile is closed by its opener.
+// deliver is not running when it returns, and is not called again. A Queue
+// waiting for a subscription meanwhile goes on without it.
 func (l *shardListener) stop() {
 	p := l.p
 	p.shard.mu.Lock()
@@ -307,17 +637,11 @@ func (l *shardListener) stop() {
 
 	l.mu.Lock()
 	l.stopped = true
-	var open []*redis.PubSub
-	for _, s := range l.subs {
-		if s.ps != nil {
-			open = append(open, s.ps)
-		}
+	for _, c := range l.chans {
+		l.move(c, shardGone, errListenStopped)
 	}
-	l.subs = nil
+	clear(l.owners)
 	l.mu.Unlock()
-	for _, ps := range open {
-		_ = ps.Close()
-	}
 	l.wg.Wait()
 }
 
