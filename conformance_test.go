@@ -63,8 +63,8 @@ func redisStorageConformance(t *testing.T, b backend) {
 
 	t.Run("RedisUpdateOnAbsentRecordStoresNothing", func(t *testing.T) {
 		key, a := uniqueName(t), newOwner()
-		require.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost, "renewing an absent record")
-		require.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "ending an absent record")
+		require.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost, "renewing an absent record")
+		require.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "ending an absent record")
 		n, err := b.raw.Exists(ctx, rawKey(key)).Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "an update of an absent record does not create one")
@@ -90,8 +90,8 @@ func redisStorageConformance(t *testing.T, b backend) {
 			t.Run(c.name, func(t *testing.T) {
 				_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
 				require.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-				require.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, false), lock.ErrInvalidArgument, "Update rejects it")
-				require.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, true), lock.ErrInvalidArgument, "Update(ended) rejects it")
+				require.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update rejects it")
+				require.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update(ended) rejects it")
 				if c.ttl >= time.Millisecond {
 					require.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
 				}
@@ -105,7 +105,7 @@ func redisStorageConformance(t *testing.T, b backend) {
 	t.Run("RedisLeaveNotQueuedStoresNothing", func(t *testing.T) {
 		free, inbox := uniqueName(t)+":free", "inbox:"+uniqueName(t)
 		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}))
-		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox, Again: true}))
+		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox, Look: lock.LookAgain}))
 		o := newOwner() // the probe: Leave on a free key leaves it free
 		mustAcquire(t, p, free, o, 10*time.Second)
 		require.NoError(t, p.Release(ctx, free, o))
@@ -136,9 +136,9 @@ func redisStorageConformance(t *testing.T, b backend) {
 		check := func(t *testing.T, held bool) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
-					for _, flags := range []lock.Waiter{{}, {Contended: true}, {Fair: true}, {Again: true}} {
+					for _, flags := range []lock.Waiter{{}, {Look: lock.LookJoin}, {Look: lock.LookFair}, {Look: lock.LookAgain}} {
 						w := c.w()
-						w.Contended, w.Fair, w.Again = flags.Contended, flags.Fair, flags.Again
+						w.Look = flags.Look
 						_, err := p.Queue(ctx, key, w)
 						require.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue %+v rejects it", flags)
 					}
@@ -175,12 +175,12 @@ func redisStorageConformance(t *testing.T, b backend) {
 			_, err := p.Acquire(ctx, key, o, time.Second)
 			assertCorrupt(t, err, key, want, "Acquire")
 			assertCorrupt(t, p.Release(ctx, key, o), key, want, "Release")
-			assertCorrupt(t, p.Update(ctx, key, o, time.Second, false), key, want, "Update")
-			assertCorrupt(t, p.Update(ctx, key, o, time.Second, true), key, want, "Update(ended)")
+			assertCorrupt(t, p.Renew(ctx, key, o, time.Second), key, want, "Update")
+			assertCorrupt(t, p.Finish(ctx, key, o, time.Second), key, want, "Update(ended)")
 			w := lock.Waiter{Owner: o, TTL: time.Second, Inbox: "inbox-" + o}
 			_, err = p.Queue(ctx, key, w)
 			assertCorrupt(t, err, key, want, "Queue")
-			w.Again = true
+			w.Look = lock.LookAgain
 			_, err = p.Queue(ctx, key, w)
 			assertCorrupt(t, err, key, want, "Queue(Again)")
 			// (Acquire takes a token before it looks, so the fencing
@@ -236,7 +236,7 @@ func redisStorageConformance(t *testing.T, b backend) {
 		require.NoError(t, err)
 		assertTTL(t, 10*time.Second, pttl, "the record key carries the TTL")
 
-		require.NoError(t, p.Update(ctx, key, a, 5*time.Second, true))
+		require.NoError(t, p.Finish(ctx, key, a, 5*time.Second))
 		v, err = b.raw.Get(ctx, rk).Result()
 		require.NoError(t, err)
 		assert.Equal(t, stored+",ended", v, "an ended record is stored as owner,token,since,ended")
@@ -267,7 +267,7 @@ func TestMemoryProviderLen(t *testing.T) {
 		require.NoError(t, m.Release(ctx, fmt.Sprint("k", i), o))
 	}
 	for i := 5; i < 10; i++ {
-		require.NoError(t, m.Update(ctx, fmt.Sprint("k", i), o, time.Minute, true))
+		require.NoError(t, m.Finish(ctx, fmt.Sprint("k", i), o, time.Minute))
 		require.NoError(t, m.Release(ctx, fmt.Sprint("k", i), o), "the owner can delete its ended record")
 	}
 	assert.Zero(t, m.Len(), "no record is left after every key was released")
@@ -307,7 +307,7 @@ func TestMemoryProviderFakeClock(t *testing.T) {
 	mustAcquire(t, m, "k", o, time.Minute)
 	assert.ErrorIs(t, m.Release(ctx, "k", a), lock.ErrLost, "the expired owner holds nothing")
 
-	require.NoError(t, m.Update(ctx, "k", o, 10*time.Second, true))
+	require.NoError(t, m.Finish(ctx, "k", o, 10*time.Second))
 	clock.Advance(9 * time.Second)
 	rec, err := m.Acquire(ctx, "k", a, time.Minute)
 	require.NoError(t, err)
@@ -316,7 +316,7 @@ func TestMemoryProviderFakeClock(t *testing.T) {
 	rec = mustAcquire(t, m, "k", a, time.Minute)
 	assert.False(t, rec.Ended, "the key is free after the grace period")
 
-	require.NoError(t, m.Update(ctx, "k", a, 30*24*time.Hour, false))
+	require.NoError(t, m.Renew(ctx, "k", a, 30*24*time.Hour))
 	clock.Advance(29 * 24 * time.Hour)
 	assert.Equal(t, a, holder(t, m, "k").Owner, "a 30-day TTL outlives 29 days")
 	clock.Advance(24 * time.Hour)

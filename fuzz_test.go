@@ -65,7 +65,7 @@ func FuzzMemoryProvider(f *testing.F) {
 		if !fuzzValidKey(key) || !fuzzValidOwner(owner) || ttl < time.Millisecond {
 			require.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire(%q, %q, %v)", key, owner, ttl)
 			require.Zero(t, p.Len(), "invalid input stored a record")
-			require.ErrorIs(t, p.Update(ctx, key, owner, ttl, false), lock.ErrInvalidArgument)
+			require.ErrorIs(t, p.Renew(ctx, key, owner, ttl), lock.ErrInvalidArgument)
 			err = p.Release(ctx, key, owner)
 			if fuzzValidKey(key) && fuzzValidOwner(owner) {
 				assert.ErrorIs(t, err, lock.ErrLost, "Release with nothing stored")
@@ -91,9 +91,9 @@ func FuzzMemoryProvider(f *testing.F) {
 		since := time.Unix(1_700_000_000, 0)
 		require.Equal(t, lock.Record{Owner: owner, Token: rec.Token, TTL: ttl, Since: since}, seen, "another owner sees the record")
 		require.ErrorIs(t, p.Release(ctx, key, other), lock.ErrLost, "another owner released the record")
-		require.ErrorIs(t, p.Update(ctx, key, other, time.Second, false), lock.ErrLost, "another owner updated the record")
+		require.ErrorIs(t, p.Renew(ctx, key, other, time.Second), lock.ErrLost, "another owner updated the record")
 
-		require.NoError(t, p.Update(ctx, key, owner, ttl, false))
+		require.NoError(t, p.Renew(ctx, key, owner, ttl))
 		require.NoError(t, p.Release(ctx, key, owner))
 		require.Zero(t, p.Len())
 		require.ErrorIs(t, p.Release(ctx, key, owner), lock.ErrLost)
@@ -276,12 +276,17 @@ func FuzzRedisRecord(f *testing.F) {
 			}
 		}
 
-		// Update, renewing and ending
+		// Renew and Finish
 		for _, end := range []bool{false, true} {
 			before = put()
-			err = p.Update(ctx, key, fuzzOwner, 2*time.Minute, end)
+			op := "Renew"
+			if end {
+				op = "Finish"
+				err = p.Finish(ctx, key, fuzzOwner, 2*time.Minute)
+			} else {
+				err = p.Renew(ctx, key, fuzzOwner, 2*time.Minute)
+			}
 			after := fuzzSnapshot(t, mr, rkey)
-			op := "Update(ended " + strconv.FormatBool(end) + ")"
 			switch {
 			case kind == 3:
 				if !errors.Is(err, lock.ErrLost) || after.typ != "" {

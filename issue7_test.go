@@ -289,11 +289,18 @@ func (p *failingProvider) Release(ctx context.Context, key, owner string) error 
 	return p.MemoryProvider.Release(ctx, key, owner)
 }
 
-func (p *failingProvider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+func (p *failingProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	if p.fail["update"] {
 		return errIssue7Backend
 	}
-	return p.MemoryProvider.Update(ctx, key, owner, ttl, ended)
+	return p.MemoryProvider.Renew(ctx, key, owner, ttl)
+}
+
+func (p *failingProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.fail["update"] {
+		return errIssue7Backend
+	}
+	return p.MemoryProvider.Finish(ctx, key, owner, ttl)
 }
 
 // TestIssue7ProviderErrorsNameTheLock: an error of the provider reaches the

@@ -199,7 +199,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	d = min(d, l.maxDeadline.Sub(now))
-	err = l.c.provider.Update(rctx, l.key, l.owner, d, false)
+	err = l.c.provider.Renew(rctx, l.key, l.owner, d)
 	switch {
 	case errors.Is(err, ErrLost):
 		return l.lose(l.found(ctx, err, end)) // found gone or taken
@@ -489,7 +489,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	var err error
 	closed := l.closedFor()
 	if closed > 0 {
-		err = c.provider.Update(rctx, l.key, l.owner, closed, true)
+		err = c.provider.Finish(rctx, l.key, l.owner, closed)
 	} else {
 		err = c.provider.Release(rctx, l.key, l.owner)
 	}

@@ -337,11 +337,11 @@ type flakyUpdate struct {
 	fail atomic.Bool
 }
 
-func (p *flakyUpdate) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+func (p *flakyUpdate) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	if p.fail.Load() {
 		return errors.New("connection refused")
 	}
-	return p.Provider.Update(ctx, key, owner, ttl, ended)
+	return p.Provider.Renew(ctx, key, owner, ttl)
 }
 
 // TestRenewalEvents: every renewal emits Renewed, with the error when it

@@ -29,11 +29,9 @@ func (p slowRelease) Release(ctx context.Context, key, owner string) error {
 	return p.Provider.Release(ctx, key, owner)
 }
 
-func (p slowRelease) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
-	if ended {
-		time.Sleep(p.d)
-	}
-	return p.Provider.Update(ctx, key, owner, ttl, ended)
+func (p slowRelease) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	time.Sleep(p.d)
+	return p.Provider.Finish(ctx, key, owner, ttl)
 }
 
 // Issue 23, item 1: Done closed before the outcome was known. A Release that
@@ -160,10 +158,7 @@ type hangingUpdate struct {
 	stop chan struct{}
 }
 
-func (p hangingUpdate) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
-	if ended {
-		return p.Provider.Update(ctx, key, owner, ttl, ended)
-	}
+func (p hangingUpdate) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	<-p.stop
 	return errors.New("no answer")
 }

@@ -32,12 +32,12 @@ type Provider interface {
 	// and the returned record has Queued set. A queued caller is handed the
 	// lock by the Release that frees it, in arrival order: the provider stores
 	// a record for the caller with w.TTL and tells w.Inbox (see Listen). A
-	// free key is taken by the caller unless others are queued and w.Fair or
-	// w.Again is set: then the first of them is served, and the caller queues
-	// behind it. (A key is free while others are queued only after its
-	// record expired. A caller without Fair or Again that takes it then may,
-	// on release, free it rather than hand it on; the waiters' next look,
-	// with Again, serves the first of them.)
+	// free key is taken by the caller unless others are queued and w.Look is
+	// LookFair or LookAgain: then the first of them is served, and the caller
+	// queues behind it. (A key is free while others are queued only after its
+	// record expired. A caller that takes it then with LookFirst or LookJoin
+	// may, on release, free it rather than hand it on; the waiters' next
+	// look, LookAgain, serves the first of them.)
 	Queue(ctx context.Context, key string, w Waiter) (Record, error)
 
 	// Leave takes owner out of key's wait queue. If the lock was handed to
@@ -58,13 +58,18 @@ type Provider interface {
 	// changes nothing then.
 	Release(ctx context.Context, key, owner string) error
 
-	// Update sets the TTL of owner's record under key and, when ended is true,
-	// marks it ended: the holder has finished, and the key stays closed to every
-	// acquirer until the TTL runs out (the grace period); the key's waiters
-	// then leave its queue and are told with a Grant without Owner. It returns
-	// a *LostError when the key holds no record, another owner's, or an ended
-	// one, and changes nothing then.
-	Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error
+	// Renew sets the TTL of owner's live record under key to ttl. It returns
+	// a *LostError when the key holds no record, another owner's, or an
+	// ended one, and changes nothing then.
+	Renew(ctx context.Context, key, owner string, ttl time.Duration) error
+
+	// Finish marks owner's live record under key ended, for ttl: the holder
+	// has finished, and the key stays closed to every acquirer until the TTL
+	// runs out (a grace period). The key's waiters leave its queue and are
+	// told with a Grant without Owner. It returns a *LostError when the key
+	// holds no record, another owner's, or an ended one, and changes nothing
+	// then.
+	Finish(ctx context.Context, key, owner string, ttl time.Duration) error
 
 	// Inspect returns the record under key without changing anything: Owner
 	// is empty when the key is free. TTL is the time the record has left,
@@ -101,14 +106,42 @@ type Waiter struct {
 	// Owner from the queue (see Provider.Listen); one Client has one inbox.
 	// It has no white space.
 	Inbox string
-	// Fair makes a free key go to the first queued caller before this one.
-	Fair bool
-	// Again says that Owner has queued before in this wait and may still be
-	// in the queue: a look after a wake-up or a timeout.
-	Again bool
-	// Contended is a hint on a first attempt (Again false): the key was busy
-	// lately, so the provider may look for a queue to join first.
-	Contended bool
+	// Look says which request of the wait this is.
+	Look Look
+}
+
+// Look says which request of a wait a Provider.Queue call makes.
+type Look int
+
+const (
+	// LookFirst is the first request: a free key is taken, a held one
+	// queued for.
+	LookFirst Look = iota
+	// LookFair is the first request of a fair wait: a free key goes to the
+	// first queued caller, if any, before this one.
+	LookFair
+	// LookJoin is a first request for a key that was busy lately: the
+	// provider may look for a queue to join first (in arrival order, so a
+	// fair wait may use it too), and otherwise does as LookFirst.
+	LookJoin
+	// LookAgain is a later request of the same wait, after a wake-up or a
+	// timeout: the caller may still be in the queue, and keeps its place; a
+	// free key goes to the first queued caller.
+	LookAgain
+)
+
+func (l Look) String() string {
+	switch l {
+	case LookFirst:
+		return "first"
+	case LookFair:
+		return "fair"
+	case LookJoin:
+		return "join"
+	case LookAgain:
+		return "again"
+	}
+	return "Look(" + strconv.Itoa(int(l)) + ")"
 }
 
 // Grant is a message from a provider to a waiter's inbox: the lock under Key

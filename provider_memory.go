@@ -126,7 +126,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 	now := m.expire()
 	var msgs []memMessage
 	r, ok := m.records[key]
-	if !ok && (w.Fair || w.Again) {
+	if !ok && w.Look != LookFirst {
 		// The first waiter goes first; it may be the caller.
 		msgs = m.serve(key, now)
 		r, ok = m.records[key]
@@ -219,8 +219,32 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 	return err
 }
 
-// Update implements Provider.
-func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+// Renew implements Provider.
+func (m *MemoryProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	return m.update(ctx, key, owner, ttl, func(*memRecord) []memMessage { return nil })
+}
+
+// Finish implements Provider.
+func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	return m.update(ctx, key, owner, ttl, func(r *memRecord) []memMessage {
+		r.ended = true
+		// A grace period: no waiter will get the lock; tell each inbox once.
+		var msgs []memMessage
+		seen := map[string]bool{}
+		for _, w := range m.queues[r.key] {
+			if in := m.inboxes[w.Inbox]; in != nil && !seen[w.Inbox] {
+				seen[w.Inbox] = true
+				msgs = append(msgs, memMessage{in, Grant{Key: r.key}})
+			}
+		}
+		delete(m.queues, r.key)
+		return msgs
+	})
+}
+
+// update sets the deadline of owner's live record under key to ttl from now
+// and applies change to it, under m.mu; it sends the messages change returns.
+func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return err
 	}
@@ -231,19 +255,8 @@ func (m *MemoryProvider) Update(ctx context.Context, key, owner string, ttl time
 	r, now, err := m.owned(key, owner, false)
 	var msgs []memMessage
 	if err == nil {
-		r.ended = ended
 		m.setDeadline(r, now.Add(ttl))
-		if ended {
-			// A grace period: no waiter will get the lock; tell each inbox once.
-			seen := map[string]bool{}
-			for _, w := range m.queues[key] {
-				if in := m.inboxes[w.Inbox]; in != nil && !seen[w.Inbox] {
-					seen[w.Inbox] = true
-					msgs = append(msgs, memMessage{in, Grant{Key: key}})
-				}
-			}
-			delete(m.queues, key)
-		}
+		msgs = change(r)
 	}
 	m.mu.Unlock()
 	send(msgs)

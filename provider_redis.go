@@ -37,9 +37,13 @@ var (
 	releaseLua    string
 	releaseScript = newScript(recordLua + releaseLua)
 
-	//go:embed scripts/update.lua
-	updateLua    string
-	updateScript = newScript(recordLua + updateLua)
+	//go:embed scripts/renew.lua
+	renewLua    string
+	renewScript = newScript(recordLua + renewLua)
+
+	//go:embed scripts/finish.lua
+	finishLua    string
+	finishScript = newScript(recordLua + finishLua)
 
 	//go:embed scripts/inspect.lua
 	inspectLua    string
@@ -292,15 +296,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 			return Record{}, err
 		}
 	}
-	mode := ""
-	switch {
-	case w.Again:
-		mode = "a"
-	case w.Contended:
-		mode = "c" // joining an existing queue keeps arrival order: Fair too
-	case w.Fair:
-		mode = "f"
-	}
+	mode := lookModes[w.Look]
 	res, acked, err := p.run(ctx, queueScript, 3, r, f, q, w.Owner, w.TTL.Milliseconds(),
 		entry(w, ch), mode, queueTTLArg, key, pub, now())
 	reply, _ := res.([]any)
@@ -313,6 +309,9 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	}
 	return rec, err
 }
+
+// lookModes are queue.lua's names of the Looks, boxed once.
+var lookModes = map[Look]any{LookFirst: "", LookFair: "f", LookJoin: "c", LookAgain: "a"}
 
 // entry is w's element of a wait queue, whose grant is sent on ch (w's
 // inbox, or its shard channel; see publishing).
@@ -365,8 +364,8 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	return p.result("release", key, res, err)
 }
 
-// Update implements Provider.
-func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+// Renew implements Provider.
+func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	if err := p.check(); err != nil {
 		return err
 	}
@@ -377,15 +376,31 @@ func (p *RedisProvider) Update(ctx context.Context, key, owner string, ttl time.
 	if err != nil {
 		return err
 	}
-	flag, pub := "0", publishBroadcast // a renewal publishes nothing
-	if ended {
-		flag = "1"
-		if pub, _, err = p.publishing(ctx, r); err != nil {
-			return err
-		}
+	res, acked, err := p.run(ctx, renewScript, 3, r, f, q, owner, ttl.Milliseconds())
+	if err = p.result("renew", key, res, err); err != nil {
+		return err
 	}
-	res, acked, err := p.run(ctx, updateScript, 3, r, f, q, owner, ttl.Milliseconds(), flag, key, pub)
-	if err = p.result("update", key, res, err); err != nil {
+	return p.replicated(key, acked)
+}
+
+// Finish implements Provider.
+func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return err
+	}
+	r, f, q, err := RedisKeys(key)
+	if err != nil {
+		return err
+	}
+	pub, _, err := p.publishing(ctx, r)
+	if err != nil {
+		return err
+	}
+	res, acked, err := p.run(ctx, finishScript, 3, r, f, q, owner, ttl.Milliseconds(), key, pub)
+	if err = p.result("finish", key, res, err); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
@@ -769,7 +784,7 @@ func (c *confirmer) grant(g Grant) {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, c.p.replicaTimeout+5*time.Second)
 		defer cancel()
-		err := c.p.Update(ctx, g.Key, g.Owner, g.TTL, false)
+		err := c.p.Renew(ctx, g.Key, g.Owner, g.TTL)
 		if err == nil {
 			c.pass(g)
 		}

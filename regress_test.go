@@ -17,18 +17,18 @@ import (
 // Regression tests for faults found in review, each on a memory provider with
 // one call made to misbehave as a network would.
 
-// hookedProvider is a MemoryProvider whose Update and Queue can be replaced.
+// hookedProvider is a MemoryProvider whose Renew and Queue can be replaced.
 type hookedProvider struct {
 	*lock.MemoryProvider
-	update func(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error
-	queue  func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
+	renew func(ctx context.Context, key, owner string, ttl time.Duration) error
+	queue func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
 }
 
-func (p *hookedProvider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
-	if p.update != nil {
-		return p.update(ctx, key, owner, ttl, ended)
+func (p *hookedProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.renew != nil {
+		return p.renew(ctx, key, owner, ttl)
 	}
-	return p.MemoryProvider.Update(ctx, key, owner, ttl, ended)
+	return p.MemoryProvider.Renew(ctx, key, owner, ttl)
 }
 
 func (p *hookedProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
@@ -46,9 +46,9 @@ func TestHungExtendDoesNotHideLoss(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var hanging atomic.Bool
 	p := &hookedProvider{MemoryProvider: mem}
-	p.update = func(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if !hanging.Load() {
-			return mem.Update(ctx, key, owner, ttl, ended)
+			return mem.Renew(ctx, key, owner, ttl)
 		}
 		<-ctx.Done() // a call that never answers
 		return errors.New("i/o timeout")
@@ -126,12 +126,12 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var failing atomic.Bool
 	p := &hookedProvider{MemoryProvider: mem}
-	p.update = func(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if failing.Load() {
 			time.Sleep(150 * time.Millisecond) // slow, then a transient error
 			return errors.New("connection reset")
 		}
-		return mem.Update(ctx, key, owner, ttl, ended)
+		return mem.Renew(ctx, key, owner, ttl)
 	}
 	ctx := ctxTimeout(t, 20*time.Second)
 	c := newClient(t, p)
@@ -157,8 +157,8 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	p := &hookedProvider{MemoryProvider: mem}
-	p.update = func(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
-		if err := mem.Update(ctx, key, owner, ttl, ended); err != nil {
+	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
+		if err := mem.Renew(ctx, key, owner, ttl); err != nil {
 			return err
 		}
 		select { // applied; the reply takes 200ms
@@ -273,7 +273,7 @@ func TestScriptsSentAgainAfterFlush(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "a", rec.Owner, "acquired after a flush")
 			flush()
-			require.NoError(t, p.Update(ctx, key, "a", time.Minute, false), "renewed after a flush")
+			require.NoError(t, p.Renew(ctx, key, "a", time.Minute), "renewed after a flush")
 			flush()
 			got, err := p.Inspect(ctx, key)
 			require.NoError(t, err)

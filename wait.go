@@ -115,15 +115,18 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, a.o.MaxWait, ErrTimeout)
 	defer cancel()
+	// A wait starts only once the key was seen busy (Acquire): first look
+	// for a queue to join. Its record is stored for the claim window: a
+	// grant that nobody takes up passes on (see WithClaimWindow).
+	look := LookJoin
+	if a.o.Fair {
+		look = LookFair
+	}
 	w := &waiter{
 		acquisition: *a,
-		// A wait starts only once the key was seen busy (Acquire): first
-		// look for a queue to join.
-		// Its record is stored for the claim window: a grant that nobody
-		// takes up passes on (see WithClaimWindow).
-		req:    Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Fair: a.o.Fair, Contended: true},
-		grants: make(chan Grant, 1),
-		wake:   make(chan struct{}, 1),
+		req:         Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Look: look},
+		grants:      make(chan Grant, 1),
+		wake:        make(chan struct{}, 1),
 	}
 	a.c.inbox.join(ctx, w)
 	defer a.c.inbox.leave(w)

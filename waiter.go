@@ -127,7 +127,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	w.c.busy.mark(w.key)
 	w.asked, w.seenTTL, w.place = sent, rec.TTL, rec.Position
 	w.retryAfter = max(w.retryAfter, rec.TTL)
-	w.req.Again, w.req.Contended = true, false
+	w.req.Look = LookAgain
 	return nil, nil
 }
 
@@ -144,7 +144,7 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent := time.Now()
-	err := w.c.provider.Update(ctx, w.key, w.req.Owner, w.o.Lease, false)
+	err := w.c.provider.Renew(ctx, w.key, w.req.Owner, w.o.Lease)
 	switch {
 	case err == nil:
 		w.c.answered()

@@ -44,11 +44,9 @@ func (p slowRelease) Release(ctx context.Context, key, owner string) error {
 	return p.Provider.Release(ctx, key, owner)
 }
 
-func (p slowRelease) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
-	if ended {
-		time.Sleep(p.d)
-	}
-	return p.Provider.Update(ctx, key, owner, ttl, ended)
+func (p slowRelease) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	time.Sleep(p.d)
+	return p.Provider.Finish(ctx, key, owner, ttl)
 }
 
 // releaseOfTakenLock: a lock whose record was force-released and granted to

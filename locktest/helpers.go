@@ -128,7 +128,7 @@ func quiet(t *testing.T, ctx context.Context, p lock.Provider, ins ...*listener)
 	for _, in := range ins {
 		mustQueue(t, ctx, p, fence, in.waiter(time.Minute))
 	}
-	require.NoError(t, p.Update(ctx, fence, f, time.Minute, true), "ending the fence's record")
+	require.NoError(t, p.Finish(ctx, fence, f, time.Minute), "ending the fence's record")
 	for _, in := range ins {
 		for {
 			g := in.next(t, "the fence's grace-period message reaches inbox %s", in.name)
@@ -165,8 +165,8 @@ func assertFree(t *testing.T, ctx context.Context, p lock.Provider, key, msg str
 // 1ms and waits until the record is gone.
 func expire(t *testing.T, ctx context.Context, p lock.Provider, key, owner string) {
 	t.Helper()
-	require.NoError(t, p.Update(ctx, key, owner, time.Millisecond, false))
+	require.NoError(t, p.Renew(ctx, key, owner, time.Millisecond))
 	require.Eventually(t, func() bool {
-		return errors.Is(p.Update(ctx, key, owner, time.Millisecond, false), lock.ErrLost)
+		return errors.Is(p.Renew(ctx, key, owner, time.Millisecond), lock.ErrLost)
 	}, 5*time.Second, 5*time.Millisecond, "%s's record expires after a 1ms TTL", owner)
 }

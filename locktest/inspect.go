@@ -55,13 +55,13 @@ func (s *suite) inspectHeldKey(t *testing.T) {
 	assert.Equal(t, recA.Since, rec.Since, "Acquire and Inspect show the same Since")
 	assert.Zero(t, rec.Waiters)
 
-	require.NoError(t, p.Update(ctx, key, a, 2*time.Second, false), "shorten the TTL")
+	require.NoError(t, p.Renew(ctx, key, a, 2*time.Second), "shorten the TTL")
 	rec, err = p.Inspect(ctx, key)
 	require.NoError(t, err)
 	assert.LessOrEqual(t, rec.TTL, 2*time.Second, "Inspect does not renew the record")
 	assert.Equal(t, recA.Since, rec.Since, "a renewal keeps Since")
 
-	require.NoError(t, p.Update(ctx, key, a, 10*time.Second, true), "end the record: a grace period")
+	require.NoError(t, p.Finish(ctx, key, a, 10*time.Second), "end the record: a grace period")
 	rec, err = p.Inspect(ctx, key)
 	require.NoError(t, err)
 	assert.True(t, rec.Ended, "Inspect shows a grace period")
@@ -103,7 +103,7 @@ func (s *suite) listFindsRecordsUnderPrefix(t *testing.T) {
 		held[prefix+k] = o
 		t.Cleanup(func() { _ = p.Release(context.Background(), prefix+k, o) })
 	}
-	require.NoError(t, p.Update(ctx, prefix+"b", held[prefix+"b"], queueTTL, true), "b ends: still listed")
+	require.NoError(t, p.Finish(ctx, prefix+"b", held[prefix+"b"], queueTTL), "b ends: still listed")
 	require.NoError(t, p.Release(ctx, prefix+"d", held[prefix+"d"]), "d is released: not listed")
 	delete(held, prefix+"d")
 	other, o := uniqueName(t)+"-other", newOwner()
@@ -158,7 +158,7 @@ func (s *suite) forceReleaseFreesKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a, rec.Owner, "ForceRelease returns the record it removed")
 	assert.Equal(t, recA.Token, rec.Token)
-	assert.ErrorIs(t, p.Update(ctx, key, a, queueTTL, false), lock.ErrLost, "the holder's renewal finds the lock lost")
+	assert.ErrorIs(t, p.Renew(ctx, key, a, queueTTL), lock.ErrLost, "the holder's renewal finds the lock lost")
 	assert.ErrorIs(t, p.Release(ctx, key, a), lock.ErrLost, "the holder's release finds the lock lost")
 	b := newOwner()
 	recB := mustAcquire(t, p, key, b, queueTTL)
@@ -170,7 +170,7 @@ func (s *suite) forceReleaseEndsGracePeriod(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	mustAcquire(t, p, key, a, queueTTL)
-	require.NoError(t, p.Update(ctx, key, a, time.Hour, true))
+	require.NoError(t, p.Finish(ctx, key, a, time.Hour))
 	rec, err := p.ForceRelease(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, a, rec.Owner)

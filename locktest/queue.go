@@ -37,8 +37,8 @@ func (s *suite) runQueue(t *testing.T) {
 	t.Run("GracePeriodTellsWaiters", s.gracePeriodTellsWaiters)
 	t.Run("UnlistenedWaiterIsSkipped", s.unlistenedWaiterIsSkipped)
 	t.Run("AgainFindsOwnGrant", s.againFindsOwnGrant)
-	t.Run("FairServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Fair: true}) })
-	t.Run("AgainServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Again: true}) })
+	t.Run("FairServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Look: lock.LookFair}) })
+	t.Run("AgainServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Look: lock.LookAgain}) })
 	t.Run("NonFairTakesFreeKey", func(t *testing.T) {
 		t.Run("Acquire", func(t *testing.T) { s.nonFairTakesFreeKey(t, false, false) })
 		t.Run("Queue", func(t *testing.T) { s.nonFairTakesFreeKey(t, true, false) })
@@ -65,7 +65,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 	for i := range ws {
 		ins[i] = listen(t, ctx, p)
 		ws[i] = ins[i].waiter(queueTTL + time.Duration(i+1)*time.Second) // each its own TTL
-		ws[i].Contended = contended
+		ws[i].Look = join(contended)
 		rec, err := p.Queue(ctx, key, ws[i])
 		require.NoError(t, err)
 		assert.True(t, rec.Queued, "waiter %d: a Queue on a held key joins the queue", i+1)
@@ -82,7 +82,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 	assert.Equal(t, a, h.Owner, "queueing leaves the holder's record")
 	assert.Equal(t, recA.Token, h.Token, "queueing leaves the holder's token")
 	// A renewal tells no waiter: each inbox's first message is its grant.
-	require.NoError(t, p.Update(ctx, key, a, queueTTL, false), "the holder renews with waiters queued")
+	require.NoError(t, p.Renew(ctx, key, a, queueTTL), "the holder renews with waiters queued")
 
 	prev, last := a, recA.Token
 	for i, w := range ws {
@@ -109,11 +109,11 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 // its flags, and is not queued.
 func (s *suite) freeKeyTakesIt(t *testing.T) {
 	in := listen(t, s.ctx, s.p)
-	for _, mode := range []string{"Plain", "Contended", "Fair", "Again"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, look := range []lock.Look{lock.LookFirst, lock.LookJoin, lock.LookFair, lock.LookAgain} {
+		t.Run(look.String(), func(t *testing.T) {
 			key := uniqueName(t)
 			w := in.waiter(queueTTL)
-			w.Contended, w.Fair, w.Again = mode == "Contended", mode == "Fair", mode == "Again"
+			w.Look = look
 			rec, err := s.p.Queue(s.ctx, key, w)
 			require.NoError(t, err)
 			assert.Equal(t, w.Owner, rec.Owner, "a Queue on a free key takes it")
@@ -141,18 +141,18 @@ func (s *suite) noMessageWithoutWaiters(t *testing.T) {
 	rec, err := p.Queue(ctx, key, w)
 	require.NoError(t, err)
 	require.Equal(t, w.Owner, rec.Owner, "a Queue on a free key takes it")
-	require.NoError(t, p.Update(ctx, key, w.Owner, 2*queueTTL, false), "a renewal")
-	require.NoError(t, p.Update(ctx, key, w.Owner, queueTTL, false), "a renewal")
+	require.NoError(t, p.Renew(ctx, key, w.Owner, 2*queueTTL), "a renewal")
+	require.NoError(t, p.Renew(ctx, key, w.Owner, queueTTL), "a renewal")
 	require.NoError(t, p.Release(ctx, key, w.Owner))
 
 	o := newOwner()
 	mustAcquire(t, p, key, o, queueTTL)
-	require.NoError(t, p.Update(ctx, key, o, 2*queueTTL, false))
+	require.NoError(t, p.Renew(ctx, key, o, 2*queueTTL))
 	require.NoError(t, p.Release(ctx, key, o))
 
 	o = newOwner()
 	mustAcquire(t, p, key, o, queueTTL)
-	require.NoError(t, p.Update(ctx, key, o, queueTTL, true), "ending a record nobody waits for")
+	require.NoError(t, p.Finish(ctx, key, o, queueTTL), "ending a record nobody waits for")
 	require.NoError(t, p.Release(ctx, key, o))
 	quiet(t, ctx, p, in)
 }
@@ -167,7 +167,7 @@ func (s *suite) againKeepsPlace(t *testing.T) {
 	w1, w2 := in1.waiter(queueTTL), in2.waiter(queueTTL)
 	mustQueue(t, ctx, p, key, w1)
 	mustQueue(t, ctx, p, key, w2)
-	w1.Again = true
+	w1.Look = lock.LookAgain
 	for i := range 2 {
 		rec, err := p.Queue(ctx, key, w1)
 		require.NoError(t, err)
@@ -237,7 +237,7 @@ func (s *suite) leaveNotQueuedChangesNothing(t *testing.T) {
 	in := listen(t, ctx, p)
 	free := uniqueName(t) + ":free"
 	assert.NoError(t, p.Leave(ctx, free, in.waiter(queueTTL)), "Leave on a key without record or queue is not an error")
-	assert.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: in.name, Again: true}))
+	assert.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: in.name, Look: lock.LookAgain}))
 	assertFree(t, ctx, p, free, "Leave on a free key leaves it free")
 
 	key, a := uniqueName(t), newOwner()
@@ -284,11 +284,11 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	mustQueue(t, ctx, p, key, w1)
 
 	const grace = 2 * time.Second
-	require.NoError(t, p.Update(ctx, key, a, grace, true), "the holder ends its record")
+	require.NoError(t, p.Finish(ctx, key, a, grace), "the holder ends its record")
 	g := in1.next(t, "the waiter is told of the grace period")
 	assert.Equal(t, lock.Grant{Key: key}, g, "a grace period is told with a Grant for the key without Owner")
 
-	w1.Again = true
+	w1.Look = lock.LookAgain
 	rec, err := p.Queue(ctx, key, w1)
 	require.NoError(t, err)
 	assert.True(t, rec.Ended, "a look again during the grace period sees the ended record")
@@ -299,7 +299,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 
 	for _, contended := range []bool{false, true} {
 		w2 := in2.waiter(queueTTL)
-		w2.Contended = contended
+		w2.Look = join(contended)
 		rec, err = p.Queue(ctx, key, w2)
 		require.NoError(t, err)
 		assert.True(t, rec.Ended, "a newcomer (Contended %v) sees the ended record", contended)
@@ -368,7 +368,7 @@ func (s *suite) againFindsOwnGrant(t *testing.T) {
 	require.NoError(t, p.Release(ctx, key, a))
 
 	// The waiter has not read its inbox (as after a lost message): it looks.
-	w1.Again = true
+	w1.Look = lock.LookAgain
 	rec, err := p.Queue(ctx, key, w1)
 	require.NoError(t, err)
 	assert.Equal(t, w1.Owner, rec.Owner, "a look again finds the key handed to the waiter")
@@ -399,7 +399,7 @@ func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 	expire(t, ctx, p, key, a) // free, with w1 queued
 
 	w2 := in2.waiter(queueTTL)
-	w2.Fair, w2.Again = flags.Fair, flags.Again
+	w2.Look = flags.Look
 	rec, err := p.Queue(ctx, key, w2)
 	require.NoError(t, err)
 	assert.True(t, rec.Queued, "the caller queues behind the first waiter")
@@ -454,9 +454,9 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	assert.False(t, rec.Queued)
 
 	again := w1
-	again.Again = true
+	again.Look = lock.LookAgain
 	if grace {
-		require.NoError(t, p.Update(ctx, key, w3.Owner, queueTTL, true), "the non-fair taker ends its record")
+		require.NoError(t, p.Finish(ctx, key, w3.Owner, queueTTL), "the non-fair taker ends its record")
 		rec, err = p.Queue(ctx, key, again)
 		require.NoError(t, err)
 		assert.True(t, rec.Ended, "the waiter's next look finds the grace period")
@@ -637,9 +637,9 @@ func (s *suite) queueBadInput(t *testing.T) {
 	check := func(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				for _, flags := range []lock.Waiter{{}, {Contended: true}, {Fair: true}, {Again: true}} {
+				for _, flags := range []lock.Waiter{{}, {Look: lock.LookJoin}, {Look: lock.LookFair}, {Look: lock.LookAgain}} {
 					w := c.w()
-					w.Contended, w.Fair, w.Again = flags.Contended, flags.Fair, flags.Again
+					w.Look = flags.Look
 					_, err := p.Queue(ctx, c.key, w)
 					assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue %+v rejects it", flags)
 				}
@@ -680,7 +680,7 @@ func (s *suite) concurrentHandOver(t *testing.T) {
 			defer wg.Done()
 			for r := range rounds {
 				w := in.waiter(queueTTL)
-				w.Contended = r%2 == 1
+				w.Look = join(r%2 == 1)
 				start := time.Now()
 				token, how, err := takeTurn(s.ctx, pw, key, in, w, maxWait)
 				if !assert.NoError(t, err, "worker %d round %d: wanted its turn within %v", i, r, maxWait) {
@@ -721,7 +721,7 @@ func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w 
 	defer look.Stop()
 	rec, err := p.Queue(ctx, key, w)
 	how := "reply"
-	w.Again = true
+	w.Look = lock.LookAgain
 	for {
 		switch {
 		case err != nil:
@@ -744,4 +744,12 @@ func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w 
 			return 0, "", fmt.Errorf("waited %v without a grant", limit)
 		}
 	}
+}
+
+// join returns LookJoin when contended, LookFirst otherwise.
+func join(contended bool) lock.Look {
+	if contended {
+		return lock.LookJoin
+	}
+	return lock.LookFirst
 }

@@ -143,14 +143,14 @@ func (s *suite) updateRenewsOnlyForOwner(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	recA := mustAcquire(t, p, key, a, 10*time.Second)
-	require.NoError(t, p.Update(ctx, key, a, time.Hour, false), "the owner renews its record")
+	require.NoError(t, p.Renew(ctx, key, a, time.Hour), "the owner renews its record")
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner)
 	assert.Equal(t, recA.Token, h.Token, "a renewal keeps the token")
 	assert.False(t, h.Ended, "a renewal does not end the record")
 	assertTTL(t, time.Hour, h.TTL, "a renewal sets the TTL")
 
-	assert.ErrorIs(t, p.Update(ctx, key, newOwner(), 2*time.Hour, false), lock.ErrLost,
+	assert.ErrorIs(t, p.Renew(ctx, key, newOwner(), 2*time.Hour), lock.ErrLost,
 		"another owner cannot renew the record")
 	assert.LessOrEqual(t, holder(t, p, key).TTL, time.Hour, "a refused renewal does not change the TTL")
 	assert.NoError(t, p.Release(ctx, key, a))
@@ -162,7 +162,7 @@ func (s *suite) updateEndedKeepsKeyClosedUntilTTL(t *testing.T) {
 	recA := mustAcquire(t, p, key, a, 10*time.Second)
 	t.Cleanup(func() { _ = p.Release(context.Background(), key, a) })
 	grace := time.Second
-	require.NoError(t, p.Update(ctx, key, a, grace, true), "the owner ends its record")
+	require.NoError(t, p.Finish(ctx, key, a, grace), "the owner ends its record")
 
 	rec, err := p.Acquire(ctx, key, newOwner(), 10*time.Second)
 	require.NoError(t, err)
@@ -191,8 +191,8 @@ func (s *suite) updateEndedKeepsKeyClosedUntilTTL(t *testing.T) {
 func (s *suite) updateOnAbsentRecordChangesNothing(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost, "renewing an absent record")
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "ending an absent record")
+	assert.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost, "renewing an absent record")
+	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "ending an absent record")
 	o := newOwner()
 	rec := mustAcquire(t, p, key, o, 10*time.Second)
 	assert.False(t, rec.Ended, "an update of an absent record does not create one")
@@ -206,7 +206,7 @@ func (s *suite) graceWriteAfterReleaseDoesNotRecreate(t *testing.T) {
 	key, a := uniqueName(t), newOwner()
 	mustAcquire(t, p, key, a, 10*time.Second)
 	require.NoError(t, p.Release(ctx, key, a))
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost,
+	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost,
 		"ending a record that was deleted")
 	o := newOwner()
 	rec := mustAcquire(t, p, key, o, 10*time.Second)
@@ -222,9 +222,9 @@ func (s *suite) graceWriteDoesNotOverwriteNewHolder(t *testing.T) {
 	mustAcquire(t, p, key, a, 10*time.Second)
 	require.NoError(t, p.Release(ctx, key, a))
 	recB := mustAcquire(t, p, key, o, 10*time.Second)
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost,
+	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost,
 		"ending another owner's record is refused")
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost,
+	assert.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost,
 		"renewing another owner's record is refused")
 	h := holder(t, p, key)
 	assert.Equal(t, o, h.Owner, "the new holder's record is intact")
@@ -239,9 +239,9 @@ func (s *suite) updateOnEndedRecordChangesNothing(t *testing.T) {
 	key, a := uniqueName(t), newOwner()
 	recA := mustAcquire(t, p, key, a, 10*time.Second)
 	t.Cleanup(func() { _ = p.Release(context.Background(), key, a) })
-	require.NoError(t, p.Update(ctx, key, a, 10*time.Second, true))
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, false), lock.ErrLost, "renewing an ended record")
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "ending an ended record again")
+	require.NoError(t, p.Finish(ctx, key, a, 10*time.Second))
+	assert.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost, "renewing an ended record")
+	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "ending an ended record again")
 	h := holder(t, p, key)
 	assert.True(t, h.Ended, "the record is still ended")
 	assert.Equal(t, recA.Token, h.Token)
@@ -263,7 +263,7 @@ func (s *suite) ttlExpiryFreesKey(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "the key is free once its TTL has passed")
 	assert.Greater(t, rec.Token, recA.Token)
 	assert.ErrorIs(t, p.Release(ctx, key, a), lock.ErrLost, "the expired owner no longer holds the key")
-	assert.ErrorIs(t, p.Update(ctx, key, a, time.Hour, true), lock.ErrLost, "the expired owner cannot end the new record")
+	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "the expired owner cannot end the new record")
 	assert.NoError(t, p.Release(ctx, key, o))
 }
 
@@ -278,7 +278,7 @@ func (s *suite) ttlLongerThan25Days(t *testing.T) {
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner, "a record with a 30-day TTL does not expire at once")
 	assert.Greater(t, h.TTL, 29*24*time.Hour, "the TTL is about 30 days")
-	require.NoError(t, p.Update(ctx, key, a, ttl, true), "a 30-day grace period is accepted")
+	require.NoError(t, p.Finish(ctx, key, a, ttl), "a 30-day grace period is accepted")
 	assert.Greater(t, holder(t, p, key).TTL, 29*24*time.Hour, "the grace period is about 30 days")
 	assert.NoError(t, p.Release(ctx, key, a))
 }
@@ -308,8 +308,8 @@ func (s *suite) badInput(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
 			assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-			assert.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, false), lock.ErrInvalidArgument, "Update rejects it")
-			assert.ErrorIs(t, p.Update(ctx, c.key, c.owner, c.ttl, true), lock.ErrInvalidArgument, "Update(ended) rejects it")
+			assert.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update rejects it")
+			assert.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update(ended) rejects it")
 			if c.ttl >= time.Millisecond {
 				assert.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
 			}

@@ -252,11 +252,11 @@ type failingUpdate struct {
 	fail atomic.Bool
 }
 
-func (p *failingUpdate) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+func (p *failingUpdate) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	if p.fail.Load() {
 		return errors.New("connection refused")
 	}
-	return p.Provider.Update(ctx, key, owner, ttl, ended)
+	return p.Provider.Renew(ctx, key, owner, ttl)
 }
 
 // failingRelease is a provider whose Release fails.

@@ -57,7 +57,7 @@ func BenchmarkRenewal(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if err := p.Update(ctx, key, "o-1", 10*time.Second, false); err != nil {
+		if err := p.Renew(ctx, key, "o-1", 10*time.Second); err != nil {
 			b.Fatal(err)
 		}
 	}

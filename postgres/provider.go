@@ -226,7 +226,7 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 	var r row
 	var queued bool
 	var place int64
-	err := p.pool.QueryRow(ctx, p.sql.wait, key, w.Owner, w.TTL.Milliseconds(), channel(w.Inbox), w.Fair, w.Again).
+	err := p.pool.QueryRow(ctx, p.sql.wait, key, w.Owner, w.TTL.Milliseconds(), channel(w.Inbox), w.Look == lock.LookFair || w.Look == lock.LookJoin, w.Look == lock.LookAgain).
 		Scan(append(r.fields(), &queued, &place)...)
 	if err != nil {
 		return lock.Record{}, fail(err)
@@ -264,8 +264,19 @@ func (p *Provider) Release(ctx context.Context, key, owner string) error {
 	return nil
 }
 
-// Update implements lock.Provider.
-func (p *Provider) Update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
+// Renew implements lock.Provider.
+func (p *Provider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	return p.update(ctx, key, owner, ttl, false)
+}
+
+// Finish implements lock.Provider.
+func (p *Provider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	return p.update(ctx, key, owner, ttl, true)
+}
+
+// update runs the update function of schema.sql, which renews the record or,
+// with ended, finishes it.
+func (p *Provider) update(ctx context.Context, key, owner string, ttl time.Duration, ended bool) error {
 	if err := checkArgs(key, owner, ttl); err != nil {
 		return err
 	}
