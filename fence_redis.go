@@ -1,0 +1,124 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed scripts/fence.lua
+var fenceLua string
+
+// RedisFence is a write to Redis that a stale holder of a lock cannot make:
+// a Lua script of the caller's (its body) that runs only behind a fence.
+// The fence is a key that keeps the greatest fencing token that has passed
+// it (its mark). Run, in one script, reads the mark, refuses a token below
+// it, sets the mark to the token, and then runs the body: so once a holder
+// with token 9 has written, a holder still using token 7 (paused past the
+// end of its lock: a GC pause, a stopped VM) cannot write, whether or not it
+// was told it lost the lock. A token equal to the mark passes (the same
+// holder writing again).
+//
+// Make one RedisFence per kind of write, once (as with redis.NewScript),
+// and run it with the token of the lock held for the resource:
+//
+//	var saveInvoice = lock.NewRedisFence(`redis.call('SET', KEYS[1], ARGV[1])`)
+//
+//	l, _ := lock.FromContext(ctx) // in Do, Middleware; or the Lock from Acquire
+//	err := saveInvoice.Run(ctx, rdb, "invoice:{7}:fence", l.Token(),
+//		[]string{"invoice:{7}"}, total).Err()
+//	if errors.Is(err, lock.ErrStaleToken) {
+//		// a later holder has written: nothing was written by this call
+//	}
+//
+// What is atomic: the check, the new mark and the body run as one script,
+// which Redis runs without any other command in between, on the one node
+// that holds the fence. So the fence and the body's keys must share a Redis
+// Cluster hash slot: give them the same hash tag, as above. Run checks this
+// on every client, a single server's included, so that code tested on one
+// server runs on a Cluster. Redis does not roll a script back: when the body
+// raises an error, the mark has been set already and whatever the body wrote
+// before the error stays.
+//
+// The fence never expires: one short key per resource, which keeps
+// protecting it only as long as it is there. Delete it with the resource,
+// never while a holder may still write. Tokens compare as numbers, exactly,
+// for every uint64. A fence protects the writes that go through it: a write
+// to the same keys that does not is not checked. It says nothing of the
+// lock's provider: any token works (a Lock's, from Acquire, Do, Middleware,
+// on any provider), as long as the writers of one resource take theirs from
+// the same lock.
+type RedisFence struct {
+	script *redis.Script
+}
+
+// NewRedisFence returns the fenced write whose body is body: the text of a
+// Lua script, as EVAL takes it, run after the check of the fence. The body
+// sees its own keys and arguments in KEYS and ARGV (the fence and the token
+// are not among them), its reply is Run's reply, and it must touch only the
+// keys in KEYS, as every script must for Redis Cluster. An empty body writes
+// nothing: Run then only checks the token and moves the mark.
+func NewRedisFence(body string) *RedisFence {
+	// The body's first line stays the script's first line, so that the line
+	// numbers of Redis's errors are the body's.
+	return &RedisFence{script: redis.NewScript("local function fenced(KEYS, ARGV) " + body + "\nend\n" + fenceLua)}
+}
+
+// Run runs the fenced write on rdb with fence as the fence key, token as the
+// writer's fencing token, and keys and args as the body's KEYS and ARGV. It
+// returns the body's reply; unlike redis.Script's, a nil reply (a body that
+// returns nothing) is not an error: Err is nil whenever the token passed
+// the fence and the body ran without error. When the fence has seen a greater token, nothing
+// is written, and the command's error is a *StaleTokenError (errors.Is
+// ErrStaleToken) with the token and the mark. When fence is empty, token is
+// zero (no grant has token 0), or a key is in another Cluster hash slot than
+// fence, nothing is sent and the error matches ErrInvalidArgument. When the
+// fence holds something else than a token, nothing is written and the error
+// is a *RecordError (ErrCorruptRecord). Other errors are Redis's or the
+// body's (with the mark already moved: see RedisFence).
+func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence string, token uint64, keys []string, args ...any) *redis.Cmd {
+	if err := checkFence(fence, token, keys); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	t := strconv.FormatUint(token, 10)
+	cmd := f.script.Run(ctx, rdb, append([]string{fence}, keys...), append([]any{t}, args...)...)
+	var rerr redis.Error
+	if err := cmd.Err(); err == redis.Nil {
+		cmd.SetErr(nil) // a body that returns nothing has written
+	} else if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		if m, ok := strings.CutPrefix(msg, "LOCK_STALE_TOKEN "); ok {
+			mark, _ := strconv.ParseUint(m, 10, 64)
+			cmd.SetErr(&StaleTokenError{Fence: fence, Token: token, Mark: mark})
+		} else if v, ok := strings.CutPrefix(msg, "LOCK_BAD_FENCE "); ok {
+			cmd.SetErr(&RecordError{Key: fence, Value: v})
+		}
+	}
+	return cmd
+}
+
+// checkFence checks Run's arguments: a fence, a token, and keys in the
+// fence's hash slot.
+func checkFence(fence string, token uint64, keys []string) error {
+	if fence == "" {
+		return fmt.Errorf("%w: empty fence key", ErrInvalidArgument)
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: fencing token 0 (no grant has it)", ErrInvalidArgument)
+	}
+	slot := slotOf(fence)
+	for _, k := range keys {
+		if s := slotOf(k); s != slot {
+			return fmt.Errorf("%w: key %q is in hash slot %d, its fence %q in slot %d: give them the same hash tag",
+				ErrInvalidArgument, k, s, fence, slot)
+		}
+	}
+	return nil
+}
