@@ -1,0 +1,172 @@
+package lock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// DefaultFenceTable is the table of an SQLFence whose Table is empty.
+const DefaultFenceTable = "lock_fences"
+
+// SQLFence makes writes to an SQL database that a stale holder of a lock
+// cannot make, inside the caller's transaction (database/sql; for pgx, see
+// the postgres module's Fence, which shares the table). Its table keeps a
+// row per name, the fence of one resource, with the greatest fencing token
+// that has passed it (its mark). Advance moves the mark to the caller's
+// token, or reports a token below it as stale:
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	...
+//	defer tx.Rollback()
+//	if err := (lock.SQLFence{}).Advance(ctx, tx, "invoice:7", l.Token()); err != nil {
+//		return err // errors.Is(err, lock.ErrStaleToken): a later holder has written
+//	}
+//	... the writes to invoice 7, in tx ...
+//	return tx.Commit()
+//
+// What holds: Advance writes the fence row, which the database keeps locked
+// until the transaction ends. So the transactions that advance one fence
+// run one after the other from there: one with a token below a mark that
+// another has committed gets ErrStaleToken, and one that comes while
+// another holds the row waits for it to commit (and then finds the mark) or
+// roll back. A token equal to the mark passes (the same holder writing
+// again). The writes are protected when they are made in the transaction
+// that advanced the fence, and it commits only when Advance returned nil;
+// Advance first thing in the transaction, so that the fence row is the
+// first lock it takes. In READ COMMITTED (the default) a stale token is
+// always ErrStaleToken; under REPEATABLE READ or SERIALIZABLE, a
+// transaction whose snapshot predates another's advance gets the
+// database's serialization error instead, and is retried as such.
+//
+// Dialect: PostgreSQL 9.5 or later (the statements are INSERT ... ON
+// CONFLICT ... DO UPDATE ... WHERE, with $1-style parameters; tested on
+// PostgreSQL 15 through pgx's database/sql driver). MySQL, SQLite and SQL
+// Server are not supported: their upsert, parameters and affected-row
+// counts differ; on them, write the same check as a conditional UPDATE of
+// the row that holds the mark ("... WHERE name = ? AND token <= ?", with
+// MySQL's client flag that counts matched rows, not changed ones).
+//
+// The zero value uses DefaultFenceTable in the connection's search path.
+// Tokens must be at most math.MaxInt64 (the column is a bigint): every
+// token of this library's providers is.
+type SQLFence struct {
+	// Table is the table of fence rows: DefaultFenceTable when empty. It may
+	// be qualified with its schema ("app.lock_fences"). It is used unquoted,
+	// so it is made of ASCII letters, digits and underscores, and PostgreSQL
+	// folds it to lower case.
+	Table string
+}
+
+// CreateTable makes the fence table, "(name text PRIMARY KEY, token bigint
+// NOT NULL)", unless it exists, in a transaction of its own that first takes
+// a PostgreSQL advisory lock, so that processes starting together do not
+// collide. The table can also be made by a migration of the application's:
+// Advance needs only those two columns.
+func (f SQLFence) CreateTable(ctx context.Context, db *sql.DB) (err error) {
+	q, err := fenceQueries(f.Table)
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err = tx.ExecContext(ctx, q.advisory, q.table); err != nil {
+		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+	}
+	if _, err = tx.ExecContext(ctx, q.create); err != nil {
+		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+	}
+	return nil
+}
+
+// Advance sets the mark of the fence called name to token, in tx, when
+// token is not below it; a name without a row gets one. When the mark is
+// greater, it returns a *StaleTokenError (errors.Is ErrStaleToken) with the
+// token and the mark: the caller must roll tx back, and not make its
+// writes. An empty name, a name that is not valid UTF-8 or holds a NUL
+// byte, a token of 0 or above math.MaxInt64, or a Table that is not a
+// name, match ErrInvalidArgument, and nothing is sent. Other errors are the
+// database's (after which PostgreSQL has aborted tx).
+func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token uint64) error {
+	q, err := fenceQueries(f.Table)
+	if err == nil {
+		err = checkFenceRow(name, token)
+	}
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, q.advance, name, int64(token))
+	if err != nil {
+		return fmt.Errorf("lock: advance fence %q: %w", name, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("lock: advance fence %q: %w", name, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var mark int64
+	if err := tx.QueryRowContext(ctx, q.mark, name).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("lock: advance fence %q: stale token %d, and reading its mark: %w", name, token, err)
+	}
+	return &StaleTokenError{Fence: name, Token: token, Mark: uint64(mark)}
+}
+
+// fenceTableName is what SQLFence.Table may be: a name, or a schema and a
+// name, unquoted.
+var fenceTableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// sqlFenceQueries are the statements of an SQLFence on its table.
+type sqlFenceQueries struct {
+	table, advisory, create, advance, mark string
+}
+
+func fenceQueries(table string) (sqlFenceQueries, error) {
+	if table == "" {
+		table = DefaultFenceTable
+	}
+	if !fenceTableName.MatchString(table) || len(table) > 127 {
+		return sqlFenceQueries{}, fmt.Errorf("%w: fence table %q: want a name of letters, digits and underscores, optionally after a schema and a dot", ErrInvalidArgument, table)
+	}
+	return sqlFenceQueries{
+		table:    table,
+		advisory: `SELECT pg_advisory_xact_lock(hashtext('lock fence table'), hashtext($1))`,
+		create:   `CREATE TABLE IF NOT EXISTS ` + table + ` (name text PRIMARY KEY, token bigint NOT NULL)`,
+		// ON CONFLICT ... WHERE leaves a row whose mark is greater alone, but
+		// locked, as an update would: zero rows affected is a stale token.
+		advance: `INSERT INTO ` + table + ` AS f (name, token) VALUES ($1, $2) ` +
+			`ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token`,
+		mark: `SELECT token FROM ` + table + ` WHERE name = $1`,
+	}, nil
+}
+
+// checkFenceRow checks Advance's name and token.
+func checkFenceRow(name string, token uint64) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty fence name", ErrInvalidArgument)
+	case !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: fence name %q is not valid UTF-8 without NUL bytes", ErrInvalidArgument, name)
+	case token == 0:
+		return fmt.Errorf("%w: fencing token 0 (no grant has it)", ErrInvalidArgument)
+	case token > math.MaxInt64:
+		return fmt.Errorf("%w: fencing token %d is above the bigint column's maximum", ErrInvalidArgument, token)
+	}
+	return nil
+}
