@@ -231,7 +231,9 @@ func TestFenceWaitsForTheOpenTransaction(t *testing.T) {
 			fences, data, log := fenceTables(t)
 			pool := newPool(t)
 
-			// Token 9 first, open; 7 comes: refused at 9's commit.
+			// A mark of 5; token 9 first, open; 7 comes: refused at 9's
+			// commit (a check of the mark the statement saw, 5, would pass).
+			require.NoError(t, writeTx(ctx, t, api, fences, data, log, 5, "five"))
 			first := api.begin(ctx, t, fences)
 			defer first.rollback()
 			require.NoError(t, fencedWrite(first, data, log, 9, "nine"))
