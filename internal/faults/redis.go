@@ -23,34 +23,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
-// RedisBinary is where the tests look for redis-server first; then on PATH.
-const RedisBinary = "/usr/bin/redis-server"
-
-// RedisPath returns the path of redis-server, or "" when there is none.
-func RedisPath() string {
-	if _, err := os.Stat(RedisBinary); err == nil {
-		return RedisBinary
-	}
-	if p, err := exec.LookPath("redis-server"); err == nil {
-		return p
-	}
-	return ""
-}
-
 // RequireRedis returns the path of redis-server. Without one it skips the
-// test, or fails it when the environment variable CI is set.
+// test, or fails it in CI and when LOCK_REQUIRE_REDIS is set (the test
+// environment's rule, testenv.RedisServer).
 func RequireRedis(t testing.TB) string {
 	t.Helper()
-	p := RedisPath()
-	if p == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redis-server is required in CI (looked at %s and on PATH)", RedisBinary)
-		}
-		t.Skipf("no redis-server (looked at %s and on PATH)", RedisBinary)
-	}
-	return p
+	return testenv.RedisServer(t)
 }
 
 // Redis is one redis-server process of a test, on a loopback port of its own,
@@ -66,6 +48,7 @@ type Redis struct {
 	bin  string
 	port int
 	dir  string
+	args []string // of StartRedis, given at every start
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -73,12 +56,14 @@ type Redis struct {
 	log    *boundedBuffer
 }
 
-// StartRedis starts a redis-server on a free loopback port and waits until it
-// answers PING. It skips or fails the test as RequireRedis does when there is
-// no redis-server, and stops the server at the end of the test.
-func StartRedis(t testing.TB) *Redis {
+// StartRedis starts a redis-server on a free loopback port, with the extra
+// command-line arguments args (given again at every restart by Start, after
+// its defaults, which they override), and waits until it answers PING. It
+// skips or fails the test as RequireRedis does when there is no
+// redis-server, and stops the server at the end of the test.
+func StartRedis(t testing.TB, args ...string) *Redis {
 	t.Helper()
-	r := &Redis{t: t, bin: RequireRedis(t), dir: t.TempDir()}
+	r := &Redis{t: t, bin: RequireRedis(t), dir: t.TempDir(), args: args}
 	t.Cleanup(func() { _ = r.Kill() })
 	var err error
 	// A free port found by listening may be taken by someone else before the
@@ -97,8 +82,9 @@ func StartRedis(t testing.TB) *Redis {
 	return nil
 }
 
-// Start starts the server on its port (again, after Kill), with the extra
-// command-line arguments, and waits until it answers PING. It returns an
+// Start starts the server on its port (again, after Kill), with StartRedis's
+// arguments and then the extra command-line arguments, and waits until it
+// answers PING. It returns an
 // error when the server is already running or does not come up within ten
 // seconds.
 func (r *Redis) Start(extra ...string) error {
@@ -117,7 +103,8 @@ func (r *Redis) Start(extra ...string) error {
 		"--dir", r.dir,
 		"--loglevel", "warning",
 	}
-	cmd := exec.Command(r.bin, append(args, extra...)...)
+	args = append(append(args, r.args...), extra...)
+	cmd := exec.Command(r.bin, args...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
