@@ -17,12 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
-
-// fuzzClock never moves, so that no record expires during a fuzz input.
-type fuzzClock struct{ t time.Time }
-
-func (c fuzzClock) Now() time.Time { return c.t }
 
 // fuzzValidKey and fuzzValidOwner are the documented limits on keys and owners.
 func fuzzValidKey(key string) bool { return key != "" && len(key) <= lock.MaxKeyLen }
@@ -60,7 +56,8 @@ func FuzzMemoryProvider(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, owner string, ttlNanos int64) {
 		ctx := context.Background()
 		ttl := time.Duration(ttlNanos)
-		p := lock.NewMemoryProvider(lock.MemoryClock(fuzzClock{time.Unix(1_700_000_000, 0)}))
+		// A clock that never moves: no record expires during a fuzz input.
+		p := lock.NewMemoryProvider(lock.MemoryClock(testenv.NewClock(time.Unix(1_700_000_000, 0))))
 		rec, err := p.Acquire(ctx, key, owner, ttl)
 		if !fuzzValidKey(key) || !fuzzValidOwner(owner) || ttl < time.Millisecond {
 			require.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire(%q, %q, %v)", key, owner, ttl)
@@ -417,5 +414,56 @@ func FuzzOptions(f *testing.F) {
 		if o.GracePeriod == 0 {
 			require.Zero(t, p.Len(), "a record is left after the release with %+v", o)
 		}
+	})
+}
+
+// Issue 7, item 4: FuzzKeySlots: for every prefix NewClient accepts and every
+// name, the stored keys of the lock (RedisKeys of Client.Key) share one
+// Cluster hash slot, the record and the queue start with the prefix and the
+// fencing counter with its text before any "{", and the record is Client.Key
+// itself; a prefix is refused, with ErrInvalidArgument, only when its first
+// "{" opens an empty hash tag.
+func FuzzKeySlots(f *testing.F) {
+	prefixes := []string{"lock:", "", "{app}:", "x{", "}", "{", "{}", "a{b", "a}b{c}", "{}x:", "a{}"}
+	names := []string{"x", "", "}", "}x", "}{", "{", "{}", "a{b", "a}b{c}", "{x}", "}}{{", "a{}b", "{}}", "x}"}
+	for _, p := range prefixes {
+		for _, n := range names {
+			f.Add(p, n)
+		}
+	}
+	f.Fuzz(func(t *testing.T, prefix, name string) {
+		emptyTag := false
+		if i := strings.IndexByte(prefix, '{'); i >= 0 {
+			emptyTag = strings.HasPrefix(prefix[i+1:], "}")
+		}
+		c, err := lock.NewClient(lock.NewMemoryProvider(), lock.WithPrefix(prefix))
+		if err != nil {
+			require.ErrorIs(t, err, lock.ErrInvalidArgument, "prefix %q", prefix)
+			require.True(t, emptyTag, "prefix %q refused, but its first \"{\" opens no empty hash tag: %v", prefix, err)
+			return
+		}
+		defer c.Close()
+		require.False(t, emptyTag, "prefix %q opens an empty hash tag, and was accepted", prefix)
+		if name == "" {
+			return // Acquire refuses an empty name before it makes a key.
+		}
+		key := c.Key(name)
+		r, fence, q, err := lock.RedisKeys(key)
+		require.NoError(t, err, "RedisKeys(%q) (prefix %q, name %q)", key, prefix, name)
+		assert.Equal(t, key, r, "the record is stored under Client.Key")
+		slot := clusterSlot(r)
+		// The fencing counter is shared by the locks of a slot: it starts
+		// with the text of the prefix before any hash tag in it.
+		head, _, _ := strings.Cut(prefix, "{")
+		assert.True(t, strings.HasPrefix(fence, head), "fencing counter %q does not start with %q (prefix %q)", fence, head, prefix)
+		assert.True(t, strings.HasSuffix(fence, "}:fence"), "fencing counter %q", fence)
+		for _, k := range []string{r, fence, q} {
+			assert.True(t, k == fence || strings.HasPrefix(k, prefix), "stored key %q does not start with prefix %q", k, prefix)
+			assert.Equal(t, slot, clusterSlot(k), "key %q is in slot %d, the record %q in %d (prefix %q, name %q)",
+				k, clusterSlot(k), r, slot, prefix, name)
+		}
+		assert.NotEqual(t, r, fence)
+		assert.NotEqual(t, r, q)
+		assert.NotEqual(t, fence, q)
 	})
 }

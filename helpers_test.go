@@ -1,56 +1,46 @@
 package lock_test
 
 import (
+	"bytes"
 	"context"
-	"net"
-	"os"
+	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
+
+// The helpers of the root package's tests, in one place: the backends every
+// behaviour runs against, events, and providers that fail as a network or a
+// server would. The servers, names, contexts and Clients come from the test
+// environment (internal/testenv), shared with faults, locktest and the
+// modules.
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// redisAddr is the real Redis the tests use: LOCK_REDIS_ADDR, or the local one.
-func redisAddr() string {
-	if a := os.Getenv("LOCK_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// requireRealRedis reports whether a missing real Redis must fail the test
-// instead of skipping it: in CI, or when LOCK_REQUIRE_REDIS is set.
-func requireRealRedis() bool {
-	return os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_REDIS") != ""
-}
-
-// realRedis returns a client of the real Redis, closed at the end of the test.
-// Without a server it skips the test, or fails it in CI.
-func realRedis(t testing.TB) *redis.Client {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", redisAddr(), time.Second)
-	if err != nil {
-		if requireRealRedis() {
-			t.Fatalf("real Redis at %s is required (CI or LOCK_REQUIRE_REDIS set): %v", redisAddr(), err)
-		}
-		t.Skipf("no Redis at %s: %v (set LOCK_REDIS_ADDR)", redisAddr(), err)
-	}
-	_ = conn.Close()
-	rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	t.Cleanup(func() { _ = rc.Close() })
-	return rc
-}
+// The test environment's helpers, under the short names the tests use.
+var (
+	realRedis   = testenv.Redis       // the shared Redis; skips, or fails in CI, without it
+	redisAddr   = testenv.RedisAddr   // its address
+	uniqueName  = testenv.Name        // a name no other test uses
+	ctxTimeout  = testenv.Context     // a context that ends after d, or with the test
+	newClient   = testenv.NewClient   // a Client closed with the test
+	newOwner    = testenv.NewOwner    // a new lock owner
+	mustAcquire = testenv.MustAcquire // a provider grant, or the test fails
+	holder      = testenv.Holder      // the record that holds a key
+	assertTTL   = testenv.AssertTTL   // a TTL, less what a slow machine takes
+)
 
 // backend makes the providers of one kind. Each call of replica returns a new
 // provider over the same storage, with its own connections, standing in for
@@ -105,21 +95,6 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	}
 }
 
-// uniqueName returns a lock name no other test uses, so that tests can share
-// the real Redis.
-func uniqueName(t testing.TB) string {
-	return strings.ReplaceAll(t.Name(), "/", ":") + ":" + uuid.NewString()[:8]
-}
-
-// newClient returns a Client on p, closed at the end of the test.
-func newClient(t testing.TB, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
-	t.Helper()
-	c, err := lock.NewClient(p, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // replicas returns n clients, each on its own provider over b's storage.
 func replicas(t *testing.T, b backend, n int, opts ...lock.ClientOption) []*lock.Client {
 	cs := make([]*lock.Client, n)
@@ -129,14 +104,64 @@ func replicas(t *testing.T, b backend, n int, opts ...lock.ClientOption) []*lock
 	return cs
 }
 
+// canExpire reports whether b's records expire in real time. The miniredis
+// backend is started without ClockTTL(true), so its TTLs never run out; a test
+// that needs expiry skips the rest of itself there.
+func canExpire(t *testing.T, b backend) bool {
+	t.Helper()
+	if b.name == "miniredis" {
+		t.Log("miniredis TTLs do not run out in real time (helpers_test.go does not call ClockTTL(true)); expiry not checked")
+		return false
+	}
+	return true
+}
+
+// rawKey and fenceKey return the Redis keys of the record and the fencing
+// counter of key.
+func rawKey(key string) string {
+	r, _, _, _ := lock.RedisKeys(key)
+	return r
+}
+
+func fenceKey(key string) string {
+	_, f, _, _ := lock.RedisKeys(key)
+	return f
+}
+
+// queueKey returns the Redis key of key's wait queue.
+func queueKey(key string) string {
+	_, _, q, _ := lock.RedisKeys(key)
+	return q
+}
+
+// globEscape escapes s for a Redis glob pattern (KEYS, SCAN).
+func globEscape(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// deleteRecord removes l's record behind its back.
+func deleteRecord(t testing.TB, b backend, l *lock.Lock) {
+	t.Helper()
+	if b.raw != nil {
+		require.NoError(t, b.raw.Del(context.Background(), rawKey(l.Key())).Err())
+		return
+	}
+	require.NoError(t, b.replica(t).Release(context.Background(), l.Key(), l.Owner()))
+}
+
 // recorder collects events. It leaves out EventRenewed, whose number
 // depends on timing, unless renewals is set.
 type recorder struct {
 	ch       chan lock.Event
 	renewals bool
 }
-
-func newRecorder() *recorder { return &recorder{ch: make(chan lock.Event, 1024)} }
 
 func (r *recorder) option() lock.ClientOption {
 	return lock.WithEvents(func(e lock.Event) {
@@ -159,8 +184,238 @@ func (r *recorder) kinds() []lock.EventKind {
 	}
 }
 
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+func newRecorder() *recorder { return &recorder{ch: make(chan lock.Event, 1024)} }
+
+// waitEvent waits for an event of kind, dropping others.
+func waitEvent(t testing.TB, r *recorder, kind lock.EventKind) lock.Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-r.ch:
+			if e.Kind == kind {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %v event within 10s", kind)
+		}
+	}
 }
+
+// drain returns the events recorded so far.
+func drain(r *recorder) []lock.Event {
+	var es []lock.Event
+	for {
+		select {
+		case e := <-r.ch:
+			es = append(es, e)
+		default:
+			return es
+		}
+	}
+}
+
+// eventKinds returns the kinds of es.
+func eventKinds(es []lock.Event) []lock.EventKind {
+	ks := make([]lock.EventKind, len(es))
+	for i, e := range es {
+		ks[i] = e.Kind
+	}
+	return ks
+}
+
+// assertClosed checks that ch is closed within a second.
+func assertClosed(t testing.TB, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Second):
+		t.Error(msg)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the log's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines returns the lines of the buffer that contain s.
+func (b *syncBuffer) lines(s string) []string {
+	var found []string
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.Contains(line, s) {
+			found = append(found, line)
+		}
+	}
+	return found
+}
+
+// sectionProbe watches a critical section: how many handlers are inside now, the
+// most that ever were at once, and how many entered in all.
+type sectionProbe struct {
+	inside, most, entered atomic.Int32
+}
+
+// enter records a handler entering; call the returned function when it leaves.
+func (p *sectionProbe) enter() (leave func()) {
+	p.entered.Add(1)
+	n := p.inside.Add(1)
+	for {
+		m := p.most.Load()
+		if n <= m || p.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return func() { p.inside.Add(-1) }
+}
+
+// waitUntil polls cond until it holds or d has passed, and reports whether
+// it held. Handlers use it to hold a lock until the test has seen what it needs
+// (a rendezvous), so that no result depends on how goroutines are scheduled.
+func waitUntil(cond func() bool, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// mustHold takes name on c through the imperative API (a holder "elsewhere")
+// and releases it at the end of the test.
+func mustHold(t *testing.T, c *lock.Client, name string) *lock.Lock {
+	t.Helper()
+	l, err := c.Acquire(ctxTimeout(t, 5*time.Second), name, lock.Options{})
+	require.NoError(t, err, "the holder must get the free lock %q", name)
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
+}
+
+// --- providers that fail as a network or a server would ---
+
+// flakyUpdate is a provider whose renewals fail while fail is set.
+type flakyUpdate struct {
+	lock.Provider
+	fail atomic.Bool
+}
+
+func (p *flakyUpdate) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.fail.Load() {
+		return errors.New("connection refused")
+	}
+	return p.Provider.Renew(ctx, key, owner, ttl)
+}
+
+// hookedProvider is a MemoryProvider whose Renew and Queue can be replaced.
+type hookedProvider struct {
+	*lock.MemoryProvider
+	renew func(ctx context.Context, key, owner string, ttl time.Duration) error
+	queue func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
+}
+
+func (p *hookedProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.renew != nil {
+		return p.renew(ctx, key, owner, ttl)
+	}
+	return p.MemoryProvider.Renew(ctx, key, owner, ttl)
+}
+
+func (p *hookedProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	if p.queue != nil {
+		return p.queue(ctx, key, w)
+	}
+	return p.MemoryProvider.Queue(ctx, key, w)
+}
+
+// downProvider is a memory provider whose Acquire and Queue fail with
+// errDown in mode "fail", and never answer (until the context ends) in mode
+// "hang"; in mode "hang-queue", Queue alone never answers.
+type downProvider struct {
+	lock.Provider
+	mode atomic.Value // "", "fail" or "hang"
+}
+
+func (p *downProvider) down(ctx context.Context, queue bool) error {
+	switch p.mode.Load() {
+	case "fail":
+		return errDown
+	case "hang-queue":
+		if !queue {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	case "hang":
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (p *downProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if err := p.down(ctx, false); err != nil {
+		return lock.Record{}, err
+	}
+	return p.Provider.Acquire(ctx, key, owner, ttl)
+}
+
+func (p *downProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	if err := p.down(ctx, true); err != nil {
+		return lock.Record{}, err
+	}
+	return p.Provider.Queue(ctx, key, w)
+}
+
+var errDown = errors.New("dial tcp 10.0.0.7:6379: connect: connection refused")
+
+// mwDownProvider is a provider whose server is down: Acquire fails after
+// 100 ms with errMwDown, and Release hangs until its context ends (a dial
+// that never completes). Every other method is the embedded provider's; the
+// zero value has none, which is enough for calls that never acquire.
+type mwDownProvider struct {
+	lock.Provider
+}
+
+func (mwDownProvider) Acquire(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
+	select {
+	case <-time.After(100 * time.Millisecond):
+		return lock.Record{}, errMwDown
+	case <-ctx.Done():
+		return lock.Record{}, ctx.Err()
+	}
+}
+
+func (mwDownProvider) Release(ctx context.Context, _, _ string) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (p mwDownProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	return p.Acquire(ctx, key, w.Owner, w.TTL)
+}
+
+func (mwDownProvider) Leave(ctx context.Context, _ string, _ lock.Waiter) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (mwDownProvider) Listen(context.Context, string, func(lock.Grant)) (func(), error) {
+	return nil, errMwDown
+}
+
+var errMwDown = errors.New("provider down: dial tcp 10.20.30.40:6379: i/o timeout")

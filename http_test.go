@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // httpServe serves one request through h and returns the response.
@@ -104,7 +105,7 @@ func TestHTTPMiddleware_LockedWhileHeld(t *testing.T) {
 				served = append(served, l.Key())
 			}
 		}))
-		primHold(t, cs[0], base+"/reports/daily")
+		mustHold(t, cs[0], base+"/reports/daily")
 
 		resp := httpServe(t, ctx, h, http.MethodGet, "/reports/daily")
 		assert.Equal(t, http.StatusLocked, resp.Code, "a request for a held lock should be answered 423; body: %s", resp.Body)
@@ -147,14 +148,14 @@ func TestHTTPMiddleware_RetryAfter(t *testing.T) {
 	t.Run("wait timed out", func(t *testing.T) {
 		c := newClient(t, lock.NewMemoryProvider())
 		name := uniqueName(t)
-		primHold(t, c, name)
+		mustHold(t, c, name)
 
 		resp := serve(t, c, name, lock.Options{Wait: true, MaxDuration: 50 * time.Millisecond})
 		assert.Equal(t, "1", resp.Header().Get("Retry-After"), "a wait that timed out on a held lock should suggest a retry in a second")
 	})
 
 	t.Run("grace period", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := testenv.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 		c := newClient(t, lock.NewMemoryProvider(lock.MemoryClock(clock)))
 		name := uniqueName(t)
 		require.NoError(t, c.Do(ctx, name, lock.Options{GracePeriod: 2500 * time.Millisecond}, func(context.Context) error { return nil }))
@@ -263,7 +264,7 @@ func TestHTTPMiddleware_ErrorHandler(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	mem := newClient(t, lock.NewMemoryProvider())
 	held := uniqueName(t)
-	primHold(t, mem, held)
+	mustHold(t, mem, held)
 
 	for _, tc := range []struct {
 		what  string
@@ -389,7 +390,7 @@ func TestHTTPMiddleware_InvalidArguments(t *testing.T) {
 func TestHTTPMiddleware_WaitBoundedByDefault(t *testing.T) {
 	c := newClient(t, lock.NewMemoryProvider())
 	name := uniqueName(t)
-	primHold(t, c, name)
+	mustHold(t, c, name)
 	for _, tc := range []struct {
 		what string
 		o    lock.Options
@@ -425,7 +426,7 @@ func TestHTTPMiddleware_DefaultHandlerLogs(t *testing.T) {
 	p := &downProvider{Provider: lock.NewMemoryProvider()}
 	c := newClient(t, p, lock.WithLogger(log), lock.WithReleaseTimeout(time.Second))
 	held := uniqueName(t)
-	primHold(t, c, held)
+	mustHold(t, c, held)
 	mw, err := lock.HTTPMiddleware(c, lock.HTTPOptions{NameFunc: func(r *http.Request) string { return r.URL.Query().Get("name") }})
 	require.NoError(t, err)
 	var calls atomic.Int32

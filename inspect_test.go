@@ -191,23 +191,6 @@ func TestList(t *testing.T) {
 	})
 }
 
-func TestWithIdentityBadInput(t *testing.T) {
-	for _, id := range []string{"a b", "a,b", "a\tb", strings.Repeat("x", lock.MaxIdentityLen+1)} {
-		_, err := lock.NewClient(lock.NewMemoryProvider(), lock.WithIdentity(id))
-		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "identity %q", id)
-	}
-	c := newClient(t, lock.NewMemoryProvider(), lock.WithIdentity(strings.Repeat("x", lock.MaxIdentityLen)))
-	l, err := c.Acquire(context.Background(), "n", lock.Options{})
-	require.NoError(t, err, "the longest identity makes a valid owner")
-	require.NoError(t, l.Release(context.Background()))
-	for _, name := range []string{"", strings.Repeat("n", lock.MaxKeyLen)} {
-		_, err := c.Inspect(context.Background(), name)
-		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Inspect of a %d-byte name", len(name))
-		_, err = c.ForceRelease(context.Background(), name)
-		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "ForceRelease of a %d-byte name", len(name))
-	}
-}
-
 func statusNames(locks []lock.Status) []string {
 	var ns []string
 	for _, s := range locks {

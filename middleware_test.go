@@ -104,7 +104,7 @@ func TestMiddleware_DynamicName(t *testing.T) {
 			return o.ID, nil
 		}, lock.MiddlewareOptions[mwOrder]{NameFunc: func(o mwOrder) string { return base + ":order:" + o.ID }})
 		require.NoError(t, err)
-		primHold(t, cs[0], base+":order:1")
+		mustHold(t, cs[0], base+":order:1")
 
 		_, err = wrapped(ctx, mwOrder{ID: "1"})
 		assert.ErrorIs(t, err, lock.ErrHeld, "order 1's lock is held elsewhere")
@@ -121,7 +121,7 @@ func TestMiddleware_HeldKeyFails(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t)
 		cs := replicas(t, b, 2)
-		primHold(t, cs[0], name)
+		mustHold(t, cs[0], name)
 		var runs atomic.Int32
 		wrapped, err := lock.Middleware(cs[1], func(context.Context, int) (int, error) { runs.Add(1); return 1, nil },
 			lock.MiddlewareOptions[int]{Name: name})
@@ -143,16 +143,16 @@ func TestMiddleware_HeldKeyFails(t *testing.T) {
 // a 30 ms body and returns their errors and the probe of the body. Without
 // Wait the body holds on until the other calls have returned, so that exactly
 // one can succeed however the goroutines are scheduled.
-func mwConcurrentCalls(t *testing.T, c *lock.Client, wait bool) ([]error, *primProbe) {
+func mwConcurrentCalls(t *testing.T, c *lock.Client, wait bool) ([]error, *sectionProbe) {
 	t.Helper()
 	const calls = 3
-	probe := &primProbe{}
+	probe := &sectionProbe{}
 	var failed atomic.Int32
 	wrapped, err := lock.Middleware(c, func(_ context.Context, i int) (int, error) {
 		defer probe.enter()()
 		time.Sleep(30 * time.Millisecond)
 		if !wait {
-			primWaitUntil(func() bool { return failed.Load() >= calls-1 }, 2*time.Second)
+			waitUntil(func() bool { return failed.Load() >= calls-1 }, 2*time.Second)
 		}
 		return i, nil
 	}, lock.MiddlewareOptions[int]{Name: uniqueName(t), Options: lock.Options{Wait: wait}})
@@ -226,7 +226,7 @@ func TestMiddleware_FreshOwnerPerCall(t *testing.T) {
 		}
 
 		owners := map[string]bool{}
-		for _, e := range primEvents(rec) {
+		for _, e := range drain(rec) {
 			if e.Kind == lock.EventAcquired {
 				assert.NotEmpty(t, e.Owner, "Acquired should name its owner")
 				owners[e.Owner] = true
@@ -274,41 +274,4 @@ func TestMiddleware_InvalidArguments(t *testing.T) {
 		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty derived name should fail the call")
 		assert.Zero(t, runs.Load(), "the handler must not run without a name")
 	})
-}
-
-// mwDownProvider is a provider whose server is down: Acquire fails after
-// 100 ms with errMwDown, and Release hangs until its context ends (a dial
-// that never completes). Every other method is the embedded provider's; the
-// zero value has none, which is enough for calls that never acquire.
-type mwDownProvider struct {
-	lock.Provider
-}
-
-var errMwDown = errors.New("provider down: dial tcp 10.20.30.40:6379: i/o timeout")
-
-func (mwDownProvider) Acquire(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
-	select {
-	case <-time.After(100 * time.Millisecond):
-		return lock.Record{}, errMwDown
-	case <-ctx.Done():
-		return lock.Record{}, ctx.Err()
-	}
-}
-
-func (mwDownProvider) Release(ctx context.Context, _, _ string) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (p mwDownProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	return p.Acquire(ctx, key, w.Owner, w.TTL)
-}
-
-func (mwDownProvider) Leave(ctx context.Context, _ string, _ lock.Waiter) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (mwDownProvider) Listen(context.Context, string, func(lock.Grant)) (func(), error) {
-	return nil, errMwDown
 }

@@ -19,60 +19,6 @@ import (
 // "Their tests") through lock.New and Run, each replica an independent Client
 // over one backend, and check the fixes of its known flaws.
 
-// primProbe watches a critical section: how many handlers are inside now, the
-// most that ever were at once, and how many entered in all.
-type primProbe struct {
-	inside, most, entered atomic.Int32
-}
-
-// enter records a handler entering; call the returned function when it leaves.
-func (p *primProbe) enter() (leave func()) {
-	p.entered.Add(1)
-	n := p.inside.Add(1)
-	for {
-		m := p.most.Load()
-		if n <= m || p.most.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	return func() { p.inside.Add(-1) }
-}
-
-// primWaitUntil polls cond until it holds or d has passed, and reports whether
-// it held. Handlers use it to hold a lock until the test has seen what it needs
-// (a rendezvous), so that no result depends on how goroutines are scheduled.
-func primWaitUntil(cond func() bool, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return true
-}
-
-// primEvents drains the events recorded so far.
-func primEvents(r *recorder) []lock.Event {
-	var es []lock.Event
-	for {
-		select {
-		case e := <-r.ch:
-			es = append(es, e)
-		default:
-			return es
-		}
-	}
-}
-
-func primKinds(es []lock.Event) []lock.EventKind {
-	ks := make([]lock.EventKind, len(es))
-	for i, e := range es {
-		ks[i] = e.Kind
-	}
-	return ks
-}
-
 // primCountingProvider counts a provider's completed Acquire calls and passes
 // its Topic on.
 type primCountingProvider struct {
@@ -90,30 +36,20 @@ func (p *primCountingProvider) Queue(ctx context.Context, key string, w lock.Wai
 	return p.Provider.Queue(ctx, key, w)
 }
 
-// primHold takes name on c through the imperative API (a holder "elsewhere")
-// and releases it at the end of the test.
-func primHold(t *testing.T, c *lock.Client, name string) *lock.Lock {
-	t.Helper()
-	l, err := c.Acquire(ctxTimeout(t, 5*time.Second), name, lock.Options{})
-	require.NoError(t, err, "the holder must get the free lock %q", name)
-	t.Cleanup(func() { _ = l.Release(context.Background()) })
-	return l
-}
-
 // Alepha test 1, with our fix of its silent skip: three replicas run at once
 // without Wait; the handler runs once and the other two callers are told why.
 func TestPrimitive_ThreeReplicasAtOnceRunOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t)
 		ctx := ctxTimeout(t, 10*time.Second)
-		var probe primProbe
+		var probe sectionProbe
 		var failed atomic.Int32
 		handler := func(ctx context.Context, _ struct{}) error {
 			defer probe.enter()()
 			time.Sleep(50 * time.Millisecond)
 			// Hold on until the other two calls have returned, so that a late
 			// starter cannot find the lock free again.
-			primWaitUntil(func() bool { return failed.Load() >= 2 }, 2*time.Second)
+			waitUntil(func() bool { return failed.Load() >= 2 }, 2*time.Second)
 			return nil
 		}
 		errs := make([]error, 3)
@@ -155,7 +91,7 @@ func TestPrimitive_ThreeReplicasWaitRunInTurn(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t)
 		ctx := ctxTimeout(t, 10*time.Second)
-		var probe primProbe
+		var probe sectionProbe
 		handler := func(ctx context.Context, _ struct{}) error {
 			defer probe.enter()()
 			time.Sleep(hold)
@@ -234,7 +170,7 @@ func TestPrimitive_WaitGivesUpAfterMaxDuration(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t)
 		cs := replicas(t, b, 2)
-		primHold(t, cs[0], name)
+		mustHold(t, cs[0], name)
 		var runs atomic.Int32
 		p, err := lock.New(cs[1], func(context.Context, struct{}) error { runs.Add(1); return nil },
 			lock.PrimitiveOptions[struct{}]{Name: name, Options: lock.Options{Wait: true, MaxDuration: maxWait}})
@@ -332,7 +268,7 @@ func TestPrimitive_NoWaitHeldKeySkipsWithErrHeld(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t)
 		cs := replicas(t, b, 2)
-		primHold(t, cs[0], name)
+		mustHold(t, cs[0], name)
 		var runs atomic.Int32
 		p, err := lock.New(cs[1], func(context.Context, struct{}) error { runs.Add(1); return nil },
 			lock.PrimitiveOptions[struct{}]{Name: name})
@@ -360,13 +296,13 @@ func TestPrimitive_ConcurrentRunsOnOnePrimitive(t *testing.T) {
 		for _, wait := range []bool{false, true} {
 			name := uniqueName(t)
 			ctx := ctxTimeout(t, 10*time.Second)
-			var probe primProbe
+			var probe sectionProbe
 			var failed atomic.Int32
 			p, err := lock.New(c, func(context.Context, int) error {
 				defer probe.enter()()
 				time.Sleep(30 * time.Millisecond)
 				if !wait {
-					primWaitUntil(func() bool { return failed.Load() >= callers-1 }, 2*time.Second)
+					waitUntil(func() bool { return failed.Load() >= callers-1 }, 2*time.Second)
 				}
 				return nil
 			}, lock.PrimitiveOptions[int]{Name: name, Options: lock.Options{Wait: wait}})
@@ -420,7 +356,7 @@ func TestPrimitive_NameFuncLockPerArgument(t *testing.T) {
 		handler := func(_ context.Context, arg string) error {
 			inside[arg].Store(true)
 			other := map[string]string{"a": "b", "b": "a"}[arg]
-			if primWaitUntil(inside[other].Load, 3*time.Second) {
+			if waitUntil(inside[other].Load, 3*time.Second) {
 				sawOther.Add(1)
 			}
 			<-release
@@ -436,7 +372,7 @@ func TestPrimitive_NameFuncLockPerArgument(t *testing.T) {
 		errs := make(chan error, 2)
 		go func() { errs <- p0.Run(ctx, "a") }()
 		go func() { errs <- p1.Run(ctx, "b") }()
-		bothIn := primWaitUntil(func() bool { return inside["a"].Load() && inside["b"].Load() }, 3*time.Second)
+		bothIn := waitUntil(func() bool { return inside["a"].Load() && inside["b"].Load() }, 3*time.Second)
 		assert.True(t, bothIn, "runs with different arguments should hold their locks at once")
 
 		// While "a" runs, another Run of "a" is excluded.
@@ -563,7 +499,7 @@ func TestPrimitive_GracePeriodFuncPerArgument(t *testing.T) {
 		if b.name == "miniredis" {
 			return // miniredis counts TTLs down only when told to (FastForward)
 		}
-		reopened := primWaitUntil(func() bool { return p1.Run(ctx, 0) == nil }, 3*time.Second)
+		reopened := waitUntil(func() bool { return p1.Run(ctx, 0) == nil }, 3*time.Second)
 		assert.True(t, reopened, "the lock should open again after the %v grace period", window)
 		assert.EqualValues(t, 4, runs.Load(), "the run after the window should reach the handler")
 	})
@@ -587,7 +523,7 @@ func TestPrimitive_WaiterSkipsWhenHolderEndsWithGracePeriod(t *testing.T) {
 			close(entered)
 			// End only once the waiter is waiting: it has tried, subscribed
 			// and looked once more.
-			waiting = primWaitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
+			waiting = waitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
 			return nil
 		}, opts)
 		require.NoError(t, err)
@@ -600,7 +536,7 @@ func TestPrimitive_WaiterSkipsWhenHolderEndsWithGracePeriod(t *testing.T) {
 		<-entered
 		err = waiter.Run(ctx, struct{}{})
 
-		events := primKinds(primEvents(rec))
+		events := eventKinds(drain(rec))
 		require.NoError(t, <-holderErr, "the holder should run")
 		require.True(t, waiting, "the waiter should have been waiting when the holder ended; it made %d attempts, "+
 			"returned %v, emitted %v", counted.acquires.Load(), err, events)
@@ -671,8 +607,8 @@ func TestPrimitive_EmitsEvents(t *testing.T) {
 		go func() { holderErr <- holder.Run(ctx, struct{}{}) }()
 		<-entered
 		assert.ErrorIs(t, noWait.Run(ctx, struct{}{}), lock.ErrHeld, "the no-wait run should find the lock held")
-		skipped := primEvents(r1)
-		assert.Equal(t, []lock.EventKind{lock.EventContended, lock.EventSkipped}, primKinds(skipped),
+		skipped := drain(r1)
+		assert.Equal(t, []lock.EventKind{lock.EventContended, lock.EventSkipped}, eventKinds(skipped),
 			"a no-wait run that finds the lock held should emit Contended then Skipped")
 		for _, e := range skipped {
 			assert.Equal(t, c1.Key(name), e.Key, "%v event should carry the prefixed key", e.Kind)
@@ -683,20 +619,20 @@ func TestPrimitive_EmitsEvents(t *testing.T) {
 
 		waitErr := make(chan error, 1)
 		go func() { waitErr <- waiting.Run(ctx, struct{}{}) }()
-		primWaitUntil(func() bool { return len(r1.ch) > 0 }, 3*time.Second) // the waiter is contended
+		waitUntil(func() bool { return len(r1.ch) > 0 }, 3*time.Second) // the waiter is contended
 		close(release)
 		require.NoError(t, <-holderErr, "the holder should run")
 		require.NoError(t, <-waitErr, "the waiting run should run after the holder")
 
-		held := primEvents(r0)
-		if assert.Equal(t, []lock.EventKind{lock.EventAcquired, lock.EventReleased}, primKinds(held),
+		held := drain(r0)
+		if assert.Equal(t, []lock.EventKind{lock.EventAcquired, lock.EventReleased}, eventKinds(held),
 			"the holder's run should emit Acquired then Released") {
 			assert.Positive(t, held[0].Token, "Acquired should carry the token")
 			assert.Equal(t, held[0].Token, held[1].Token, "Released should carry the token it was granted")
 			assert.Equal(t, held[0].Owner, held[1].Owner, "both events should name the same owner")
 			assert.Equal(t, c0.Key(name), held[0].Key, "Acquired should carry the prefixed key")
 		}
-		assert.Equal(t, []lock.EventKind{lock.EventContended, lock.EventAcquired, lock.EventReleased}, primKinds(primEvents(r1)),
+		assert.Equal(t, []lock.EventKind{lock.EventContended, lock.EventAcquired, lock.EventReleased}, eventKinds(drain(r1)),
 			"a waiting run should emit Contended, Acquired, Released")
 	})
 }
@@ -817,7 +753,7 @@ func TestPrimitive_ContextCancelledWhileWaiting(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t)
 		cs := replicas(t, b, 2)
-		primHold(t, cs[0], name)
+		mustHold(t, cs[0], name)
 		var runs atomic.Int32
 		p, err := lock.New(cs[1], func(context.Context, struct{}) error { runs.Add(1); return nil },
 			lock.PrimitiveOptions[struct{}]{Name: name, Options: lock.Options{Wait: true}})
@@ -857,7 +793,7 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		holder, err := lock.New(holderClient, func(context.Context, struct{}) error {
 			close(entered)
 			// Hold on until the waiter has tried once and then queued.
-			primWaitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
+			waitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
 			holderEnd = time.Now()
 			return nil
 		}, lock.PrimitiveOptions[struct{}]{Name: name})
@@ -927,7 +863,7 @@ func TestPrimitive_SlowSubscribeDoesNotBlockOtherRuns(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	c := newClient(t, primSlowTopic{MemoryProvider: mem, delay: delay})
 	held := uniqueName(t)
-	primHold(t, newClient(t, mem), held)
+	mustHold(t, newClient(t, mem), held)
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	waiter, err := lock.New(c, func(context.Context, struct{}) error { return nil },

@@ -1,11 +1,6 @@
 package lock_test
 
 import (
-	"context"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
 )
 
 // TestCheckServerReal checks the shared Redis, changing nothing on it: the
@@ -42,8 +38,8 @@ func TestCheckServerReal(t *testing.T) {
 // TestCheckServerEvictingNoPersistence checks a server that can evict lock
 // records and forgets them on restart: both are warned about.
 func TestCheckServerEvictingNoPersistence(t *testing.T) {
-	addr := startRedisServer(t, "--maxmemory-policy", "volatile-lru", "--maxmemory", "64mb",
-		"--save", "", "--appendonly", "no")
+	addr := faults.StartRedis(t, "--maxmemory-policy", "volatile-lru", "--maxmemory", "64mb",
+		"--save", "", "--appendonly", "no").Addr
 	rep, err := lock.NewRedisProvider(newRedisClient(t, addr)).CheckServer(ctxTimeout(t, 10*time.Second))
 	require.NoError(t, err)
 	t.Logf("warnings: %q", rep.Warnings)
@@ -64,8 +60,8 @@ func TestCheckServerEvictingNoPersistence(t *testing.T) {
 // TestCheckServerSafe checks a server configured as the README asks:
 // noeviction and AOF every second. Nothing is warned about.
 func TestCheckServerSafe(t *testing.T) {
-	addr := startRedisServer(t, "--maxmemory-policy", "noeviction", "--maxmemory", "64mb",
-		"--appendonly", "yes", "--appendfsync", "everysec")
+	addr := faults.StartRedis(t, "--maxmemory-policy", "noeviction", "--maxmemory", "64mb",
+		"--appendonly", "yes", "--appendfsync", "everysec").Addr
 	rep, err := lock.NewRedisProvider(newRedisClient(t, addr)).CheckServer(ctxTimeout(t, 10*time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, "noeviction", rep.MaxmemoryPolicy)
@@ -78,7 +74,7 @@ func TestCheckServerSafe(t *testing.T) {
 // Redis services rename it away): the settings only CONFIG tells are
 // reported unknown, and the check does not fail.
 func TestCheckServerConfigRefused(t *testing.T) {
-	addr := startRedisServer(t, "--rename-command", "CONFIG", "", "--appendonly", "no")
+	addr := faults.StartRedis(t, "--rename-command", "CONFIG", "", "--appendonly", "no").Addr
 	rep, err := lock.NewRedisProvider(newRedisClient(t, addr)).CheckServer(ctxTimeout(t, 10*time.Second))
 	require.NoError(t, err, "a refused CONFIG GET is not an error")
 	assert.Equal(t, lock.UnknownSetting, rep.Save)
@@ -91,9 +87,9 @@ func TestCheckServerConfigRefused(t *testing.T) {
 // TestCheckServerCluster checks a one-master Cluster through a ClusterClient:
 // the master is reported in Nodes and its warnings name it.
 func TestCheckServerCluster(t *testing.T) {
-	addr := startRedisServer(t, "--cluster-enabled", "yes", "--cluster-announce-ip", "127.0.0.1",
+	addr := faults.StartRedis(t, "--cluster-enabled", "yes", "--cluster-announce-ip", "127.0.0.1",
 		"--maxmemory-policy", "allkeys-lru",
-		"--save", "", "--appendonly", "no")
+		"--save", "", "--appendonly", "no").Addr
 	ctx := ctxTimeout(t, 20*time.Second)
 	direct := newRedisClient(t, addr)
 	if err := direct.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
@@ -142,81 +138,4 @@ func newRedisClient(t testing.TB, addr string) *redis.Client {
 	rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rc.Close() })
 	return rc
-}
-
-// startRedisServer starts a redis-server of the test's own with args, on a
-// free loopback port, in a temporary directory, and returns its address once
-// it answers PING; it is killed at the end of the test. Without redis-server
-// the test is skipped, or fails in CI (as with the real Redis).
-func startRedisServer(t *testing.T, args ...string) string {
-	t.Helper()
-	bin := "/usr/bin/redis-server"
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			if requireRealRedis() {
-				t.Fatalf("redis-server is required (CI or LOCK_REQUIRE_REDIS set): %v", err)
-			}
-			t.Skipf("no redis-server: %v", err)
-		}
-	}
-	dir := t.TempDir()
-	var last error
-	// A port free a moment ago may be taken before the server binds it: try a few.
-	for range 5 {
-		port, err := freePort()
-		require.NoError(t, err, "find a free port")
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--dir", dir, "--daemonize", "no", "--loglevel", "warning"}, args...)...)
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Start(), "start redis-server")
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		if last = awaitPing(addr, exited); last == nil {
-			t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-			return addr
-		}
-		_ = cmd.Process.Kill()
-		<-exited
-		last = &serverError{last, out.String()}
-	}
-	t.Fatalf("start redis-server %q: %v", args, last)
-	return ""
-}
-
-type serverError struct {
-	err error
-	log string
-}
-
-func (e *serverError) Error() string { return e.err.Error() + ": " + strings.TrimSpace(e.log) }
-
-// awaitPing waits up to ten seconds for the server at addr to answer PING.
-func awaitPing(addr string, exited <-chan struct{}) error {
-	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer rc.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rc.Ping(ctx).Err()
-		cancel()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-exited:
-			return err
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

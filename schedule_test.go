@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 func TestTickName(t *testing.T) {
@@ -64,7 +65,7 @@ func TestRunTickInvalidArguments(t *testing.T) {
 // clock: a replica that tries while the tick runs, one that is late, one that
 // is early for the next tick, and the documented limit.
 func TestRunTickLateAndEarlyReplicas(t *testing.T) {
-	clock := newSchedClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	clock := testenv.NewClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	mem := lock.NewMemoryProvider(lock.MemoryClock(clock))
 	a, b, c := newClient(t, mem), newClient(t, mem), newClient(t, mem)
 	ctx := ctxTimeout(t, 5*time.Second)
@@ -418,6 +419,41 @@ type schedChild struct {
 	err    error // of Wait, once exited is closed
 }
 
+// next returns the child's next report line; the test fails when none comes
+// before ctx ends.
+func (ch *schedChild) next(ctx context.Context) string {
+	ch.t.Helper()
+	select {
+	case line, ok := <-ch.lines:
+		if !ok {
+			<-ch.exited
+			ch.t.Fatalf("replica exited (%v) before reporting; its output:\n%s", ch.err, ch.out.String())
+		}
+		return line
+	case <-ctx.Done():
+		ch.t.Fatalf("no report from the replica: %v; its output:\n%s", ctx.Err(), ch.out.String())
+	}
+	return ""
+}
+
+func (ch *schedChild) send(line string) {
+	ch.t.Helper()
+	_, err := io.WriteString(ch.stdin, line+"\n")
+	require.NoError(ch.t, err, "write to the replica")
+}
+
+// wait returns the child's exit error once it has exited.
+func (ch *schedChild) wait(ctx context.Context) error {
+	ch.t.Helper()
+	select {
+	case <-ch.exited:
+		return ch.err
+	case <-ctx.Done():
+		ch.t.Fatalf("replica did not exit: %v; its output:\n%s", ctx.Err(), ch.out.String())
+	}
+	return nil
+}
+
 // startSchedChild starts a replica process with env added to this one's, and
 // kills it at the end of the test if it still runs.
 func startSchedChild(t *testing.T, env ...string) *schedChild {
@@ -454,41 +490,6 @@ func startSchedChild(t *testing.T, env ...string) *schedChild {
 	return ch
 }
 
-// next returns the child's next report line; the test fails when none comes
-// before ctx ends.
-func (ch *schedChild) next(ctx context.Context) string {
-	ch.t.Helper()
-	select {
-	case line, ok := <-ch.lines:
-		if !ok {
-			<-ch.exited
-			ch.t.Fatalf("replica exited (%v) before reporting; its output:\n%s", ch.err, ch.out.String())
-		}
-		return line
-	case <-ctx.Done():
-		ch.t.Fatalf("no report from the replica: %v; its output:\n%s", ctx.Err(), ch.out.String())
-	}
-	return ""
-}
-
-func (ch *schedChild) send(line string) {
-	ch.t.Helper()
-	_, err := io.WriteString(ch.stdin, line+"\n")
-	require.NoError(ch.t, err, "write to the replica")
-}
-
-// wait returns the child's exit error once it has exited.
-func (ch *schedChild) wait(ctx context.Context) error {
-	ch.t.Helper()
-	select {
-	case <-ch.exited:
-		return ch.err
-	case <-ctx.Done():
-		ch.t.Fatalf("replica did not exit: %v; its output:\n%s", ctx.Err(), ch.out.String())
-	}
-	return nil
-}
-
 // schedOutput keeps what a child printed, for failure messages.
 type schedOutput struct {
 	mu sync.Mutex
@@ -508,26 +509,6 @@ func (o *schedOutput) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.b.String()
-}
-
-// schedClock is a lock.Clock that moves only when told.
-type schedClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newSchedClock(now time.Time) *schedClock { return &schedClock{now: now} }
-
-func (c *schedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *schedClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // RunTick runs a scheduled job once per tick across replicas: every replica

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,145 @@ import (
 
 	"github.com/seed05627090/lock"
 )
+
+// When the provider fails or cannot be reached: errors that name the lock
+// and the operation once, and outages (ErrUnavailable).
+
+// errBackend is the failing provider's own error.
+var errBackend = errors.New("backend exploded")
+
+// failingProvider passes every call on to a MemoryProvider, except those
+// named in fail, which return errBackend.
+type failingProvider struct {
+	*lock.MemoryProvider
+	fail map[string]bool
+}
+
+func (p *failingProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if p.fail["acquire"] {
+		return lock.Record{}, errBackend
+	}
+	return p.MemoryProvider.Acquire(ctx, key, owner, ttl)
+}
+
+func (p *failingProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	if p.fail["queue"] {
+		return lock.Record{}, errBackend
+	}
+	return p.MemoryProvider.Queue(ctx, key, w)
+}
+
+func (p *failingProvider) Release(ctx context.Context, key, owner string) error {
+	if p.fail["release"] {
+		return errBackend
+	}
+	return p.MemoryProvider.Release(ctx, key, owner)
+}
+
+func (p *failingProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.fail["update"] {
+		return errBackend
+	}
+	return p.MemoryProvider.Renew(ctx, key, owner, ttl)
+}
+
+func (p *failingProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.fail["update"] {
+		return errBackend
+	}
+	return p.MemoryProvider.Finish(ctx, key, owner, ttl)
+}
+
+// Issue 7, item 6 (was TestIssue7ProviderErrorsNameTheLock): an error of the
+// provider reaches the caller naming the operation and the lock's key, and
+// still matches the provider's own error with errors.Is.
+func TestProviderErrorsNameTheLock(t *testing.T) {
+	check := func(t *testing.T, err error, key string, ops ...string) {
+		t.Helper()
+		require.Error(t, err)
+		t.Logf("error: %v", err)
+		assert.ErrorIs(t, err, errBackend, "the provider's error is kept for errors.Is")
+		assert.NotErrorIs(t, err, lock.ErrNotAcquired, "a provider failure is not a held lock")
+		assert.Equal(t, 1, strings.Count(err.Error(), key), "the error names the lock's key, once: %q", err)
+		named := false
+		for _, op := range ops {
+			named = named || strings.Contains(strings.ToLower(err.Error()), op)
+		}
+		assert.True(t, named, "the error %q names the operation (one of %v)", err, ops)
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	t.Run("acquire", func(t *testing.T) {
+		p := &failingProvider{MemoryProvider: lock.NewMemoryProvider(), fail: map[string]bool{"acquire": true, "queue": true}}
+		c := newClient(t, p)
+		name := uniqueName(t)
+		_, err := c.Acquire(ctx, name, lock.Options{})
+		check(t, err, c.Key(name), "acquire")
+		_, err = c.Acquire(ctx, name, lock.Options{Wait: true})
+		check(t, err, c.Key(name), "acquire", "queue", "wait")
+		err = c.Do(ctx, name, lock.Options{}, func(context.Context) error {
+			t.Error("fn ran without the lock")
+			return nil
+		})
+		check(t, err, c.Key(name), "acquire")
+	})
+	t.Run("queue", func(t *testing.T) {
+		mem := lock.NewMemoryProvider()
+		p := &failingProvider{MemoryProvider: mem, fail: map[string]bool{}}
+		c := newClient(t, p)
+		name := uniqueName(t)
+		hl, err := newClient(t, mem).Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, hl.Release(ctx)) }()
+		p.fail["queue"] = true
+		_, err = c.Acquire(ctx, name, lock.Options{Wait: true})
+		check(t, err, c.Key(name), "queue", "wait")
+	})
+	t.Run("release", func(t *testing.T) {
+		p := &failingProvider{MemoryProvider: lock.NewMemoryProvider(), fail: map[string]bool{}}
+		c := newClient(t, p)
+		name := uniqueName(t)
+		l, err := c.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		p.fail["release"] = true
+		check(t, l.Release(ctx), c.Key(name), "release")
+	})
+	t.Run("extend", func(t *testing.T) {
+		p := &failingProvider{MemoryProvider: lock.NewMemoryProvider(), fail: map[string]bool{}}
+		c := newClient(t, p)
+		name := uniqueName(t)
+		l, err := c.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		p.fail["update"] = true
+		check(t, l.Extend(ctx, time.Minute), c.Key(name), "extend", "renew", "update")
+		p.fail["update"] = false
+		assert.NoError(t, l.Release(ctx))
+	})
+}
+
+// slowFailing is a provider whose Acquire fails with its own error once the
+// caller's context has ended, as a network call that times out does.
+type slowFailing struct{ lock.Provider }
+
+func (slowFailing) Acquire(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
+	<-ctx.Done()
+	return lock.Record{}, errors.New("read tcp: i/o timeout")
+}
+
+// Regression (fixed in d9086c1): when the context ends while the provider
+// fails, the error keeps both (the context's, for errors.Is, and the
+// provider's text) and names the key once.
+func TestContextEndAndProviderErrorNameTheKeyOnce(t *testing.T) {
+	c := newClient(t, slowFailing{lock.NewMemoryProvider()})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	name := uniqueName(t)
+	_, err := c.Acquire(ctx, name, lock.Options{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, lock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "i/o timeout", "the provider's error is kept")
+	assert.Equal(t, 1, strings.Count(err.Error(), c.Key(name)), "the key is named once: %v", err)
+}
 
 // freeAddr returns a loopback address nobody listens on.
 func freeAddr(t *testing.T) string {
@@ -59,47 +197,6 @@ func TestUnavailableRedisDown(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorAs(t, err, &dial, "the last dial error is attached: %v", err)
 	assert.ErrorContains(t, err, addr)
-}
-
-// downProvider is a memory provider whose Acquire and Queue fail with
-// errDown in mode "fail", and never answer (until the context ends) in mode
-// "hang"; in mode "hang-queue", Queue alone never answers.
-type downProvider struct {
-	lock.Provider
-	mode atomic.Value // "", "fail" or "hang"
-}
-
-var errDown = errors.New("dial tcp 10.0.0.7:6379: connect: connection refused")
-
-func (p *downProvider) down(ctx context.Context, queue bool) error {
-	switch p.mode.Load() {
-	case "fail":
-		return errDown
-	case "hang-queue":
-		if !queue {
-			return nil
-		}
-		<-ctx.Done()
-		return ctx.Err()
-	case "hang":
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return nil
-}
-
-func (p *downProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if err := p.down(ctx, false); err != nil {
-		return lock.Record{}, err
-	}
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *downProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if err := p.down(ctx, true); err != nil {
-		return lock.Record{}, err
-	}
-	return p.Provider.Queue(ctx, key, w)
 }
 
 // The same on a provider that fails or does not answer, and what does not
