@@ -106,8 +106,10 @@ func result(err error) string {
 var errStaleToken = errors.New("rejected: stale fencing token")
 
 // storage is the protected resource: it keeps, for each key, the highest
-// fencing token it has seen and rejects writes that carry a lower one. A
-// database does the same with a conditional update ("... WHERE token <= $1").
+// fencing token it has seen and rejects writes that carry a lower one. For
+// Redis and PostgreSQL the library does this: lock.RedisFence runs a write
+// behind such a check in one script, lock.SQLFence (and postgres.Fence, on
+// pgx) in the writer's transaction; both refuse with lock.ErrStaleToken.
 type storage struct {
 	mu     sync.Mutex
 	values map[string]string
