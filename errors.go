@@ -63,11 +63,6 @@ var (
 
 	// ErrClosed reports a call on a Client after Close.
 	ErrClosed = errors.New("lock: client closed")
-
-	// ErrNotReplicated reports a grant or renewal that fewer replicas than
-	// asked for acknowledged in time (see WaitForReplicas). The acquisition
-	// failed and its record is removed; a renewal is tried again.
-	ErrNotReplicated = errors.New("lock: not replicated")
 )
 
 // NotAcquiredError is returned when a lock was not acquired. It matches

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -115,66 +114,6 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Status, error) 
 		c.emit(Event{Kind: EventForceReleased, Key: key, Owner: s.Owner, Token: s.Token})
 	}
 	return s, nil
-}
-
-// checkName returns the key of the lock called name, or why it is refused.
-func (c *Client) checkName(name string) (string, error) {
-	if name == "" {
-		return "", invalidf("empty lock name")
-	}
-	key := c.Key(name)
-	return key, checkKey(key)
-}
-
-// failed names the operation and the key of a provider error, as an
-// acquisition's does, and remembers it as the provider's last error (see
-// lastError) unless it is a context's. ctx is the caller's context, nil
-// when the call ran on a context of the library's own: a call that ended
-// because the caller's context did is no sign of the provider's health (the
-// error does not match ErrUnavailable).
-func (c *Client) failed(ctx context.Context, op, key string, err error) error {
-	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
-		return err
-	}
-	ended := isContextErr(err)
-	if !ended {
-		c.lastErr.Store(&err)
-	}
-	return &opError{op: op, key: key, err: err, callerEnded: ended && ctx != nil && ctx.Err() != nil}
-}
-
-// answered forgets the provider's last error: a call has succeeded.
-func (c *Client) answered() {
-	if c.lastErr.Load() != nil {
-		c.lastErr.Store(nil)
-	}
-}
-
-// lastError returns the last error a call of c to the provider returned
-// since the last success, other than a context's; nil when there is none.
-func (c *Client) lastError() error {
-	if p := c.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// nameOf returns the name whose key (see Key) is key, and whether key is
-// the key of a name under the Client's prefix at all.
-func (c *Client) nameOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, c.prefix)
-	if !ok || !strings.HasPrefix(rest, "{") {
-		return "", false
-	}
-	var name string
-	if tag, n, ok := strings.Cut(rest[1:], "}("); ok && strings.HasSuffix(n, ")") {
-		name = n[:len(n)-1] // a name kept whole after a checksum tag
-		if tag != "" && c.Key(name) == key {
-			return name, true
-		}
-	}
-	name = strings.TrimSuffix(rest[1:], "}")
-	return name, name != "" && c.Key(name) == key
 }
 
 // status makes the Status of rec, read at now.

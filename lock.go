@@ -19,150 +19,369 @@ package lock
 import (
 	"context"
 	"errors"
-	"hash/crc32"
-	"io"
-	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/google/uuid"
 )
 
-// Client acquires, renews and releases locks on a Provider. Create one per
-// process (or per provider) with NewClient and share it: it is safe for
-// concurrent use. Close it when done.
-type Client struct {
-	provider       Provider
-	prefix         string
-	log            *slog.Logger
-	clock          Clock
-	hooks          []func(Event)
-	debug          bool // log is enabled at debug level
-	poll           time.Duration
-	claim          time.Duration // see WithClaimWindow
-	releaseTimeout time.Duration
+// Lock is a held lock. Its lease is renewed in the background until Release,
+// until it is lost, or until MaxDuration. Its methods are safe for concurrent
+// use.
+//
+// One timer keeps the lease: it fires for each renewal, every third of a
+// lease, and, while a renewal is under way, at the lease's end, measured on
+// this process's monotonic clock from the request that granted or last
+// renewed it: then it declares the lock lost, whatever call to the provider
+// is still under way. So the holder is told before another process can be
+// granted the lock, however slowly the provider answers. (The timers of a
+// Client's locks share one runtime timer: see leaseTimers.)
+type Lock struct {
+	c           *Client
+	key, owner  string
+	token       uint64
+	opts        Options
+	start       time.Time // monotonic, when the granting request was sent
+	maxDeadline time.Time // monotonic
 
-	id     string // this client's random id; it names its inbox
-	owners string // owners are owners-sequence: id, or identity/id
-	seq    atomic.Uint64
+	outer *Lock       // the lock held by the call chain that ran this one (see run)
+	scope scope       // the context of the handler that run runs
+	rel   detachedCtx // the context of the Release that ends the hold
 
-	inbox  inbox       // the waiters, and the grants handed to them (topic.go)
-	leases leaseTimers // the timers of held locks (lease.go)
-	busy   busyKeys    // keys seen contended lately (wait.go)
-
-	shared  atomic.Pointer[sharedBound] // the deadline of detached contexts (see bound)
-	lastErr atomic.Pointer[error]       // the provider's last error since its last success (see lastError)
-
-	closing context.Context // cancelled with ErrClosed by Close
-	stop    context.CancelCauseFunc
-	mu      sync.Mutex     // guards closed and work.Add
-	closed  bool           //
-	work    sync.WaitGroup // acquisitions under way and background cleanups
+	renewMu  sync.Mutex // one renewal at a time
+	mu       sync.Mutex // guards what follows
+	state    lockState
+	leaseEnd time.Time // monotonic: the record expires no earlier than this (see leaseEnd)
+	renewAt  time.Time // monotonic: the next renewal
+	// The lease's timer fires at renewAt, or at leaseEnd while a renewal is
+	// under way; due and slot are its place in c.leases, which guards them.
+	due      time.Time
+	slot     int // in c.leases's heap; -1 when not in it
+	lostErr  *LostError
+	relErr   error         // a release that failed: said again by a later Release
+	renewErr error         // the last renewal's provider error, nil after a success
+	onLost   func(error)   // told of a loss (run's context)
+	done     chan struct{} // made by the first call of Done
+	ended    bool          // Done's channel is closed, or made closed
 }
 
-// NewClient returns a Client that stores locks in p. It fails for a nil
-// provider and a prefix that makes keys Redis Cluster cannot hash together.
-func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
-	if p == nil {
-		return nil, invalidf("nil provider")
+// lockState is where a Lock is in its life:
+//
+//	held  --Release-->  releasing  --the provider's answer-->  released
+//	      --lease timer, renewal-->  lost  --Release-->  released
+//
+// Done is closed, and Err final, on entering lost, and on entering released
+// from releasing: only once the provider has said how the release ended.
+type lockState int
+
+const (
+	held      lockState = iota
+	releasing           // Release has asked the provider and waits for its answer
+	released            // Release has ended: lostErr or relErr say how, when not cleanly
+	lost                // lost while held; Release not called yet
+)
+
+// newLock returns the Lock of a grant with ttl requested at sent; keep
+// starts its timers.
+func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Time, ttl time.Duration) *Lock {
+	l := &Lock{
+		c:           c,
+		key:         key,
+		owner:       owner,
+		token:       token,
+		opts:        o,
+		start:       sent,
+		maxDeadline: sent.Add(o.MaxDuration),
+		leaseEnd:    leaseEnd(sent, ttl),
+		slot:        -1,
 	}
-	c := &Client{
-		provider:       p,
-		prefix:         DefaultPrefix,
-		log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-		clock:          systemClock{},
-		poll:           time.Second,
-		claim:          time.Second,
-		releaseTimeout: 5 * time.Second,
-		id:             uuid.NewString(),
-	}
-	for _, o := range opts {
-		o(c)
-	}
-	if err := checkIdentity(c.owners); err != nil {
-		return nil, err
-	}
-	if c.owners == "" {
-		c.owners = c.id
-	} else {
-		c.owners += "/" + c.id
-	}
-	if !hasHashTag(c.Key("x")) {
-		return nil, invalidf("prefix %q starts a Redis hash tag that is empty (\"{}\")", c.prefix)
-	}
-	c.debug = c.log.Enabled(context.Background(), slog.LevelDebug)
-	c.closing, c.stop = context.WithCancelCause(context.Background())
-	c.inbox.c = c
-	return c, nil
+	return l
 }
 
-// Close wakes every waiter of the Client with an error matching ErrClosed,
-// waits for acquisitions under way to end and for the cleanups of abandoned
-// ones (each bounded by the release timeout), and stops listening for
-// grants. No acquisition succeeds after Close returns. Locks already held
-// stay held until released. Close is idempotent.
-func (c *Client) Close() error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.stop(ErrClosed)
-	c.work.Wait()
-	c.inbox.close()
+// Key returns the lock's key (see Client.Key): with the Redis provider, the
+// Redis key of its record.
+func (l *Lock) Key() string { return l.key }
+
+// Owner returns the id of this acquisition.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token returns the fencing token of this grant: strictly greater than the
+// token of every earlier grant of the same key by the same provider. Pass it to
+// the resource the lock protects, which should reject a write carrying a token
+// lower than one it has already seen.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Done returns a channel that is closed when the lock is lost, or when a
+// Release has ended. As with a context, once it is closed Err says how, and
+// says it for good: a Release closes it only after the provider answered, so
+// a lock that the release finds lost closes it with Err already the
+// *LostError.
+func (l *Lock) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		if l.ended {
+			close(l.done)
+		}
+	}
+	return l.done
+}
+
+// held reports whether l is still held: neither released nor lost.
+func (l *Lock) held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == held
+}
+
+// endLocked closes the channel of Done, if it was asked for, and makes the
+// channels of later calls closed. The caller holds l.mu, once, when l is no
+// longer held.
+func (l *Lock) endLocked() {
+	l.ended = true
+	if l.done != nil {
+		close(l.done)
+	}
+}
+
+// Err returns nil while the lock is held (and while a Release waits for the
+// provider), and after a release that did not find it lost; the *LostError
+// once the lock has been lost, whether a renewal, the lease timer or the
+// release found it. A Release that failed with the provider's error is not a
+// loss: Err stays nil (Release returned that error, and the record expires
+// within its lease). Once Done is closed, Err no longer changes.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return l.lostErr
+	}
 	return nil
 }
 
-// enter counts an acquisition or a cleanup as under way, unless the Client
-// is closed. The caller calls c.work.Done when it ends.
-func (c *Client) enter() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
+// onLoss makes fn the function called with the loss error when the lock is
+// lost, at once if it already is.
+func (l *Lock) onLoss(fn func(error)) {
+	l.mu.Lock()
+	if l.state == lost {
+		err := l.lostErr
+		l.mu.Unlock()
+		fn(err)
+		return
 	}
-	c.work.Add(1)
-	return true
+	l.onLost = fn
+	l.mu.Unlock()
 }
 
-// Key returns the key of the lock called name: the Client's prefix and the
-// name in braces, a Redis Cluster hash tag ("lock:{name}"), so that the Redis
-// provider stores the lock under this very key (see RedisKeys). A name with
-// a brace of its own that would break the tag is kept whole, in parentheses,
-// after a tag made from its checksum ("lock:{1y4akgc}(})"): such a key ends
-// with ")", never "}", so it is the key of no other name.
-func (c *Client) Key(name string) string {
-	key := c.prefix + "{" + name + "}"
-	if strings.ContainsAny(name, "{}") && !hasHashTag(key) {
-		key = c.prefix + "{" + strconv.FormatUint(uint64(crcName(name)), 36) + "}(" + name + ")"
+// lose marks the lock lost with e, unless it was released meanwhile, and
+// then tells everyone who asked (outside l.mu, so that they may call the
+// Lock's methods).
+func (l *Lock) lose(e *LostError) error {
+	l.mu.Lock()
+	if l.state != held {
+		defer l.mu.Unlock()
+		return l.heldErrLocked()
 	}
-	return key
+	l.state = lost
+	l.stopTimersLocked()
+	l.lostErr = e
+	onLost := l.onLost
+	l.onLost = nil
+	l.mu.Unlock()
+	// The log and the event first, then Done and the contexts: whoever they
+	// wake finds the event delivered. Only this call moved the state to lost,
+	// so only it closes done.
+	l.reportLoss(e)
+	l.mu.Lock()
+	l.endLocked()
+	l.mu.Unlock()
+	if onLost != nil {
+		onLost(e)
+	}
+	return e
 }
 
-// Do acquires the lock called name, runs fn while holding it, and releases it,
-// even when fn fails or panics. fn's context is cancelled, with a *LostError as
-// its cause (context.Cause), if the lock is lost while fn runs; FromContext
-// returns the held lock. Do returns the acquisition's error (fn not run), or
-// fn's error joined with the release's (a *LostError when the lock was lost).
-func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx context.Context) error) error {
-	if fn == nil {
-		return invalidf("nil function")
+// lostError returns the LostError of a loss of l for reason.
+func (l *Lock) lostError(reason LostReason, cause error) *LostError {
+	return &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
+}
+
+// found returns the LostError of a loss that a renewal or the release found:
+// the provider answered err, a *LostError (the record gone or another's).
+// When the answer came before end, the lease's end, the record cannot have
+// expired: it was removed early (LostTaken, LostRemoved); otherwise the lease
+// ran out. Who holds the key now is read once more (Inspect, bounded by a
+// second), unless the provider said it; a failed read leaves Holder empty.
+func (l *Lock) found(ctx context.Context, err error, end time.Time) *LostError {
+	e := l.lostError(LostRemoved, nil)
+	if !time.Now().Before(end) {
+		e.Reason = LostLeaseRanOut
 	}
-	key, err := c.checkName(name)
-	if err != nil {
+	var pe *LostError
+	if errors.As(err, &pe) && pe.Holder != "" && pe.Holder != l.owner {
+		e.Holder = pe.Holder
+	} else {
+		ctx, cancel := context.WithTimeout(withoutCancel(ctx), min(l.c.releaseTimeout, time.Second))
+		rec, err := l.c.provider.Inspect(ctx, l.key)
+		cancel()
+		if err == nil && rec.Owner != l.owner {
+			e.Holder = rec.Owner
+		}
+	}
+	if e.Holder != "" && e.Reason == LostRemoved {
+		e.Reason = LostTaken
+	}
+	return e
+}
+
+// reportLoss logs the loss at warning level, the one event an operator must
+// see, and emits EventLost.
+func (l *Lock) reportLoss(e *LostError) {
+	heldFor := time.Since(l.start)
+	args := []any{"key", l.key, "token", l.token, "held", heldFor, "reason", e.Reason.String()}
+	if e.Holder != "" {
+		args = append(args, "holder", e.Holder)
+	}
+	l.c.log.Warn("lock: lost", append(args, "err", e)...)
+	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: e})
+}
+
+func (l *Lock) stopTimersLocked() {
+	l.c.leases.stop(l)
+}
+
+// heldErr returns nil while the lock is held, and why it is not otherwise.
+func (l *Lock) heldErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldErrLocked()
+}
+
+// heldErrLocked is heldErr; the caller holds l.mu. A released lock's error
+// names Extend, the one call that returns it.
+func (l *Lock) heldErrLocked() error {
+	switch {
+	case l.lostErr != nil:
+		return l.lostErr
+	case l.state == releasing || l.state == released:
+		return &releasedError{op: "extend", key: l.key}
+	}
+	return nil
+}
+
+// closedFor returns how long the lock stays closed after a release now: the
+// GracePeriod, or what is left of OncePer since the hold began, whichever is
+// longer; zero (free it) when that is under a millisecond.
+func (l *Lock) closedFor() time.Duration {
+	if l.opts.GracePeriod == 0 && l.opts.OncePer == 0 {
+		return 0
+	}
+	d := max(l.opts.GracePeriod, time.Until(l.start.Add(l.opts.OncePer)))
+	if d < time.Millisecond {
+		return 0
+	}
+	return d.Round(time.Millisecond)
+}
+
+// Release ends the hold: it deletes the record, hands it to the next waiter,
+// or, with a GracePeriod or OncePer, keeps it closed for as long as they say.
+// It runs on a context of its own (bounded by the release timeout) so that a
+// cancelled ctx cannot leave the lock held. It returns nil after a clean
+// release, the *LostError if the lock was lost before (or found gone or
+// taken now), and the provider's error otherwise (matching ErrUnavailable;
+// the record then expires within its lease). Done is closed when it returns,
+// with Err saying the same. Release after Release returns what the first
+// returned when it failed, and after a clean one an error matching
+// ErrReleased; it does not call the provider, and while the first is under
+// way it waits for its outcome.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	state, end := l.state, l.leaseEnd
+	switch state {
+	case held:
+		l.state = releasing
+		l.stopTimersLocked()
+	case lost:
+		l.state = released
+	}
+	l.onLost = nil
+	l.mu.Unlock()
+	c := l.c
+	switch state {
+	case releasing, released:
+		return l.releasedAgain()
+	case lost:
+		// The lease ran out without a renewal; the record may still be ours.
+		_ = c.provider.Release(c.detached(ctx), l.key, l.owner)
+		return l.Err() // the loss
+	}
+
+	// Only this call moved the state from held: l.rel is its own.
+	l.rel = c.detach(ctx)
+	rctx := &l.rel
+	var err error
+	closed := l.closedFor()
+	if closed > 0 {
+		err = c.provider.Finish(rctx, l.key, l.owner, closed)
+	} else {
+		err = c.provider.Release(rctx, l.key, l.owner)
+	}
+	switch {
+	case err == nil:
+		c.answered()
+		if c.debug {
+			c.log.Debug("lock: released", "key", l.key, "token", l.token)
+		}
+		var heldFor time.Duration
+		if len(c.hooks) > 0 { // else spare the clock read
+			heldFor = time.Since(l.start)
+		}
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: closed})
+		l.end(nil, nil)
+		return nil
+	case errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord):
+		e := l.lostError(LostCorrupt, err)
+		if !errors.Is(err, ErrCorruptRecord) {
+			e = l.found(rctx, err, end)
+		}
+		l.reportLoss(e)
+		l.end(e, nil)
+		return e
+	default:
+		err = c.failed(nil, "release", l.key, err)
+		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: err})
+		l.end(nil, err)
 		return err
 	}
-	return c.do(ctx, key, o, fn)
 }
 
-// do is Do for the lock under key.
-func (c *Client) do(ctx context.Context, key string, o Options, fn func(ctx context.Context) error) error {
-	l, err := c.acquire(ctx, key, o)
-	if err != nil {
-		return err
+// end ends a release: the lock is released, lost with lostErr when that is
+// set, or with the release's failure relErr. Err says so before Done is
+// closed.
+func (l *Lock) end(lostErr *LostError, relErr error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.state = released
+	if lostErr != nil {
+		l.lostErr = lostErr
 	}
-	return l.run(ctx, fn)
+	l.relErr = relErr
+	l.endLocked()
+}
+
+// releasedAgain is Release after Release: it waits for the first one's
+// outcome (Done) and returns it, the loss or the failure, or ErrReleased
+// after a clean release.
+func (l *Lock) releasedAgain() error {
+	<-l.Done()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.lostErr != nil:
+		return l.lostErr
+	case l.relErr != nil:
+		return l.relErr
+	}
+	return &releasedError{op: "release", key: l.key}
 }
 
 // run calls fn under l and releases l. A loss is reported once: fn's error
@@ -189,95 +408,6 @@ func reported(err, rerr error) bool {
 	var lost *LostError
 	return errors.As(rerr, &lost) && errors.Is(err, lost)
 }
-
-func (c *Client) newOwner() string {
-	var buf [128]byte // on the stack: the owner is the one allocation
-	b := append(buf[:0], c.owners...)
-	b = append(b, '-')
-	return string(strconv.AppendUint(b, c.seq.Add(1), 36))
-}
-
-// background runs fn on a detached context in a goroutine that Close waits
-// for; after Close, it runs fn at once.
-func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
-	if !c.enter() {
-		fn(c.detached(ctx))
-		return
-	}
-	go func() {
-		defer c.work.Done()
-		fn(c.detached(ctx))
-	}()
-}
-
-// detached returns a context for a release, a grace-period write or a
-// clean-up: ctx's values without its cancellation, ended by the release
-// timeout.
-func (c *Client) detached(ctx context.Context) context.Context {
-	d := c.detach(ctx)
-	return &d
-}
-
-// detach is detached as a value, for a Lock to keep.
-func (c *Client) detach(ctx context.Context) detachedCtx {
-	return detachedCtx{values: withoutCancel(ctx), bound: c.bound()}
-}
-
-// withoutCancel is context.WithoutCancel, but ctx itself when it is never
-// cancelled: no allocation for the context.Background of most callers.
-func withoutCancel(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
-}
-
-// bound returns a context that ends between nine tenths of the release
-// timeout and the whole of it from now. Calls within a tenth of the timeout
-// share one, and so one timer, rather than a timer each.
-func (c *Client) bound() context.Context {
-	if b := c.shared.Load(); b != nil && time.Until(b.end) > c.releaseTimeout-c.releaseTimeout/10 {
-		return b.ctx
-	}
-	b := &sharedBound{end: time.Now().Add(c.releaseTimeout)}
-	b.ctx, b.cancel = context.WithDeadline(context.Background(), b.end)
-	c.shared.Store(b)
-	return b.ctx
-}
-
-// sharedBound is a context that detached contexts share for their deadline.
-// Its timer cancels it at end; nothing else does.
-type sharedBound struct {
-	end    time.Time
-	ctx    context.Context
-	cancel context.CancelFunc // never called: the deadline ends it
-}
-
-// detachedCtx has the values of one context and the deadline of another.
-// values must hide any cancellation of its own (withoutCancel): context.Cause
-// finds a cancelled parent through Value.
-type detachedCtx struct {
-	values context.Context
-	bound  context.Context
-}
-
-func (d *detachedCtx) Deadline() (time.Time, bool) { return d.bound.Deadline() }
-func (d *detachedCtx) Done() <-chan struct{}       { return d.bound.Done() }
-func (d *detachedCtx) Err() error                  { return d.bound.Err() }
-func (d *detachedCtx) Value(key any) any           { return d.values.Value(key) }
-
-func (c *Client) emit(e Event) {
-	if len(c.hooks) == 0 {
-		return
-	}
-	e.Time = c.clock.Now()
-	for _, h := range c.hooks {
-		h(e)
-	}
-}
-
-// crcName is the checksum that stands for a name or key in a hash tag.
-func crcName(s string) uint32 { return crc32.ChecksumIEEE([]byte(s)) }
 
 type ctxKey struct{}
 

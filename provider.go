@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -192,41 +191,13 @@ const (
 	MaxOwnerLen = 128
 )
 
-const (
-	endedSuffix  = ",ended"
-	queuedSuffix = ",q" // Redis: the record's key has a wait queue
-)
+// The checks of every provider's arguments, the same for every backend: a
+// provider calls them before it sends anything, so that bad input fails
+// with ErrInvalidArgument and changes nothing. A backend may refuse more
+// (the PostgreSQL provider refuses text that is not valid UTF-8).
 
-// parseRecord decodes a stored value, or reports it as corrupt. A record is
-// "owner,token,since" while held ("owner,token,since,q" when a queue waits
-// for it) and "owner,token,since,ended" during a grace period, since in Unix
-// milliseconds; the parse function of scripts/record.lua is the same parser
-// in Lua.
-func parseRecord(key, v string) (Record, error) {
-	ended := strings.HasSuffix(v, endedSuffix)
-	body := strings.TrimSuffix(strings.TrimSuffix(v, endedSuffix), queuedSuffix)
-	if ended && len(body) != len(v)-len(endedSuffix) {
-		return Record{}, &RecordError{Key: key, Value: v} // both suffixes
-	}
-	owner, rest, ok := strings.Cut(body, ",")
-	tok, since, ok2 := strings.Cut(rest, ",")
-	if !ok || !ok2 || checkOwner(owner) != nil {
-		return Record{}, &RecordError{Key: key, Value: v}
-	}
-	// 1 to 19 digits without a leading zero, and 1 to 15 digits, as the Lua
-	// parser takes them.
-	token, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil || token == 0 || len(tok) > 19 || tok[0] == '0' {
-		return Record{}, &RecordError{Key: key, Value: v}
-	}
-	ms, err := strconv.ParseUint(since, 10, 64)
-	if err != nil || len(since) > 15 {
-		return Record{}, &RecordError{Key: key, Value: v}
-	}
-	return Record{Owner: owner, Token: token, Ended: ended, Since: time.UnixMilli(int64(ms))}, nil
-}
-
-func checkKey(key string) error {
+// CheckKey checks a key: not empty, at most MaxKeyLen bytes.
+func CheckKey(key string) error {
 	switch {
 	case key == "":
 		return invalidf("empty lock name")
@@ -254,7 +225,9 @@ func hasSpace(s string, comma bool) bool {
 	return false
 }
 
-func checkOwner(owner string) error {
+// CheckOwner checks an owner: not empty, at most MaxOwnerLen bytes, without
+// a comma or white space.
+func CheckOwner(owner string) error {
 	switch {
 	case owner == "":
 		return invalidf("empty owner")
@@ -266,7 +239,8 @@ func checkOwner(owner string) error {
 	return nil
 }
 
-func checkTTL(ttl time.Duration) error {
+// CheckTTL checks a time to live: at least a millisecond.
+func CheckTTL(ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return invalidf("ttl %v is less than 1ms", ttl)
 	}
@@ -275,10 +249,10 @@ func checkTTL(ttl time.Duration) error {
 
 // checkKeyOwner validates the key and owner every provider method takes.
 func checkKeyOwner(key, owner string) error {
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
-	return checkOwner(owner)
+	return CheckOwner(owner)
 }
 
 // checkArgs validates the arguments of the provider methods that set a TTL.
@@ -286,7 +260,7 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
-	return checkTTL(ttl)
+	return CheckTTL(ttl)
 }
 
 // checkWaiter validates the arguments of Queue and Leave.
@@ -294,10 +268,12 @@ func checkWaiter(key string, w Waiter) error {
 	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
 		return err
 	}
-	return checkInbox(w.Inbox)
+	return CheckInbox(w.Inbox)
 }
 
-func checkInbox(inbox string) error {
+// CheckInbox checks an inbox: not empty, at most MaxKeyLen bytes, without
+// white space.
+func CheckInbox(inbox string) error {
 	switch {
 	case inbox == "":
 		return invalidf("empty inbox")

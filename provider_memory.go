@@ -171,7 +171,7 @@ func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error 
 // Listen implements Provider: deliver is called outside the provider's lock.
 // stop waits for a running deliver, so deliver must not call it.
 func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
-	if err := checkInbox(inbox); err != nil {
+	if err := CheckInbox(inbox); err != nil {
 		return nil, err
 	}
 	if deliver == nil {
@@ -265,7 +265,7 @@ func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time
 
 // Inspect implements Provider.
 func (m *MemoryProvider) Inspect(ctx context.Context, key string) (Record, error) {
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -317,7 +317,7 @@ func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key st
 
 // ForceRelease implements Provider.
 func (m *MemoryProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return Record{}, err
 	}
 	if err := ctx.Err(); err != nil {

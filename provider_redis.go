@@ -157,6 +157,11 @@ type RedisProvider struct {
 // RedisOption configures a RedisProvider.
 type RedisOption func(*RedisProvider)
 
+// ErrNotReplicated reports a grant or renewal that fewer replicas than
+// asked for acknowledged in time (see WaitForReplicas). The acquisition
+// failed and its record is removed; a renewal is tried again.
+var ErrNotReplicated = errors.New("lock: not replicated")
+
 // WaitForReplicas makes every grant and renewal count only once n replicas
 // have acknowledged it, within timeout (Redis's WAIT, sent in the same
 // pipeline as the script, on the same connection): a grant that fewer
@@ -229,18 +234,6 @@ func recordKey(key string) (string, error) {
 		return "", invalidf("key %q has an empty Redis hash tag (\"{}\")", key)
 	}
 	return record, nil
-}
-
-// hasHashTag reports whether Redis Cluster hashes key by a tag inside it (the
-// text between its first "{" and the first "}" after it, when not empty), so
-// that every key that starts with key shares its slot.
-func hasHashTag(key string) bool {
-	i := strings.IndexByte(key, '{')
-	if i < 0 {
-		return false
-	}
-	j := strings.IndexByte(key[i+1:], '}')
-	return j > 0
 }
 
 // Acquire implements Provider.
@@ -465,7 +458,7 @@ func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error)
 	if err := p.check(); err != nil {
 		return Record{}, err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return Record{}, err
 	}
 	r, f, q, err := RedisKeys(key)
@@ -634,7 +627,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err := p.check(); err != nil {
 		return Record{}, err
 	}
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return Record{}, err
 	}
 	r, f, q, err := RedisKeys(key)
@@ -690,7 +683,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 	if err := p.check(); err != nil {
 		return nil, err
 	}
-	if err := checkInbox(inbox); err != nil {
+	if err := CheckInbox(inbox); err != nil {
 		return nil, err
 	}
 	if deliver == nil {
@@ -912,4 +905,38 @@ func (p *RedisProvider) wrap(key string, err error) error {
 		}
 	}
 	return err
+}
+
+const (
+	endedSuffix  = ",ended"
+	queuedSuffix = ",q" // Redis: the record's key has a wait queue
+)
+
+// parseRecord decodes a stored value, or reports it as corrupt. A record is
+// "owner,token,since" while held ("owner,token,since,q" when a queue waits
+// for it) and "owner,token,since,ended" during a grace period, since in Unix
+// milliseconds; the parse function of scripts/record.lua is the same parser
+// in Lua.
+func parseRecord(key, v string) (Record, error) {
+	ended := strings.HasSuffix(v, endedSuffix)
+	body := strings.TrimSuffix(strings.TrimSuffix(v, endedSuffix), queuedSuffix)
+	if ended && len(body) != len(v)-len(endedSuffix) {
+		return Record{}, &RecordError{Key: key, Value: v} // both suffixes
+	}
+	owner, rest, ok := strings.Cut(body, ",")
+	tok, since, ok2 := strings.Cut(rest, ",")
+	if !ok || !ok2 || CheckOwner(owner) != nil {
+		return Record{}, &RecordError{Key: key, Value: v}
+	}
+	// 1 to 19 digits without a leading zero, and 1 to 15 digits, as the Lua
+	// parser takes them.
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || token == 0 || len(tok) > 19 || tok[0] == '0' {
+		return Record{}, &RecordError{Key: key, Value: v}
+	}
+	ms, err := strconv.ParseUint(since, 10, 64)
+	if err != nil || len(since) > 15 {
+		return Record{}, &RecordError{Key: key, Value: v}
+	}
+	return Record{Owner: owner, Token: token, Ended: ended, Since: time.UnixMilli(int64(ms))}, nil
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// The checks of the root package's providers, with the same rules (they are
-// not exported there), and one more: text must be valid UTF-8 without NUL
-// bytes, which PostgreSQL cannot store in a text column.
+// The checks of the root package (lock.CheckKey and the others), and one
+// more: text must be valid UTF-8 without NUL bytes, which PostgreSQL cannot
+// store in a text column.
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{lock.ErrInvalidArgument}, args...)...)
@@ -29,32 +29,17 @@ func checkText(what, s string) error {
 }
 
 func checkKey(key string) error {
-	switch {
-	case key == "":
-		return invalidf("empty lock name")
-	case len(key) > lock.MaxKeyLen:
-		return invalidf("lock key is %d bytes, more than %d", len(key), lock.MaxKeyLen)
+	if err := lock.CheckKey(key); err != nil {
+		return err
 	}
 	return checkText("lock key", key)
 }
 
 func checkOwner(owner string) error {
-	switch {
-	case owner == "":
-		return invalidf("empty owner")
-	case len(owner) > lock.MaxOwnerLen:
-		return invalidf("owner is %d bytes, more than %d", len(owner), lock.MaxOwnerLen)
-	case strings.ContainsAny(owner, ", \t\r\n\v\f"):
-		return invalidf("owner %q contains a comma or white space", owner)
+	if err := lock.CheckOwner(owner); err != nil {
+		return err
 	}
 	return checkText("owner", owner)
-}
-
-func checkTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return invalidf("ttl %v is less than 1ms", ttl)
-	}
-	return nil
 }
 
 // checkKeyOwner validates the key and owner every method but Listen takes.
@@ -70,7 +55,7 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
-	return checkTTL(ttl)
+	return lock.CheckTTL(ttl)
 }
 
 // checkWaiter validates the arguments of Queue and Leave.
@@ -82,13 +67,8 @@ func checkWaiter(key string, w lock.Waiter) error {
 }
 
 func checkInbox(inbox string) error {
-	switch {
-	case inbox == "":
-		return invalidf("empty inbox")
-	case len(inbox) > lock.MaxKeyLen:
-		return invalidf("inbox is %d bytes, more than %d", len(inbox), lock.MaxKeyLen)
-	case strings.ContainsAny(inbox, " \t\r\n\v\f"):
-		return invalidf("inbox %q contains white space", inbox)
+	if err := lock.CheckInbox(inbox); err != nil {
+		return err
 	}
 	return checkText("inbox", inbox)
 }
