@@ -2,11 +2,7 @@ package locktest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,58 +11,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
-// uniqueName returns a lock name no other test uses: the test's name, so that
-// what a run leaves on a shared server can be found, and a random part.
-func uniqueName(t testing.TB) string {
-	return strings.ReplaceAll(t.Name(), "/", ":") + ":" + randomHex(4)
-}
-
-// newOwner returns a new owner: 34 bytes, no comma or white space.
-func newOwner() string { return "o-" + randomHex(16) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Sprintf("locktest: crypto/rand: %v", err)) // it does not fail on a supported system
-	}
-	return hex.EncodeToString(b)
-}
-
-func mustAcquire(t testing.TB, p lock.Provider, key, owner string, ttl time.Duration) lock.Record {
-	t.Helper()
-	rec, err := p.Acquire(context.Background(), key, owner, ttl)
-	require.NoError(t, err)
-	require.Equal(t, owner, rec.Owner, "Acquire of %q by %s should have been granted", key, owner)
-	require.False(t, rec.Ended)
-	return rec
-}
-
-// holder returns the record that holds key, read by an Acquire of a fresh
-// owner that must not be granted.
-func holder(t testing.TB, p lock.Provider, key string) lock.Record {
-	t.Helper()
-	o := newOwner()
-	rec, err := p.Acquire(context.Background(), key, o, time.Hour)
-	require.NoError(t, err)
-	if rec.Owner == o {
-		_ = p.Release(context.Background(), key, o)
-		require.FailNow(t, "key should have been held", "a probe acquired %q", key)
-	}
-	return rec
-}
+// The test environment's helpers (internal/testenv), shared with the
+// library's own tests, under the short names the suite uses.
+var (
+	uniqueName  = testenv.Name        // a name no other test uses
+	newOwner    = testenv.NewOwner    // a new owner: 34 bytes, no comma or white space
+	mustAcquire = testenv.MustAcquire // a grant of a free key, or the test fails
+	holder      = testenv.Holder      // the record that holds a key
+	assertTTL   = testenv.AssertTTL   // a TTL, less what a slow machine takes
+)
 
 func withoutTTL(r lock.Record) lock.Record {
 	r.TTL = 0
 	return r
-}
-
-// assertTTL checks that got is want, less what a slow machine takes.
-func assertTTL(t testing.TB, want, got time.Duration, msg string) {
-	t.Helper()
-	assert.LessOrEqual(t, got, want, msg)
-	assert.Greater(t, got, want-want/10-time.Second/2, msg)
 }
 
 // listener is a listened inbox whose grants are kept, in arrival order.
