@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // roleEnv names the role of a child process: the test binary re-executed with
@@ -104,17 +105,12 @@ func newRedis(t testing.TB, addr string, opts ...func(*redis.Options)) *redis.Cl
 // end of the test.
 func newClient(t testing.TB, rc redis.UniversalClient, opts ...lock.ClientOption) *lock.Client {
 	t.Helper()
-	c, err := lock.NewClient(lock.NewRedisProvider(rc), opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return testenv.NewClient(t, lock.NewRedisProvider(rc), opts...)
 }
 
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxTimeout is the test environment's: a context that ends after d, or with
+// the test.
+var ctxTimeout = testenv.Context
 
 // recordKey is where the Redis provider stores the record of key.
 func recordKey(key string) string {
