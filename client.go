@@ -209,6 +209,12 @@ func (d *detachedCtx) Done() <-chan struct{}       { return d.bound.Done() }
 func (d *detachedCtx) Err() error                  { return d.bound.Err() }
 func (d *detachedCtx) Value(key any) any           { return d.values.Value(key) }
 
+// AfterFunc arranges for f to run when d ends. The context package looks
+// for it: a context derived from d (a provider's context.WithTimeout, say)
+// follows d's end through it, rather than through a goroutine of its own,
+// as it does for the contexts it makes itself.
+func (d *detachedCtx) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(d.bound, f) }
+
 func (c *Client) emit(e Event) {
 	if len(c.hooks) == 0 {
 		return
