@@ -90,11 +90,13 @@ local function lib()
   -- its channel. A waiter whose inbox nobody listens to any more (the message
   -- reaches no one) is skipped when pub says the count is exact (see
   -- publish). It returns the owner and the value of the new record; nothing
-  -- when the queue is empty (the record is then unchanged, or deleted if it
-  -- had been handed to a dead waiter); or nil, nil and an error. The entry me
-  -- (if given) is granted without a message.
+  -- when the queue is empty, or 64 entries were skipped (the record is then
+  -- unchanged, or deleted if it had been handed to a dead waiter); or nil,
+  -- nil and an error. The entry me (if given) is granted without a message.
   local function serve(key, pub, now, me)
-    while true do
+    -- At most 64 entries a call: past that the key is left free, and the
+    -- next waiter's look serves the rest of the queue.
+    for _ = 1, 64 do
       local e = redis.call('LPOP', KEYS[3])
       if not e then return nil end
       local owner, ttl, ch = string.match(e, '^(%S+) (%d+) (%S+)$')
@@ -106,6 +108,7 @@ local function lib()
         redis.call('DEL', KEYS[1])
       end
     end
+    return nil
   end
 
   -- tellall publishes "\nkey" once on every channel of the queue (see
