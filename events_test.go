@@ -86,6 +86,13 @@ func TestEventsCarryWaitTime(t *testing.T) {
 	l, err := holder.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
 	go func() {
+		// Release 200ms after the wait began, however late this goroutine
+		// or the waiter's Acquire is scheduled.
+		for e := range rec.ch {
+			if e.Kind == lock.EventContended {
+				break
+			}
+		}
 		time.Sleep(200 * time.Millisecond)
 		_ = l.Release(ctx)
 	}()

@@ -253,7 +253,8 @@ func TestHTTPMiddleware_ProviderDownShortDeadline(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, resp.Code,
 		"a provider that is down should be answered 503, not as a held lock; body: %s", resp.Body)
 	assertHidesInternals(t, resp, errMwDown.Error(), "10.20.30.40", name)
-	assert.Less(t, elapsed, deadline+200*time.Millisecond, "the answer should come by the request's deadline")
+	// Waiting for the clean-up (the 1 s release timeout) would take 1.1 s.
+	assert.Less(t, elapsed, deadline+600*time.Millisecond, "the answer should come by the request's deadline, not after the clean-up")
 	assert.Zero(t, calls, "the handler must not be called without a lock")
 }
 

@@ -24,13 +24,13 @@ func TestLeaseRenewal(t *testing.T) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		cs := replicas(t, b, 2)
 		name := uniqueName(t)
-		// Renewed every third of a lease; a shorter lease can run out between
-		// renewals on a loaded machine.
-		lease := 250 * time.Millisecond
+		// Renewed every third of a lease: a renewal may take up to two thirds
+		// of one (a third of a second here) on a loaded machine.
+		lease := 500 * time.Millisecond
 		l, err := cs[0].Acquire(ctx, name, lock.Options{Lease: lease})
 		require.NoError(t, err)
 
-		deadline := time.Now().Add(time.Second) // four leases
+		deadline := time.Now().Add(4 * lease)
 		for time.Now().Before(deadline) {
 			time.Sleep(lease / 2)
 			_, err := cs[1].Acquire(ctx, name, lock.Options{})
@@ -115,9 +115,9 @@ func TestMaxDurationBoundsHold(t *testing.T) {
 		cs := replicas(t, b, 2)
 		c := newClient(t, b.replica(t), rec.option())
 		name := uniqueName(t)
-		// Leases are renewed every third of a lease; on a loaded machine a
-		// shorter lease than this can run out between renewals.
-		maxDur, lease := 600*time.Millisecond, 200*time.Millisecond
+		// Leases are renewed every third of a lease: a renewal may take up to
+		// two thirds of one on a loaded machine; three leases to MaxDuration.
+		maxDur, lease := 1200*time.Millisecond, 400*time.Millisecond
 		start := time.Now()
 		l, err := c.Acquire(ctx, name, lock.Options{MaxDuration: maxDur, Lease: lease})
 		require.NoError(t, err)
