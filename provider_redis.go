@@ -2,9 +2,7 @@ package lock
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,79 +14,6 @@ import (
 )
 
 var _ Provider = (*RedisProvider)(nil)
-
-var (
-	//go:embed scripts/record.lua
-	recordLua string
-
-	//go:embed scripts/acquire.lua
-	acquireLua    string
-	acquireScript = newScript(acquireLua) // self-contained: record.lua not prepended
-
-	//go:embed scripts/queue.lua
-	queueLua    string
-	queueScript = newScript(recordLua + queueLua)
-
-	//go:embed scripts/leave.lua
-	leaveLua    string
-	leaveScript = newScript(recordLua + leaveLua)
-
-	//go:embed scripts/release.lua
-	releaseLua    string
-	releaseScript = newScript(recordLua + releaseLua)
-
-	//go:embed scripts/renew.lua
-	renewLua    string
-	renewScript = newScript(recordLua + renewLua)
-
-	//go:embed scripts/finish.lua
-	finishLua    string
-	finishScript = newScript(recordLua + finishLua)
-
-	//go:embed scripts/inspect.lua
-	inspectLua    string
-	inspectScript = newScript(inspectLua)
-
-	//go:embed scripts/forcerelease.lua
-	forceReleaseLua    string
-	forceReleaseScript = newScript(recordLua + forceReleaseLua)
-)
-
-// script is one of the provider's Lua scripts, sent by its SHA1 digest
-// (EVALSHA), and in full (EVAL) when the server does not know it yet. The
-// command is built here, not by go-redis's Script, with the arguments that
-// never change boxed once: an acquisition and its release allocate a third
-// less.
-type script struct {
-	src, sha any // the source and its digest, as command arguments
-}
-
-func newScript(src string) *script {
-	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
-}
-
-// cmd returns the command that runs s, with EVALSHA or, when full, EVAL: the
-// first nkeys of args are its keys, the rest its arguments.
-func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *redis.Cmd {
-	a := make([]any, 3+len(args))
-	a[0], a[1], a[2] = "evalsha", s.sha, nkeys
-	if full {
-		a[0], a[1] = "eval", s.src
-	}
-	copy(a[3:], args)
-	cmd := redis.NewCmd(ctx, a...)
-	if nkeys > 0 {
-		cmd.SetFirstKeyPos(3) // routes it on a Cluster
-	}
-	return cmd
-}
-
-// noScript reports whether err is the server's answer to an EVALSHA of a
-// script it does not know.
-func noScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
 
 // eval runs s with nkeys keys, the first of args, and the rest of args as its
 // arguments, and returns its reply: at once, or with others in a pipeline

@@ -29,27 +29,10 @@ local function lib()
   end
 
   -- nexttoken returns a fresh fencing token from the counter KEYS[2], or nil
-  -- and the error to return. The counter serves every lock of its hash slot
-  -- and key prefix, and never expires (see provider_redis_fence.go): when it
-  -- does not exist yet (or was lost), it starts at the server's time in
-  -- microseconds plus 2^52, above every token an earlier counter gave as long
-  -- as the clock does not step back. A server error (OOM, READONLY...) is
-  -- returned as it is; only a counter that holds something else than an
-  -- integer is reported as corrupt.
+  -- and the error to return (see token.lua).
   local function nexttoken()
-    local token = redis.pcall('INCR', KEYS[2])
-    if type(token) == 'table' then
-      local msg = token.err or ''
-      if string.find(msg, 'not an integer', 1, true) or string.find(msg, 'WRONGTYPE', 1, true) then
-        return nil, redis.error_reply('LOCKCORRUPT fencing counter is not an integer')
-      end
-      return nil, token
-    end
-    if token == 1 then
-      local t = redis.call('TIME')
-      token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 4503599627370496
-      redis.call('SET', KEYS[2], string.format('%d', token))
-    end
+    --#include token.lua
+    if not token then return nil, tokenerr end
     return string.format('%d', token)
   end
 

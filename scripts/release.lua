@@ -7,13 +7,8 @@
 -- record.
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
--- Is v owner's record? parse, restricted to one owner, without making a
--- function: token is its token and rest how it ends, or token is nil.
-local o, token, since, rest = ARGV[1]
-if string.sub(v, 1, #o + 1) == o .. ',' then
-  token, since, rest = string.match(v, '^([1-9]%d*),(%d+)(.*)$', #o + 2)
-end
-if not token or #token > 19 or #since > 15 or (rest ~= '' and rest ~= ',q' and rest ~= ',ended') then
+--#include owned.lua
+if not token then
   if lib().parse(v) then return {-1, v} end
   return {-2, v}
 end

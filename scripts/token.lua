@@ -1,0 +1,23 @@
+-- Included where a script takes a fencing token (--#include token.lua): token
+-- is a fresh token from the counter KEYS[2], a number, or nil with tokenerr
+-- the error to return. The counter serves every lock of its hash slot and
+-- key prefix and never expires (see provider_redis_fence.go): when it does
+-- not exist yet (or was lost), it starts at the server's time in
+-- microseconds plus 2^52, above every token an earlier counter gave as long
+-- as the clock does not step back. A server error (OOM, READONLY...) is
+-- returned as it is; only a counter that holds something else than an
+-- integer is reported as corrupt. Written out where it is used, not made a
+-- function: a function made on every call costs Redis more than the rest of
+-- an uncontended acquire.
+local token, tokenerr = redis.pcall('INCR', KEYS[2]), nil
+if type(token) == 'table' then
+  tokenerr, token = token, nil
+  local msg = tokenerr.err or ''
+  if string.find(msg, 'not an integer', 1, true) or string.find(msg, 'WRONGTYPE', 1, true) then
+    tokenerr = redis.error_reply('LOCKCORRUPT fencing counter is not an integer')
+  end
+elseif token == 1 then
+  local t = redis.call('TIME')
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 4503599627370496
+  redis.call('SET', KEYS[2], string.format('%d', token))
+end
