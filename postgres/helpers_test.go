@@ -2,10 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -22,40 +18,28 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// dsn is the server the tests use: LOCK_POSTGRES_DSN, or the local one.
-func dsn() string {
-	if d := os.Getenv("LOCK_POSTGRES_DSN"); d != "" {
-		return d
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// requirePostgres reports whether a missing server must fail the test
-// instead of skipping it: in CI, or when LOCK_REQUIRE_POSTGRES is set.
-func requirePostgres() bool {
-	return os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_POSTGRES") != ""
-}
+// The test environment's helpers (internal/testenv of the root module,
+// which this module may import: Go's internal rule goes by import path), under
+// the short names the tests use.
+var (
+	dsn        = testenv.PostgresDSN // LOCK_POSTGRES_DSN, or the local server
+	randomHex  = testenv.RandomHex   // n random bytes in hex
+	uniqueName = testenv.Name        // a lock name no other test uses
+	ctxTimeout = testenv.Context     // a context that ends after d, or with the test
+	newClient  = testenv.NewClient   // a Client closed with the test
+)
 
 // needServer skips the test when the server does not answer, or fails it
-// in CI.
+// in CI and when LOCK_REQUIRE_POSTGRES is set.
 func needServer(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn())
-	if err != nil {
-		if requirePostgres() {
-			t.Fatalf("PostgreSQL at %s is required (CI or LOCK_REQUIRE_POSTGRES set): %v", dsn(), err)
+	testenv.Postgres(t, func(ctx context.Context, dsn string) error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			_ = conn.Close(ctx)
 		}
-		t.Skipf("no PostgreSQL at %s: %v (set LOCK_POSTGRES_DSN)", dsn(), err)
-	}
-	_ = conn.Close(ctx)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+		return err
+	})
 }
 
 // testPrefix returns a table prefix of the test's own, whose objects are
@@ -105,24 +89,4 @@ func newProvider(t testing.TB, prefix string, opts ...postgres.Option) *postgres
 	p, err := postgres.NewProvider(ctx, newPool(t), append([]postgres.Option{postgres.WithTablePrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	return p
-}
-
-// newClient returns a Client on p, closed at the end of the test.
-func newClient(t testing.TB, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
-	t.Helper()
-	c, err := lock.NewClient(p, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// uniqueName returns a lock name no other test uses.
-func uniqueName(t testing.TB) string {
-	return strings.ReplaceAll(t.Name(), "/", ":") + ":" + randomHex(4)
-}
-
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
