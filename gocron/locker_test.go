@@ -3,8 +3,6 @@ package gocronlock_test
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	gocronlock "github.com/seed05627090/lock/gocron"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -43,8 +42,8 @@ func TestLockerRun(t *testing.T) {
 	a, b := newClient(t, mem), newClient(t, mem)
 	tick := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	// a's scheduler fires 40ms after the tick, b's is 20s late by its clock.
-	la := &gocronlock.Locker{Client: a, Every: time.Minute, Clock: fixedClock(tick.Add(40 * time.Millisecond))}
-	lb := &gocronlock.Locker{Client: b, Every: time.Minute, Clock: fixedClock(tick.Add(20 * time.Second))}
+	la := &gocronlock.Locker{Client: a, Every: time.Minute, Clock: testenv.NewClock(tick.Add(40 * time.Millisecond))}
+	lb := &gocronlock.Locker{Client: b, Every: time.Minute, Clock: testenv.NewClock(tick.Add(20 * time.Second))}
 	jobCtx, cancel := context.WithCancel(context.Background()) // gocron's job context
 	defer cancel()
 
@@ -67,7 +66,7 @@ func TestLockerRun(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrNotAcquired)
 
 	// The next tick is another run: an early replica takes it.
-	early := &gocronlock.Locker{Client: b, Every: time.Minute, Clock: fixedClock(tick.Add(time.Minute - 20*time.Second))}
+	early := &gocronlock.Locker{Client: b, Every: time.Minute, Clock: testenv.NewClock(tick.Add(time.Minute - 20*time.Second))}
 	next, err := early.Lock(context.Background(), "report")
 	require.NoError(t, err, "the next run is not closed by this one")
 	require.NoError(t, next.Unlock(context.Background()))
@@ -78,12 +77,12 @@ func TestLockerRun(t *testing.T) {
 func TestLockerHeldAmbiguous(t *testing.T) {
 	c := newClient(t, lock.NewMemoryProvider())
 	tick := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	clock := &movingClock{now: tick}
+	clock := testenv.NewClock(tick)
 	lk := &gocronlock.Locker{Client: c, Every: time.Minute, Clock: clock}
 	ctx := context.Background()
 	first, err := lk.Lock(ctx, "report")
 	require.NoError(t, err)
-	clock.set(tick.Add(time.Minute))
+	clock.Set(tick.Add(time.Minute))
 	second, err := lk.Lock(ctx, "report")
 	require.NoError(t, err)
 	_, ok := lk.Held(ctx)
@@ -235,60 +234,11 @@ func (c skewedClock) Now() time.Time                  { return c.Clock.Now().Add
 func (c skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c skewedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
-// fixedClock is a lock.Clock that always reads the same time.
-type fixedClock time.Time
-
-func (c fixedClock) Now() time.Time { return time.Time(c) }
-
-// movingClock is a lock.Clock that moves when told.
-type movingClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *movingClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *movingClock) set(now time.Time) {
-	c.mu.Lock()
-	c.now = now
-	c.mu.Unlock()
-}
-
-// redisAddr is the real Redis the tests use: LOCK_REDIS_ADDR, or the local one.
-func redisAddr() string {
-	if a := os.Getenv("LOCK_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// realRedis returns a client of the real Redis, closed at the end of the test.
-// Without a server it skips the test, or fails it in CI (CI or
-// LOCK_REQUIRE_REDIS set).
-func realRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", redisAddr(), time.Second)
-	if err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_REDIS") != "" {
-			t.Fatalf("real Redis at %s is required (CI or LOCK_REQUIRE_REDIS set): %v", redisAddr(), err)
-		}
-		t.Skipf("no Redis at %s: %v (set LOCK_REDIS_ADDR)", redisAddr(), err)
-	}
-	_ = conn.Close()
-	rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	t.Cleanup(func() { _ = rc.Close() })
-	return rc
-}
-
-// newClient returns a lock Client on p, closed at the end of the test.
-func newClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
-	t.Helper()
-	c, err := lock.NewClient(p, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
+// The test environment's helpers (internal/testenv of the root module,
+// which this module may import: Go's internal rule goes by import path), under
+// the short names the tests use.
+var (
+	realRedis = testenv.Redis     // the shared Redis; skips, or fails in CI, without it
+	redisAddr = testenv.RedisAddr // its address
+	newClient = testenv.NewClient // a Client closed with the test
+)
