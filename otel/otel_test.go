@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 	lockotel "github.com/seed05627090/lock/otel"
 )
 
@@ -420,12 +421,11 @@ func (tm *telemetry) ended(name string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
+// newClient returns a Client on p that polls every 10ms (unless opts say
+// otherwise), closed at the end of the test (internal/testenv's NewClient).
 func newClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
 	t.Helper()
-	c, err := lock.NewClient(p, append([]lock.ClientOption{lock.WithPollInterval(10 * time.Millisecond)}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return testenv.NewClient(t, p, append([]lock.ClientOption{lock.WithPollInterval(10 * time.Millisecond)}, opts...)...)
 }
 
 // find returns the metric called name, and whether it was recorded.
