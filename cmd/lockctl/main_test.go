@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -34,69 +33,35 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// redisAddr is the real Redis the tests use: LOCK_REDIS_ADDR, or the local one.
-func redisAddr() string {
-	if a := os.Getenv("LOCK_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// postgresDSN is the PostgreSQL the tests use: LOCK_POSTGRES_DSN, or the
-// local one.
-func postgresDSN() string {
-	if d := os.Getenv("LOCK_POSTGRES_DSN"); d != "" {
-		return d
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// realRedis returns a client of the real Redis, closed at the end of the
-// test. Without a server it skips the test, or fails it in CI and when
-// LOCK_REQUIRE_REDIS is set.
-func realRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", redisAddr(), time.Second)
-	if err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_REDIS") != "" {
-			t.Fatalf("real Redis at %s is required (CI or LOCK_REQUIRE_REDIS set): %v", redisAddr(), err)
-		}
-		t.Skipf("no Redis at %s: %v (set LOCK_REDIS_ADDR)", redisAddr(), err)
-	}
-	_ = conn.Close()
-	rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	t.Cleanup(func() { _ = rc.Close() })
-	return rc
-}
+// The test environment's helpers (internal/testenv of the root module,
+// which this module may import: Go's internal rule goes by import path), under
+// the short names the tests use.
+var (
+	realRedis   = testenv.Redis       // the shared Redis; skips, or fails in CI, without it
+	redisAddr   = testenv.RedisAddr   // its address
+	postgresDSN = testenv.PostgresDSN // the shared PostgreSQL
+	randomHex   = testenv.RandomHex   // n random bytes in hex
+)
 
 // realPostgres returns a pool of the real PostgreSQL, closed at the end of
 // the test. Without a server it skips the test, or fails it in CI and when
 // LOCK_REQUIRE_POSTGRES is set.
 func realPostgres(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, postgresDSN())
-	if err == nil {
-		err = pool.Ping(ctx)
-		if err != nil {
-			pool.Close()
+	var pool *pgxpool.Pool
+	testenv.Postgres(t, func(ctx context.Context, dsn string) error {
+		p, err := pgxpool.New(ctx, dsn)
+		if err == nil {
+			if err = p.Ping(ctx); err != nil {
+				p.Close()
+				return err
+			}
+			pool = p
 		}
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_POSTGRES") != "" {
-			t.Fatalf("PostgreSQL at %s is required (CI or LOCK_REQUIRE_POSTGRES set): %v", postgresDSN(), err)
-		}
-		t.Skipf("no PostgreSQL at %s: %v (set LOCK_POSTGRES_DSN)", postgresDSN(), err)
-	}
+		return err
+	})
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // fixture is a store (Redis or PostgreSQL) and a key prefix of it that one
