@@ -70,13 +70,24 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // the lock theirs at their next look, or it expires).
 type RedisProvider struct {
 	client  redis.UniversalClient
-	cluster *redis.ClusterClient // client, when it is a Cluster client
+	cluster clusterClient // client, when it is a Cluster client (NewRedisProvider tells)
 	shard   shardState
 	batch   *batcher
 
 	waits          bool          // WaitForReplicas was given
 	replicas       int           // acknowledgements a grant needs
 	replicaTimeout time.Duration // and how long to wait for them
+}
+
+// clusterClient is what the provider needs of a Redis Cluster client: a
+// *redis.ClusterClient, or a type that embeds one (an instrumented wrapper),
+// is one. NewRedisProvider tells once whether its client is; every path that
+// differs on a Cluster asks that answer.
+type clusterClient interface {
+	redis.UniversalClient
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	Options() *redis.ClusterOptions
 }
 
 // RedisOption configures a RedisProvider.
@@ -117,7 +128,7 @@ func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 // unreachable server lasts up to the client's own read and write timeouts.
 func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisProvider {
 	p := &RedisProvider{client: client, batch: newBatcher(client)}
-	if cc, ok := client.(*redis.ClusterClient); ok {
+	if cc, ok := client.(clusterClient); ok {
 		p.cluster = cc
 		// With ReadOnly, a subscription may be on a replica, which an
 		// SPUBLISH on the primary does not count.
@@ -333,10 +344,10 @@ func (p *RedisProvider) run(ctx context.Context, s *script, nkeys int, args ...a
 		return res, -1, err
 	}
 	var c redis.Cmdable = p.client
-	if cc, ok := p.client.(*redis.ClusterClient); ok {
+	if p.cluster != nil {
 		// A keyless WAIT in a Cluster pipeline could go to another node:
 		// pipeline on the key's primary itself.
-		node, err := cc.MasterForKey(ctx, args[0].(string))
+		node, err := p.cluster.MasterForKey(ctx, args[0].(string))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -451,7 +462,7 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 		}
 	}
 	var err error
-	if cc, ok := p.client.(*redis.ClusterClient); ok {
+	if cc := p.cluster; cc != nil {
 		// One primary after the other: fn is called by one goroutine at a
 		// time, and not again once it returned false. (ForEachMaster runs
 		// its function on every primary at once.)

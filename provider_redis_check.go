@@ -62,8 +62,8 @@ type ServerReport struct {
 // UnknownSetting; an error (a failed INFO, an unreachable server, ctx ending) is
 // returned wrapped, with no report.
 func (p *RedisProvider) CheckServer(ctx context.Context) (ServerReport, error) {
-	cc, ok := p.client.(*redis.ClusterClient)
-	if !ok {
+	cc := p.cluster
+	if cc == nil {
 		r, err := checkNode(ctx, p.client, addrOf(p.client))
 		if err != nil {
 			return ServerReport{}, fmt.Errorf("lock: check server: %w", err)
