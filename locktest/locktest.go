@@ -100,6 +100,7 @@ func Run(t *testing.T, b Backend) {
 	s.runQueue(t)
 	s.runInspect(t)
 	s.runClient(t)
+	s.runElection(t)
 }
 
 // suite is one backend's provider under test.
