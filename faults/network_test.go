@@ -55,7 +55,7 @@ func newNetEnv(t *testing.T, srv *faults.Redis, direct *redis.Client, redisOpts 
 func noRetries(o *redis.Options) { o.MaxRetries = -1 }
 
 // acquire takes the lock through the proxy, timing the call.
-func (e *netEnv) acquire(timeout time.Duration, o lock.Options) (*lock.Lock, error, time.Duration) {
+func (e *netEnv) acquire(timeout time.Duration, o lock.Options) (*lock.Lock, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
@@ -63,7 +63,7 @@ func (e *netEnv) acquire(timeout time.Duration, o lock.Options) (*lock.Lock, err
 	if err == nil {
 		stats.grants.Add(1)
 	}
-	return l, err, time.Since(start)
+	return l, time.Since(start), err
 }
 
 // checkOutcome checks an acquisition against what Redis holds: an error
@@ -114,7 +114,7 @@ func TestNetworkFaults(t *testing.T) {
 		e.proxy.SetDelay(400*time.Millisecond, faults.Replies)
 		fault(t, "delay replies 400ms")
 		const timeout = 250 * time.Millisecond
-		l, err, took := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
+		l, took, err := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
 		t.Logf("Acquire: %v after %v", err, took.Round(time.Millisecond))
 		expect(t, err != nil, "Acquire succeeded although no reply could come within its deadline")
 		expect(t, took < timeout+netReleaseTimeout+slack, "Acquire returned after %v, want < deadline %v + release timeout %v", took, timeout, netReleaseTimeout)
@@ -143,7 +143,7 @@ func TestNetworkFaults(t *testing.T) {
 			}
 			done := make(chan res, 1)
 			go func() {
-				l, err, took := e.acquire(5*time.Second, lock.Options{Lease: 10 * time.Second})
+				l, took, err := e.acquire(5*time.Second, lock.Options{Lease: 10 * time.Second})
 				done <- res{l, err, took}
 			}()
 			require.True(t, waitFor(5*time.Second, func() bool { v, _ := record(t, direct, e.key); return v != "" }),
@@ -172,7 +172,7 @@ func TestNetworkFaults(t *testing.T) {
 		e.proxy.Pause()
 		fault(t, "partition")
 		const timeout = 300 * time.Millisecond
-		l, err, took := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
+		l, took, err := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
 		t.Logf("Acquire: %v after %v", err, took.Round(time.Millisecond))
 		expect(t, err != nil, "Acquire succeeded through a partition")
 		expect(t, took < timeout+netReleaseTimeout+slack, "Acquire returned after %v, want < deadline %v + release timeout %v", took, timeout, netReleaseTimeout)
@@ -189,7 +189,7 @@ func TestNetworkFaults(t *testing.T) {
 		e := newNetEnv(t, srv, direct)
 		e.proxy.SetDelay(100 * time.Millisecond)
 		fault(t, "delay everything 100ms")
-		l, err, _ := e.acquire(5*time.Second, lock.Options{Lease: 10 * time.Second})
+		l, _, err := e.acquire(5*time.Second, lock.Options{Lease: 10 * time.Second})
 		expect(t, err == nil, "Acquire on a slow network failed: %v", err)
 		e.checkOutcome(l, err)
 		if l != nil {
@@ -208,7 +208,7 @@ func TestNetworkFaults(t *testing.T) {
 			// lock, and its Release must not report a clean release.
 			e := newNetEnv(t, srv, direct)
 			other := newClient(t, direct)
-			l, err, _ := e.acquire(5*time.Second, lock.Options{Lease: lease, MaxDuration: 30 * time.Second})
+			l, _, err := e.acquire(5*time.Second, lock.Options{Lease: lease, MaxDuration: 30 * time.Second})
 			require.NoError(t, err)
 			if mode == "paused" {
 				e.proxy.Pause()
@@ -269,7 +269,7 @@ func TestNetworkFaults(t *testing.T) {
 	t.Run("renewal/cut-shorter-than-lease", func(t *testing.T) {
 		// Short holds and resets that a renewal can get past: no false loss.
 		e := newNetEnv(t, srv, direct)
-		l, err, _ := e.acquire(5*time.Second, lock.Options{Lease: lease, MaxDuration: 30 * time.Second})
+		l, _, err := e.acquire(5*time.Second, lock.Options{Lease: lease, MaxDuration: 30 * time.Second})
 		require.NoError(t, err)
 		e.proxy.Pause()
 		fault(t, "hold traffic for a quarter lease")
@@ -291,7 +291,7 @@ func TestNetworkFaults(t *testing.T) {
 		// The record is deleted and the reply is cut: Release may say nil
 		// (the record really is gone) or ErrLost (a retry found it gone).
 		e := newNetEnv(t, srv, direct)
-		l, err, _ := e.acquire(5*time.Second, lock.Options{Lease: 10 * time.Second})
+		l, _, err := e.acquire(5*time.Second, lock.Options{Lease: 10 * time.Second})
 		require.NoError(t, err)
 		e.proxy.Pause(faults.Replies)
 		fault(t, "hold replies during release")
@@ -314,7 +314,7 @@ func TestNetworkFaults(t *testing.T) {
 	t.Run("release/request-lost", func(t *testing.T) {
 		// The release never reaches Redis: Release must not return nil.
 		e := newNetEnv(t, srv, direct)
-		l, err, _ := e.acquire(5*time.Second, lock.Options{Lease: lease, MaxDuration: 30 * time.Second})
+		l, _, err := e.acquire(5*time.Second, lock.Options{Lease: lease, MaxDuration: 30 * time.Second})
 		require.NoError(t, err)
 		e.proxy.Pause(faults.Requests)
 		fault(t, "hold requests during release")

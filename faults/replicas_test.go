@@ -213,7 +213,7 @@ func TestWaitForReplicasBadInput(t *testing.T) {
 func follow(t *testing.T, ctx context.Context, replica, primary *redis.Client, addr string) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(addr)
-	require.NoError(t, replica.SlaveOf(ctx, host, port).Err())
+	require.NoError(t, replica.Do(ctx, "REPLICAOF", host, port).Err()) // go-redis has SlaveOf only, deprecated
 	require.Eventually(t, func() bool {
 		info, err := replica.Info(ctx, "replication").Result()
 		if err != nil || !strings.Contains(info, "master_link_status:up") {

@@ -450,7 +450,7 @@ func (s *Sentinel) CutReplication(ctx context.Context, master string) error {
 
 func (s *Sentinel) replicate(ctx context.Context, r *Redis, master string) error {
 	host, port, _ := net.SplitHostPort(master)
-	return s.nodeClient(r.Addr).SlaveOf(ctx, host, port).Err()
+	return s.nodeClient(r.Addr).Do(ctx, "REPLICAOF", host, port).Err() // go-redis has SlaveOf only, deprecated
 }
 
 // Logs returns what the sentinels printed.
