@@ -264,7 +264,7 @@ func (c *Client) serve(ctx context.Context, t *Term, fn func(ctx context.Context
 	}()
 	err := fn(fctx)
 	ended = true
-	failedOnItsOwn := err != nil && fctx.Err() == nil
+	failedOnItsOwn := err != nil && fctx.Err() == nil && ctx.Err() == nil
 	stop()
 	cancel(nil)
 	rerr := t.Resign(ctx)

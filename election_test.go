@@ -1,0 +1,515 @@
+package lock_test
+
+// Elections (Campaign, Term, Lead, Observe) where the provider does not
+// matter: options, contexts, hooks, pauses, errors. What every backend must
+// do for them is checked by the conformance suite (locktest/election.go).
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
+)
+
+// electionWaiters waits until n candidates wait for role.
+func electionWaiters(t *testing.T, c *lock.Client, role string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := c.Inspect(context.Background(), role)
+		return err == nil && st.Waiters == n
+	}, 10*time.Second, time.Millisecond, "%d candidates wait for %s", n, role)
+}
+
+// TestCampaignHasNoHoldLimit: a term's lock is held with NoHoldLimit as its
+// MaxDuration, not DefaultMaxDuration's hour, and waits with no MaxWait of
+// its own; a MaxDuration set in ElectionOptions ends the term with
+// LostMaxDuration, as the cause of its context.
+func TestCampaignHasNoHoldLimit(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	var acquired atomic.Pointer[lock.Event]
+	c := testenv.NewClient(t, lock.NewMemoryProvider(), lock.WithEvents(func(e lock.Event) {
+		if e.Kind == lock.EventAcquired {
+			acquired.Store(&e)
+		}
+	}))
+	role := testenv.Name(t)
+	term, err := c.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, lock.NoHoldLimit, acquired.Load().MaxDuration, "a term has no hold limit by default")
+	assert.Equal(t, lock.DefaultLease, acquired.Load().Lease)
+	assert.Equal(t, role, term.Role())
+	require.NoError(t, term.Resign(ctx))
+
+	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: 60 * time.Millisecond, MaxDuration: 150 * time.Millisecond})
+	require.NoError(t, err)
+	select {
+	case <-term.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a term with a MaxDuration of 150ms did not end")
+	}
+	var le *lock.LostError
+	require.ErrorAs(t, context.Cause(term.Context()), &le, "the term's context ends with the loss")
+	assert.Equal(t, lock.LostMaxDuration, le.Reason)
+	<-term.Done()
+	assert.ErrorIs(t, term.Err(), lock.ErrLost)
+	assert.ErrorIs(t, term.Resign(ctx), lock.ErrLost, "Resign after a loss returns the loss")
+}
+
+// TestTermOutlivesCampaignContext: Campaign's context bounds the wait
+// only: the term lasts after it ends. The term's context has its values,
+// and FromContext finds the term's lock in it, with the term's number.
+func TestTermOutlivesCampaignContext(t *testing.T) {
+	type key struct{}
+	c := testenv.NewClient(t, lock.NewMemoryProvider())
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "request-7"))
+	term, err := c.Campaign(ctx, testenv.Name(t), lock.ElectionOptions{})
+	require.NoError(t, err)
+	cancel()
+	time.Sleep(10 * time.Millisecond)
+	assert.NoError(t, term.Context().Err(), "the term outlives Campaign's context")
+	assert.NoError(t, term.Err())
+	assert.Equal(t, "request-7", term.Context().Value(key{}), "the term's context has Campaign's values")
+	l, ok := lock.FromContext(term.Context())
+	require.True(t, ok, "FromContext finds the term's lock")
+	assert.Equal(t, term.Token(), l.Token())
+	assert.Equal(t, term.Owner(), l.Owner())
+	assert.False(t, term.Since().IsZero())
+	require.NoError(t, term.Resign(context.Background()))
+}
+
+// TestResignEndsContextBeforeHandover: by the time the next candidate's
+// Campaign returns, the resigned term's context has ended (context.Canceled:
+// Resign cancels it before it releases), Done is closed and Err is nil; a
+// second Resign says ErrReleased.
+func TestResignEndsContextBeforeHandover(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	p := lock.NewMemoryProvider()
+	a := testenv.NewClient(t, p)
+	b := testenv.NewClient(t, p, lock.WithPollInterval(time.Hour))
+	role := testenv.Name(t)
+	first, err := a.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	type won struct {
+		term       *lock.Term
+		err        error
+		firstEnded error // first's context's error when the Campaign returned
+	}
+	got := make(chan won, 1)
+	go func() {
+		term, err := b.Campaign(ctx, role, lock.ElectionOptions{})
+		got <- won{term, err, first.Context().Err()}
+	}()
+	electionWaiters(t, a, role, 1)
+	require.NoError(t, first.Resign(ctx))
+	w := <-got
+	require.NoError(t, w.err)
+	assert.ErrorIs(t, w.firstEnded, context.Canceled, "the resigned term's context ended before the successor's Campaign returned")
+	assert.ErrorIs(t, context.Cause(first.Context()), context.Canceled, "a Resign's cause is context.Canceled")
+	assertClosed(t, first.Done(), "Done is closed after Resign")
+	assert.NoError(t, first.Err(), "a clean Resign is no loss")
+	assert.ErrorIs(t, first.Resign(ctx), lock.ErrReleased, "Resign after Resign")
+	assert.Greater(t, w.term.Token(), first.Token())
+	require.NoError(t, w.term.Resign(ctx))
+}
+
+// grantThenCancel is a provider that cancels a context right after it
+// grants a free key (to an Acquire or a Queue): the caller's context ends
+// as the role is granted.
+type grantThenCancel struct {
+	lock.Provider
+	cancel context.CancelFunc
+}
+
+func (p grantThenCancel) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	rec, err := p.Provider.Acquire(ctx, key, owner, ttl)
+	p.cancel()
+	return rec, err
+}
+
+func (p grantThenCancel) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	rec, err := p.Provider.Queue(ctx, key, w)
+	p.cancel()
+	return rec, err
+}
+
+// TestCampaignEndedAsGrantedHandsOn: a campaign whose context ends just as
+// the role is granted returns an error, not the term, and hands the role
+// on: it is vacant after.
+func TestCampaignEndedAsGrantedHandsOn(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := testenv.NewClient(t, grantThenCancel{mem, cancel})
+	role := testenv.Name(t)
+	term, err := c.Campaign(ctx, role, lock.ElectionOptions{})
+	assert.Nil(t, term)
+	assert.ErrorIs(t, err, lock.ErrNotAcquired)
+	assert.ErrorIs(t, err, context.Canceled)
+	st, err := c.Inspect(context.Background(), role)
+	require.NoError(t, err)
+	assert.False(t, st.Held(), "the role granted to a campaign that ended is handed on: %+v", st)
+}
+
+// TestElectionBadInput: bad roles, options, functions and pauses are
+// refused with ErrInvalidArgument, at once.
+func TestElectionBadInput(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	c := testenv.NewClient(t, lock.NewMemoryProvider())
+	fn := func(context.Context) error { return nil }
+	_, err := c.Campaign(ctx, "", lock.ElectionOptions{})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty role")
+	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{Lease: -time.Second})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative lease")
+	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{MaxDuration: -time.Second})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative MaxDuration")
+	assert.ErrorIs(t, c.Lead(ctx, "r", nil, lock.LeadOptions{}), lock.ErrInvalidArgument, "a nil function")
+	assert.ErrorIs(t, c.Lead(ctx, "", fn, lock.LeadOptions{}), lock.ErrInvalidArgument, "an empty role")
+	assert.ErrorIs(t, c.Lead(ctx, "r", fn, lock.LeadOptions{Pause: -time.Second}), lock.ErrInvalidArgument, "a negative pause")
+	assert.ErrorIs(t, c.Lead(ctx, "r", fn, lock.LeadOptions{ElectionOptions: lock.ElectionOptions{Lease: -1}}), lock.ErrInvalidArgument, "a negative lease")
+	_, err = c.Observe(ctx, "")
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty role")
+	st, err := c.Inspect(ctx, "r")
+	require.NoError(t, err)
+	assert.False(t, st.Held(), "nothing was taken")
+}
+
+// TestLeadHandsOverWhenFunctionReturns: two Leads of one role on two
+// Clients; each function returns nil after a short term. Each return
+// resigns the role, which passes to the other Lead at once (it waits in
+// the queue while the first pauses); the terms alternate, the functions
+// never overlap, and each term is reported to its own Lead's hooks once.
+func TestLeadHandsOverWhenFunctionReturns(t *testing.T) {
+	p := lock.NewMemoryProvider()
+	role := testenv.Name(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var (
+		inside atomic.Int32
+		mu     sync.Mutex
+		who    []int    // which Lead ran each term, in order
+		terms  []uint64 // the terms' numbers, in order
+		hooks  [2][]string
+		wg     sync.WaitGroup
+	)
+	for i := range 2 {
+		c := testenv.NewClient(t, p, lock.WithPollInterval(time.Hour))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Lead(ctx, role, func(ctx context.Context) error {
+				assert.EqualValues(t, 1, inside.Add(1), "one function at a time")
+				defer inside.Add(-1)
+				l, _ := lock.FromContext(ctx)
+				mu.Lock()
+				who, terms = append(who, i), append(terms, l.Token())
+				n := len(who)
+				mu.Unlock()
+				if n >= 8 {
+					stop()
+					return nil
+				}
+				// Hand over only once the other Lead waits (it may start late).
+				assert.True(t, waitUntil(func() bool {
+					st, err := c.Inspect(ctx, role)
+					return ctx.Err() != nil || err == nil && st.Waiters == 1
+				}, 10*time.Second), "the other Lead campaigns")
+				return nil
+			}, lock.LeadOptions{
+				Pause:     50 * time.Millisecond,
+				OnElected: func(term *lock.Term) { mu.Lock(); hooks[i] = append(hooks[i], "elected"); mu.Unlock() },
+				OnStopped: func(term *lock.Term, err error) {
+					assert.NoError(t, err, "a function that returned nil, and a clean handover")
+					mu.Lock()
+					hooks[i] = append(hooks[i], "stopped")
+					mu.Unlock()
+				},
+			})
+			assert.ErrorIs(t, err, context.Canceled)
+		}()
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, len(who), 8)
+	for k := 1; k < len(who); k++ {
+		assert.NotEqual(t, who[k-1], who[k], "term %d: the role passed to the other Lead when the function returned", k)
+		assert.Greater(t, terms[k], terms[k-1])
+	}
+	for i := range 2 {
+		for k, h := range hooks[i] {
+			assert.Equal(t, []string{"elected", "stopped"}[k%2], h, "Lead %d's hooks alternate", i)
+		}
+		assert.Len(t, hooks[i], 2*countOf(who, i), "Lead %d: two hooks per term it ran", i)
+	}
+}
+
+func countOf(xs []int, x int) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
+
+// failingCampaigns is a memory provider whose Acquire and Queue fail the
+// first n times, as an unreachable server would.
+type failingCampaigns struct {
+	*lock.MemoryProvider
+	n     atomic.Int32
+	calls chan time.Time
+}
+
+var errElectionDown = errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
+
+func (p *failingCampaigns) fail() bool {
+	p.calls <- time.Now()
+	return p.n.Add(-1) >= 0
+}
+
+func (p *failingCampaigns) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if p.fail() {
+		return lock.Record{}, errElectionDown
+	}
+	return p.MemoryProvider.Acquire(ctx, key, owner, ttl)
+}
+
+func (p *failingCampaigns) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	if p.fail() {
+		return lock.Record{}, errElectionDown
+	}
+	return p.MemoryProvider.Queue(ctx, key, w)
+}
+
+// TestLeadPausesAfterFailedCampaigns: campaigns that fail (the provider
+// down) are tried again after Pause, doubled for each failure in a row,
+// and logged at warning level; the first that succeeds elects Lead, whose
+// hooks were called for no failed campaign.
+func TestLeadPausesAfterFailedCampaigns(t *testing.T) {
+	const pause = 20 * time.Millisecond
+	p := &failingCampaigns{MemoryProvider: lock.NewMemoryProvider(), calls: make(chan time.Time, 64)}
+	p.n.Store(3)
+	logs := &syncBuffer{}
+	c := testenv.NewClient(t, p, lock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	ctx, stop := context.WithCancel(context.Background())
+	var elected, stopped atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Lead(ctx, testenv.Name(t), func(ctx context.Context) error {
+			stop()
+			<-ctx.Done()
+			return nil
+		}, lock.LeadOptions{
+			Pause:     pause,
+			OnElected: func(*lock.Term) { elected.Add(1) },
+			OnStopped: func(*lock.Term, error) { stopped.Add(1) },
+		})
+	}()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Lead did not end")
+	}
+	close(p.calls)
+	var at []time.Time
+	for c := range p.calls {
+		at = append(at, c)
+	}
+	require.GreaterOrEqual(t, len(at), 4, "three failed campaigns and one that succeeded")
+	for k, want := range []time.Duration{pause, 2 * pause, 4 * pause} {
+		assert.GreaterOrEqual(t, at[k+1].Sub(at[k]), want, "campaign %d came after a pause of %v", k+2, want)
+	}
+	assert.EqualValues(t, 1, elected.Load(), "OnElected for the one term won")
+	assert.EqualValues(t, 1, stopped.Load())
+	assert.Len(t, logs.lines("lock: campaign failed"), 3, "each failed campaign is logged")
+}
+
+// TestLeadNeverCallsHooksForATermItDidNotLead: a Lead whose context ends
+// while it waits behind another leader calls neither hook and never runs
+// its function; it returns its context's cause.
+func TestLeadNeverCallsHooksForATermItDidNotLead(t *testing.T) {
+	p := lock.NewMemoryProvider()
+	role := testenv.Name(t)
+	holder := testenv.NewClient(t, p)
+	term, err := holder.Campaign(context.Background(), role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	defer term.Resign(context.Background())
+	c := testenv.NewClient(t, p)
+	cause := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	var calls atomic.Int32
+	go func() {
+		done <- c.Lead(ctx, role, func(context.Context) error { calls.Add(1); return nil }, lock.LeadOptions{
+			OnElected: func(*lock.Term) { calls.Add(1) },
+			OnStopped: func(*lock.Term, error) { calls.Add(1) },
+		})
+	}()
+	electionWaiters(t, holder, role, 1)
+	cancel(cause)
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, cause, "Lead returns its context's cause")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lead did not return when its context ended")
+	}
+	assert.Zero(t, calls.Load(), "no hook and no function for a term Lead did not lead")
+}
+
+// TestLeadStopsWhenClientCloses: Close ends a Lead that campaigns with an
+// error matching ErrClosed.
+func TestLeadStopsWhenClientCloses(t *testing.T) {
+	p := lock.NewMemoryProvider()
+	role := testenv.Name(t)
+	holder := testenv.NewClient(t, p)
+	term, err := holder.Campaign(context.Background(), role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	defer term.Resign(context.Background())
+	c, err := lock.NewClient(p)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Lead(context.Background(), role, func(context.Context) error { return nil }, lock.LeadOptions{})
+	}()
+	electionWaiters(t, holder, role, 1)
+	require.NoError(t, c.Close())
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, lock.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lead did not return when its Client closed")
+	}
+}
+
+// TestLeadResignsWhenFunctionPanics: a panic in the leader's function is
+// not recovered, and the role is resigned on the way out; OnStopped is not
+// called.
+func TestLeadResignsWhenFunctionPanics(t *testing.T) {
+	c := testenv.NewClient(t, lock.NewMemoryProvider())
+	role := testenv.Name(t)
+	var stopped atomic.Int32
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		_ = c.Lead(context.Background(), role, func(context.Context) error { panic("leader bug") },
+			lock.LeadOptions{OnStopped: func(*lock.Term, error) { stopped.Add(1) }})
+	}()
+	assert.Equal(t, "leader bug", <-recovered, "the panic goes on")
+	st, err := c.Inspect(context.Background(), role)
+	require.NoError(t, err)
+	assert.False(t, st.Held(), "the role was resigned: %+v", st)
+	assert.Zero(t, stopped.Load())
+}
+
+// TestLeadReportsFunctionError: an error of the leader's function reaches
+// OnStopped and the log (warning), and Lead campaigns again.
+func TestLeadReportsFunctionError(t *testing.T) {
+	logs := &syncBuffer{}
+	c := testenv.NewClient(t, lock.NewMemoryProvider(), lock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	boom := errors.New("boom")
+	var runs atomic.Int32
+	errs := make(chan error, 4)
+	err := c.Lead(ctx, testenv.Name(t), func(context.Context) error {
+		if runs.Add(1) == 2 {
+			stop()
+		}
+		return boom
+	}, lock.LeadOptions{Pause: time.Millisecond, OnStopped: func(_ *lock.Term, err error) { errs <- err }})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.EqualValues(t, 2, runs.Load(), "Lead campaigned again after the function failed")
+	assert.ErrorIs(t, <-errs, boom)
+	assert.ErrorIs(t, <-errs, boom)
+	assert.Len(t, logs.lines("lock: leader's function failed"), 1, "a failure of its own is logged; the second ended with Lead's context")
+}
+
+// flakyInspect is a memory provider whose Inspect fails while fail is set.
+type flakyInspect struct {
+	*lock.MemoryProvider
+	fail  atomic.Bool
+	calls atomic.Int32
+}
+
+func (p *flakyInspect) Inspect(ctx context.Context, key string) (lock.Record, error) {
+	p.calls.Add(1)
+	if p.fail.Load() {
+		return lock.Record{}, errElectionDown
+	}
+	return p.MemoryProvider.Inspect(ctx, key)
+}
+
+// TestObserveReadsAgainAfterErrors: reads that fail are reported once (Err
+// set, the last state kept), and the first read that succeeds after them is
+// sent, so that a change made meanwhile is not missed; the channel closes
+// when the context ends, and when the Client closes.
+func TestObserveReadsAgainAfterErrors(t *testing.T) {
+	p := &flakyInspect{MemoryProvider: lock.NewMemoryProvider()}
+	role := testenv.Name(t)
+	watcher := testenv.NewClient(t, p, lock.WithPollInterval(5*time.Millisecond))
+	a := testenv.NewClient(t, p.MemoryProvider, lock.WithIdentity("a"))
+	b := testenv.NewClient(t, p.MemoryProvider, lock.WithIdentity("b"))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	seen, err := watcher.Observe(ctx, role)
+	require.NoError(t, err)
+	next := func() lock.Leader {
+		t.Helper()
+		select {
+		case l := <-seen:
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing observed within 10s")
+		}
+		return lock.Leader{}
+	}
+	assert.True(t, next().Vacant())
+	ta, err := a.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	l := next()
+	assert.Equal(t, "a", l.Identity)
+	assert.Equal(t, ta.Token(), l.Term)
+
+	p.fail.Store(true)
+	failed := next()
+	assert.ErrorIs(t, failed.Err, errElectionDown, "a failed read is reported")
+	assert.Equal(t, l.Owner, failed.Owner, "with the last state")
+	// The role changes hands while reads fail; several reads fail.
+	require.NoError(t, ta.Resign(ctx))
+	tb, err := b.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	calls := p.calls.Load()
+	require.Eventually(t, func() bool { return p.calls.Load() >= calls+3 }, 10*time.Second, time.Millisecond)
+	p.fail.Store(false)
+	l = next()
+	assert.NoError(t, l.Err, "a failure is reported once, then the next read that succeeds")
+	assert.Equal(t, "b", l.Identity, "the change made while reads failed is seen")
+	assert.Equal(t, tb.Token(), l.Term)
+	stop()
+	for range seen {
+	}
+	require.NoError(t, tb.Resign(context.Background()))
+
+	// Closing the Client closes the channel too.
+	c, err := lock.NewClient(p.MemoryProvider)
+	require.NoError(t, err)
+	seen, err = c.Observe(context.Background(), role)
+	require.NoError(t, err)
+	assert.True(t, (<-seen).Vacant())
+	require.NoError(t, c.Close())
+	select {
+	case _, ok := <-seen:
+		assert.False(t, ok, "nothing changed: the channel is closed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the channel was not closed when the Client closed")
+	}
+}
