@@ -50,8 +50,9 @@ type Options struct {
 	// lock to the first of them; but a lock can be free while waiters queue
 	// (its holder died and the record expired, until a waiter looks again):
 	// without Fair, an acquisition that finds it free takes it then; with
-	// Fair, it serves the first waiter and queues behind it. Every
-	// acquisition of a name should agree on Fair.
+	// Fair (and Wait), it queues behind them, and the first waiter is served
+	// (at once, or, on Redis, at that waiter's next look). Every acquisition
+	// of a name should agree on Fair.
 	Fair bool
 
 	// GracePeriod keeps the lock closed for this long after the holder releases

@@ -36,9 +36,11 @@ func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, err
 		return nil, invalidf("lock %q is held by this call chain: waiting for it would never end", key)
 	}
 	a := acquisition{c: c, key: key, owner: c.newOwner(), o: o, began: time.Now()}
-	if !o.Wait || !c.busy.has(key) {
+	if !o.Wait || !o.Fair && !c.busy.has(key) {
 		// One attempt first: a free lock is granted in one round trip,
-		// without the waiter's set-up; a waiter starts after a busy one.
+		// without the waiter's set-up; a waiter starts after a busy one. A
+		// Fair wait starts with the waiter: the attempt could take a lock
+		// that is free while others queue for it (its holder died).
 		l, err := a.try(ctx)
 		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) {
 			return a.unlessClosed(ctx, l, err)
@@ -115,16 +117,13 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, a.o.MaxWait, ErrTimeout)
 	defer cancel()
-	// A wait starts only once the key was seen busy (Acquire): first look
-	// for a queue to join. Its record is stored for the claim window: a
-	// grant that nobody takes up passes on (see WithClaimWindow).
-	look := LookJoin
-	if a.o.Fair {
-		look = LookFair
-	}
+	// A wait starts once the key was seen busy, or at once when Fair: its
+	// first look joins the key's queue if there is one, so that it is served
+	// in arrival order. Its record is stored for the claim window: a grant
+	// that nobody takes up passes on (see WithClaimWindow).
 	w := &waiter{
 		acquisition: *a,
-		req:         Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Look: look},
+		req:         Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Look: LookJoin},
 		grants:      make(chan Grant, 1),
 		wake:        make(chan struct{}, 1),
 	}
