@@ -325,6 +325,7 @@ func TestHelperProcess(t *testing.T) {
 var roles = map[string]func(t *testing.T){
 	"counter": roleCounter,
 	"holder":  roleHolder,
+	"leader":  roleLeader,
 	"waiter":  roleWaiter,
 }
 
