@@ -24,8 +24,11 @@ import (
 // its grant there (the publish function of scripts/record.lua; a script may
 // only publish to shard channels of its own slot). The provider subscribes
 // the inbox's Listen to that channel (SSUBSCRIBE, on the slot's primary)
-// before the entry is queued: one pub/sub connection per slot that the
-// inbox's waiters have waited in, kept until the Listen stops.
+// before the entry is queued, and unsubscribes it (SUNSUBSCRIBE)
+// shardLinger after the last waiter queued with it was granted the lock or
+// left: a Listen has at most one pub/sub connection per primary, carrying
+// the channels of the slots its waiters wait in now, and none once they
+// are done.
 
 // ShardedPubSub turns sharded pub/sub on (the default) or off for a
 // provider over a *redis.ClusterClient. On, and when every primary of the
@@ -154,12 +157,6 @@ const shardLinger = 3 * time.Second
 // a PING; one that has answered nothing after as long again is taken for
 // broken.
 const shardPing = 3 * time.Second
-
-// subscribeShard is queueShard for a waiter that is not named: ch is kept
-// until the Listen stops. (Queue names its waiter: see queueShard.)
-func (p *RedisProvider) subscribeShard(ctx context.Context, inbox, ch string) error {
-	return p.queueShard(ctx, inbox, ch, ","+ch) // no owner has a comma: never unqueued
-}
 
 // queueShard makes sure that every Listen of this provider on inbox is
 // subscribed to ch, a shard channel of the inbox, and that Redis has
@@ -397,6 +394,9 @@ func (l *shardListener) disown(c *shardChan) {
 // linger unsubscribes c after shardLinger, unless an owner joined it
 // meanwhile; l.mu is held.
 func (l *shardListener) linger(c *shardChan) {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	c.idle++
 	idle := c.idle
 	c.timer = time.AfterFunc(shardLinger, func() { l.expire(c, idle) })

@@ -104,7 +104,11 @@ func TestFootprintCluster(t *testing.T) {
 	before := footprintBaseline(t, ctx, nodes, newLockClient)
 	c, closeClient := newLockClient()
 	footprintWork(t, ctx, c, "order", footprintCycles, true)
-	footprintCheckMemory(t, ctx, nodes, before, closeClient, footprintMemoryCluster)
+	footprintCheckMemory(t, ctx, nodes, before, func() {
+		conns, chans, err := pubSubCounts(ctx, nodes)
+		t.Logf("before the Client closes: %d pub/sub connections, %d shard channels subscribed (%v), used_memory %d bytes", conns, chans, err, usedMemory(t, ctx, nodes))
+		closeClient()
+	}, footprintMemoryCluster)
 }
 
 // footprintBaseline runs a little of the work (100 names) with a Client

@@ -1,0 +1,334 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// shardLinger is how long the Redis provider keeps a shard channel
+// subscribed after the last wait that needed it (shardLinger in
+// provider_redis_shard.go).
+const shardLinger = 3 * time.Second
+
+// TestClusterSubscriptionsEnd checks that a Client's shard subscriptions
+// end with the waits that need them (issue 17: a lock per order left a
+// pub/sub connection per slot waited in until the Client closed): waits
+// that queued on 300 distinct names, 16 at a time, use at most one pub/sub
+// connection per node, and once they ended, within the linger and a bound,
+// the Client is subscribed to no shard channel and keeps no pub/sub
+// connection.
+func TestClusterSubscriptionsEnd(t *testing.T) {
+	addrs := startCluster(t)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	if !clusterSharded(t, ctx, addrs) {
+		t.Skip("the servers do not support sharded pub/sub (Redis 7.0 or later)")
+	}
+	nodes := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		nodes[i] = newRedis(t, a)
+	}
+	c := newClusterLockClient(t, addrs, lock.WithPollInterval(time.Minute))
+	const waits = 300
+
+	// The most connections and channels seen while the waits go on.
+	var peakConns, peakChans atomic.Int64
+	sampled := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if conns, chans, err := pubSubCounts(ctx, nodes); err == nil {
+				peakConns.Store(max(peakConns.Load(), int64(conns)))
+				peakChans.Store(max(peakChans.Load(), int64(chans)))
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	start := time.Now()
+	var slow atomic.Int64
+	parallel(t, 16, waits, func(i int) error {
+		took, err := handOver(ctx, c, c, "order:"+strconv.Itoa(i))
+		if took > 2*time.Second {
+			slow.Add(1)
+		}
+		return err
+	})
+	close(stop)
+	<-sampled
+	ended := time.Now()
+	t.Logf("%d waits that queued on distinct names in %v; at most %d pub/sub connections and %d shard channels at once",
+		waits, ended.Sub(start).Round(time.Millisecond), peakConns.Load(), peakChans.Load())
+	expect(t, slow.Load() == 0, "%d of %d waiters were handed the lock more than 2s after the release", slow.Load(), waits)
+	expect(t, peakConns.Load() <= int64(len(addrs)), "%d pub/sub connections at once; want at most one per node (%d)", peakConns.Load(), len(addrs))
+
+	bound := shardLinger + 5*time.Second
+	conns, chans := -1, -1
+	require.True(t, waitFor(bound, func() bool {
+		var err error
+		conns, chans, err = pubSubCounts(ctx, nodes)
+		return err == nil && conns == 0 && chans == 0
+	}), "%v after the last wait: %d pub/sub connections, %d shard channels subscribed; want none within %v",
+		time.Since(ended).Round(time.Millisecond), conns, chans, bound)
+	t.Logf("no pub/sub connection and no shard channel left %v after the last wait (linger %v)", time.Since(ended).Round(10*time.Millisecond), shardLinger)
+	stats.grants.Add(2 * waits)
+}
+
+// TestClusterSubscriptionAroundLinger checks that no grant is lost to a
+// shard channel's unsubscription: waiters queue again in slots whose
+// channel they stopped needing about shardLinger before, so that some of
+// their Queues meet the SUNSUBSCRIBE under way (they must wait for it and
+// subscribe anew) and others find the channel gone or still there. With a
+// poll interval of a minute, each must be handed the lock within 2 s of
+// its release.
+func TestClusterSubscriptionAroundLinger(t *testing.T) {
+	addrs := startCluster(t)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	if !clusterSharded(t, ctx, addrs) {
+		t.Skip("the servers do not support sharded pub/sub (Redis 7.0 or later)")
+	}
+	cc := newClusterRedis(t, addrs)
+	holder := newClusterLockClient(t, addrs)
+	waiter := newClusterLockClient(t, addrs, lock.WithPollInterval(time.Minute))
+
+	// One name per slot: each trial's channel lingers on its own.
+	const trials, rounds = 120, 3
+	var names []string
+	slots := make(map[int64]bool)
+	for i := 0; len(names) < trials; i++ {
+		name := "linger:" + strconv.Itoa(i)
+		slot, err := cc.ClusterKeySlot(ctx, lock.DefaultPrefix+"{"+name+"}").Result()
+		require.NoError(t, err)
+		if !slots[slot] {
+			slots[slot] = true
+			names = append(names, name)
+		}
+	}
+
+	var (
+		mu    sync.Mutex
+		worst time.Duration
+		late  []string
+		wg    sync.WaitGroup
+		errs  = make(chan error, trials)
+	)
+	for i, name := range names {
+		// From 30 ms before the linger ends to 6 ms after, in 0.3 ms steps.
+		pause := shardLinger - 30*time.Millisecond + time.Duration(i)*300*time.Microsecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range rounds {
+				if round > 0 {
+					time.Sleep(pause)
+				}
+				took, err := handOver(ctx, holder, waiter, name)
+				if err != nil {
+					errs <- fmt.Errorf("%s, round %d: %w", name, round, err)
+					return
+				}
+				mu.Lock()
+				worst = max(worst, took)
+				if took > 2*time.Second {
+					late = append(late, fmt.Sprintf("%s round %d (pause %v): %v", name, round, pause, took.Round(time.Millisecond)))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	stats.grants.Add(2 * trials * rounds)
+	t.Logf("%d handoffs, %d slots, pauses of %v to %v between them: slowest %v after the release",
+		trials*rounds, trials, shardLinger-30*time.Millisecond, shardLinger+6*time.Millisecond, worst.Round(time.Millisecond))
+	expect(t, len(late) == 0, "%d grants were not heard (the waiter found the lock at a later look): %v", len(late), late)
+}
+
+// TestClusterSlotMoveResubscribes moves the slot of a lock, while a waiter
+// (polling once a minute) is queued for it, to another node: Redis ends the
+// waiter's shard subscription on the old node, the waiter looks again, and
+// its Client subscribes on the new node (its cluster state, not yet aware
+// of the move, is loaded again after a MOVED), so that the release's
+// SPUBLISH there hands it the lock at once.
+func TestClusterSlotMoveResubscribes(t *testing.T) {
+	addrs := startCluster(t)
+	ctx := ctxTimeout(t, time.Minute)
+	if !clusterSharded(t, ctx, addrs) {
+		t.Skip("the servers do not support sharded pub/sub (Redis 7.0 or later)")
+	}
+	cc := newClusterRedis(t, addrs)
+	const name = "moving"
+	key := lock.DefaultPrefix + "{" + name + "}"
+	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	srcNode, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	src := srcNode.Options().Addr
+	dst := addrs[0]
+	if dst == src {
+		dst = addrs[1]
+	}
+
+	holder := newClusterLockClient(t, addrs)
+	waiter := newClusterLockClient(t, addrs, lock.WithPollInterval(time.Minute))
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	type result struct {
+		l   *lock.Lock
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 30 * time.Second})
+		done <- result{wl, err, time.Now()}
+	}()
+	require.True(t, waitFor(10*time.Second, func() bool {
+		st, err := holder.Inspect(ctx, name)
+		return err == nil && st.Waiters == 1
+	}), "the waiter queued")
+	chans, err := newRedis(t, src).PubSubShardChannels(ctx, "*").Result()
+	require.NoError(t, err)
+	require.Len(t, chans, 1, "the waiter's shard channel on %s", src)
+
+	fault(t, "move the lock's slot, with a waiter queued, to another node")
+	moveSlot(t, ctx, addrs, int(slot), src, dst)
+	dstNode := newRedis(t, dst)
+	subscribed := waitFor(10*time.Second, func() bool {
+		n, err := dstNode.PubSubShardNumSub(ctx, chans[0]).Result()
+		return err == nil && n[chans[0]] == 1
+	})
+	expect(t, subscribed, "the waiter's Client did not subscribe to %s on %s, where slot %d moved", chans[0], dst, slot)
+
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	r := <-done
+	require.NoError(t, r.err, "the waiter's acquisition")
+	stats.grants.Add(2)
+	took := r.at.Sub(released)
+	t.Logf("slot %d moved from %s to %s; the waiter acquired %v after the release (poll interval 1m)", slot, src, dst, took.Round(time.Millisecond))
+	expect(t, took < 2*time.Second, "the waiter took %v after the release: the SPUBLISH on %s did not reach it", took, dst)
+	require.NoError(t, r.l.Release(ctx))
+}
+
+// handOver has holder take the lock called name, waiter wait for it until
+// it is queued, and holder release it; it returns how long after the
+// release waiter had it (it releases it at once).
+func handOver(ctx context.Context, holder, waiter *lock.Client, name string) (time.Duration, error) {
+	h, err := holder.Acquire(ctx, name, lock.Options{})
+	if err != nil {
+		return 0, err
+	}
+	type result struct {
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 20 * time.Second})
+		at := time.Now()
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- result{at, err}
+	}()
+	for {
+		st, err := holder.Inspect(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		if st.Waiters > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		return 0, err
+	}
+	r := <-got
+	return r.at.Sub(released), r.err
+}
+
+// moveSlot moves slot from the node at src to the node at dst, with its
+// keys: CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE, then SETSLOT NODE
+// on every node.
+func moveSlot(t *testing.T, ctx context.Context, addrs []string, slot int, src, dst string) {
+	t.Helper()
+	ids := map[string]string{}
+	nodes := map[string]*redis.Client{}
+	for _, a := range addrs {
+		nodes[a] = newRedis(t, a)
+		id, err := nodes[a].Do(ctx, "cluster", "myid").Text()
+		require.NoError(t, err)
+		ids[a] = id
+	}
+	host, port, _ := net.SplitHostPort(dst)
+	require.NoError(t, nodes[dst].Do(ctx, "cluster", "setslot", slot, "importing", ids[src]).Err())
+	require.NoError(t, nodes[src].Do(ctx, "cluster", "setslot", slot, "migrating", ids[dst]).Err())
+	for {
+		keys, err := nodes[src].ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		require.NoError(t, err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := nodes[src].Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
+			require.NoError(t, err, "MIGRATE %v", keys)
+		}
+	}
+	for _, a := range append([]string{dst, src}, addrs...) {
+		require.NoError(t, nodes[a].Do(ctx, "cluster", "setslot", slot, "node", ids[dst]).Err())
+	}
+}
+
+// pubSubCounts returns, summed over nodes, the connections subscribed to
+// something (CLIENT LIST: sub, psub or ssub above 0) and the shard channels
+// subscribed (PUBSUB SHARDCHANNELS).
+func pubSubCounts(ctx context.Context, nodes []*redis.Client) (conns, channels int, err error) {
+	for _, n := range nodes {
+		list, err := n.ClientList(ctx).Result()
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			for _, f := range strings.Fields(line) {
+				k, v, _ := strings.Cut(f, "=")
+				if k != "sub" && k != "psub" && k != "ssub" {
+					continue
+				}
+				if c, _ := strconv.Atoi(v); c > 0 {
+					conns++
+					break
+				}
+			}
+		}
+		chans, err := n.PubSubShardChannels(ctx, "*").Result()
+		if err != nil {
+			return 0, 0, err
+		}
+		channels += len(chans)
+	}
+	return conns, channels, nil
+}
