@@ -75,8 +75,8 @@ var (
 // answer; an error is returned, and nothing kept, when none answers. A
 // primary that refuses COMMAND counts as one without SPUBLISH.
 func (p *RedisProvider) sharded(ctx context.Context) (bool, error) {
-	cc, ok := p.client.(*redis.ClusterClient)
-	if !ok {
+	cc := p.cluster
+	if cc == nil {
 		return false, nil
 	}
 	if m := p.shard.mode.Load(); m != shardUnknown {
