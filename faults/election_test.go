@@ -3,10 +3,12 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -273,4 +275,238 @@ func roleLeader(t *testing.T) {
 	at := time.Now().UnixNano()
 	err = term.Resign(ctx)
 	report("resigned at=%d err=%q", at, errString(err))
+}
+
+func init() {
+	roles["lead-writer"] = roleLeadWriter
+}
+
+// TestElectionStoppedLeaders runs three processes that Lead one role and,
+// while they lead, make a fenced write (lock.RedisFence, with the term's
+// number) every 10 ms, without looking at their context in between, as a
+// leader that does not know it was paused would. Round after round (20,
+// lease 400 ms), the test stops the leader (SIGSTOP), waits until another
+// process leads and has written, and continues it after two leases:
+//   - every write the stopped leader starts after it continues is refused
+//     (lock.ErrStaleToken), and its term ends;
+//   - the writes that passed the fence ran in the order of their terms (the
+//     fence's log never goes down);
+//   - each round's new term is greater than the stopped one;
+//   - each process's Lead campaigns again after its loss, without a
+//     restart: every process leads again later or waits in the queue.
+func TestElectionStoppedLeaders(t *testing.T) {
+	const (
+		procs = 3
+		lease = 400 * time.Millisecond
+	)
+	const rounds = 20
+	srv := faults.StartRedis(t)
+	direct := newRedis(t, srv.Addr)
+	obs := newClient(t, direct)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	const role = "stopped-leaders"
+	_, _, log := fenceKeysOf(role)
+
+	b := &writeBoard{accepted: map[uint64]int{}, stopped: map[uint64]bool{}}
+	children := make([]*child, procs)
+	for i := range children {
+		children[i] = startChild(t, "lead-writer", "FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+role,
+			"FAULTS_LEASE="+lease.String(), "FAULTS_NAME=writer-"+strconv.Itoa(i))
+		go b.read(i, children[i])
+	}
+	leaderOf := func() (int, uint64) {
+		st, err := obs.Inspect(ctx, role)
+		require.NoError(t, err)
+		for i := range procs {
+			if st.Identity == "writer-"+strconv.Itoa(i) {
+				return i, st.Token
+			}
+		}
+		return -1, 0
+	}
+	var last uint64
+	var stale, staleRefused, inFlight int
+	for r := range rounds {
+		var i int
+		var term uint64
+		require.Eventually(t, func() bool {
+			i, term = leaderOf()
+			return i >= 0 && b.wrote(term)
+		}, 10*time.Second, time.Millisecond, "round %d: a process leads and has written", r)
+		expect(t, term > last, "round %d: term %d after %d", r, term, last)
+		last = term
+		require.NoError(t, children[i].cmd.Process.Signal(syscall.SIGSTOP))
+		stopped := time.Now()
+		fault(t, "SIGSTOP the leader")
+		var next uint64
+		require.Eventually(t, func() bool {
+			j, tn := leaderOf()
+			next = tn
+			return j >= 0 && j != i && tn > term && b.wrote(tn)
+		}, 10*time.Second, time.Millisecond, "round %d: another process leads and writes while writer-%d is stopped", r, i)
+		stats.grants.Add(1)
+		time.Sleep(time.Until(stopped.Add(2 * lease)))
+		resumed := time.Now()
+		require.NoError(t, children[i].cmd.Process.Signal(syscall.SIGCONT))
+		// The stopped leader's term ends (its function returns) after its
+		// next write: started after it continued, or in flight when it was
+		// stopped (then not counted here: the fence's log says whether it
+		// ran before the new leader's writes).
+		require.Eventually(t, func() bool { return b.ended(term) }, 10*time.Second, time.Millisecond,
+			"round %d: writer-%d's term %d ends after it continued", r, i, term)
+		n, refused := b.resumedWrites(term, resumed)
+		if n == 0 {
+			inFlight++ // its last write was under way when it was stopped
+		}
+		stale += n
+		staleRefused += refused
+		expect(t, refused == n, "round %d: %d of writer-%d's %d writes with term %d started after it continued passed the fence (term %d had written)",
+			r, n-refused, i, n, term, next)
+	}
+	for _, c := range children {
+		c.send("quit")
+	}
+	for _, c := range children {
+		require.NoError(t, c.wait(ctx), "child failed:\n%s", c.out.String())
+	}
+	terms, err := direct.LRange(ctx, log, 0, -1).Result()
+	require.NoError(t, err)
+	var prev uint64
+	for k, s := range terms {
+		n, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+		expect(t, n >= prev, "the fence let term %d write after term %d (write %d of %d)", n, prev, k, len(terms))
+		prev = n
+	}
+	elected := b.electedBy()
+	for i := range procs {
+		expect(t, elected[i] >= 2, "writer-%d led %d terms: it did not campaign again after its losses", i, elected[i])
+	}
+	t.Logf("faults: election stopped leaders: rounds=%d fenced_writes_passed=%d writes_after_resume=%d refused=%d rounds_ending_on_a_write_in_flight=%d terms_led_per_process=%v",
+		rounds, len(terms), stale, staleRefused, inFlight, elected)
+}
+
+// writeBoard collects the reports of the lead-writer children.
+type writeBoard struct {
+	mu       sync.Mutex
+	accepted map[uint64]int // accepted writes by term
+	writes   []writeReport
+	elected  map[int]int // terms led, by child
+	stopped  map[uint64]bool
+}
+
+type writeReport struct {
+	term  uint64
+	ok    bool
+	start time.Time
+}
+
+func (b *writeBoard) read(i int, c *child) {
+	for line := range c.lines {
+		word, f := fields(line)
+		b.mu.Lock()
+		switch word {
+		case "elected":
+			if b.elected == nil {
+				b.elected = map[int]int{}
+			}
+			b.elected[i]++
+		case "ended":
+			term, _ := strconv.ParseUint(f["term"], 10, 64)
+			b.stopped[term] = true
+		case "write":
+			term, _ := strconv.ParseUint(f["term"], 10, 64)
+			ns, _ := strconv.ParseInt(f["start"], 10, 64)
+			w := writeReport{term: term, ok: f["ok"] == "true", start: time.Unix(0, ns)}
+			b.writes = append(b.writes, w)
+			if w.ok {
+				b.accepted[term]++
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// wrote reports whether a write with term passed the fence.
+func (b *writeBoard) wrote(term uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.accepted[term] > 0
+}
+
+// ended reports whether the term's Lead has ended it.
+func (b *writeBoard) ended(term uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopped[term]
+}
+
+// resumedWrites returns how many writes with term started after at, and
+// how many of them the fence refused.
+func (b *writeBoard) resumedWrites(term uint64, at time.Time) (n, refused int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.writes {
+		if w.term == term && w.start.After(at) {
+			n++
+			if !w.ok {
+				refused++
+			}
+		}
+	}
+	return n, refused
+}
+
+func (b *writeBoard) electedBy() map[int]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.elected)
+}
+
+// roleLeadWriter is the child of TestElectionStoppedLeaders: it Leads
+// FAULTS_LOCK (lease FAULTS_LEASE, identity FAULTS_NAME) and, while it
+// leads, writes through the fence every 10 ms, reporting "elected term=T",
+// "write term=T ok=BOOL start=<Unix ns>" and "ended term=T"; a refused write, or a write
+// made once the term's context has ended, ends the term. "quit" on stdin
+// ends its Lead.
+func roleLeadWriter(t *testing.T) {
+	addr := childEnv(t, "FAULTS_REDIS")
+	role := childEnv(t, "FAULTS_LOCK")
+	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
+	require.NoError(t, err)
+	rc := newRedis(t, addr)
+	c := newClient(t, rc, lock.WithIdentity(childEnv(t, "FAULTS_NAME")), lock.WithPollInterval(50*time.Millisecond))
+	fence, data, log := fenceKeysOf(role)
+	ctx, quit := context.WithCancel(context.Background())
+	go func() {
+		readLine(stdin())
+		quit()
+	}()
+	err = c.Lead(ctx, role, func(ctx context.Context) error {
+		l, _ := lock.FromContext(ctx)
+		for {
+			start := time.Now()
+			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := fenceWrite.Run(wctx, rc, fence, l.Token(), []string{data, log}, strconv.FormatUint(l.Token(), 10)).Err()
+			cancel()
+			report("write term=%d ok=%t start=%d", l.Token(), err == nil, start.UnixNano())
+			switch {
+			case errors.Is(err, lock.ErrStaleToken):
+				return err
+			case err != nil:
+				return err
+			case ctx.Err() != nil:
+				return context.Cause(ctx)
+			}
+			time.Sleep(10 * time.Millisecond) // not watching ctx: a leader that may be paused anywhere
+		}
+	}, lock.LeadOptions{
+		ElectionOptions: lock.ElectionOptions{Lease: lease},
+		Pause:           50 * time.Millisecond,
+		OnElected:       func(term *lock.Term) { report("elected term=%d", term.Token()) },
+		OnStopped:       func(term *lock.Term, _ error) { report("ended term=%d", term.Token()) },
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("child: Lead returned %v", err)
+	}
 }
