@@ -122,10 +122,20 @@ func assertFree(t *testing.T, ctx context.Context, p lock.Provider, key, msg str
 }
 
 // expire makes owner's record under key expire now: it shortens its TTL to
-// 1ms and waits until the record is gone.
-func expire(t *testing.T, ctx context.Context, p lock.Provider, key, owner string) {
+// 1ms and waits until the record is gone. With a Backend.TTLGranularity,
+// where each renewal of 1ms would keep the record another step, it
+// renews once and watches the record with Inspect.
+func (s *suite) expire(t *testing.T, key, owner string) {
 	t.Helper()
+	p, ctx := s.p, s.ctx
 	require.NoError(t, p.Renew(ctx, key, owner, time.Millisecond))
+	if g := s.b.TTLGranularity; g > 0 {
+		require.Eventually(t, func() bool {
+			rec, err := p.Inspect(ctx, key)
+			return err == nil && rec.Owner != owner
+		}, 5*time.Second+2*g, 5*time.Millisecond, "%s's record expires after a 1ms TTL (rounded up to %v)", owner, g)
+		return
+	}
 	require.Eventually(t, func() bool {
 		return errors.Is(p.Renew(ctx, key, owner, time.Millisecond), lock.ErrLost)
 	}, 5*time.Second, 5*time.Millisecond, "%s's record expires after a 1ms TTL", owner)

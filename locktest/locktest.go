@@ -76,6 +76,17 @@ type Backend struct {
 	// check is skipped.
 	ExclusiveInbox bool
 
+	// TTLGranularity is the step in which the backend stores TTLs, when it
+	// rounds them up (etcd: leases of whole seconds, so 1s): a record asked
+	// to live 1ms lives up to a step, and every renewal in that time sets
+	// another step. When not zero, the checks that make a record expire
+	// (expire, used by FairServesFirstWaiter, AgainServesFirstWaiter and
+	// NonFairTakesFreeKey) shorten its TTL once and wait for the record to
+	// be gone, watching with Inspect rather than with renewals of 1ms, for
+	// up to 5s plus two steps. When zero, the TTLs asked for are kept to
+	// the millisecond, as the memory and Redis providers keep them.
+	TTLGranularity time.Duration
+
 	// Remote says that each call is a round trip to a server: the checks
 	// that take many grants in a row or at once take fewer (30 grants in a
 	// row rather than 100, 8 workers of 40 rounds rather than 16 of 200, 40

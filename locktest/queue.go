@@ -396,7 +396,7 @@ func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
 	w1 := in1.waiter(queueTTL)
 	mustQueue(t, ctx, p, key, w1)
-	expire(t, ctx, p, key, a) // free, with w1 queued
+	s.expire(t, key, a) // free, with w1 queued
 
 	w2 := in2.waiter(queueTTL)
 	w2.Look = flags.Look
@@ -439,7 +439,7 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	in1, in3 := listen(t, ctx, p), listen(t, ctx, p)
 	w1 := in1.waiter(queueTTL)
 	mustQueue(t, ctx, p, key, w1)
-	expire(t, ctx, p, key, a) // free, with w1 queued
+	s.expire(t, key, a) // free, with w1 queued
 
 	w3 := in3.waiter(queueTTL)
 	var rec lock.Record
