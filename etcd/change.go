@@ -1,0 +1,314 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed05627090/lock"
+)
+
+// change is the writes of one attempt of a method, and the compares that
+// make them: each write is made only if what it was built from is as the
+// attempt's state says, so that every method is atomic with respect to the
+// others on the same key, whichever process runs them.
+type change struct {
+	p      *Provider
+	key    string
+	st     *state
+	cmps   []clientv3.Cmp
+	ops    []clientv3.Op
+	detach []clientv3.LeaseID // leases of records it replaces or deletes: revoked once it commits
+	heard  []string           // inboxes whose listeners it counts on, or on there being none
+	mine   *stored            // the caller's record it stores, remembered for its next call
+	wrote  bool               // it writes or deletes the record
+	forget bool               // the caller's record is gone once it commits
+}
+
+// newChange starts a change of key's state st: its first compare is that the
+// record is as st read it (absent, or at the same revision).
+func (p *Provider) newChange(key string, st *state) *change {
+	ch := &change{p: p, key: key, st: st}
+	rk := p.recordKey(key)
+	if st.recMod == 0 {
+		ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.CreateRevision(rk), "=", 0))
+	} else {
+		ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.ModRevision(rk), "=", st.recMod))
+	}
+	return ch
+}
+
+// putRecord stores s as the key's record, on lease.
+func (ch *change) putRecord(s stored, lease clientv3.LeaseID) {
+	ch.ops = append(ch.ops, clientv3.OpPut(ch.p.recordKey(ch.key), s.value(), clientv3.WithLease(lease)))
+	s.lease = lease
+	ch.replaced()
+}
+
+// putMine stores s, the caller's own record, on lease.
+func (ch *change) putMine(s stored, lease clientv3.LeaseID) {
+	ch.putRecord(s, lease)
+	s.lease = lease
+	ch.mine = &s
+}
+
+// deleteRecord deletes the key's record.
+func (ch *change) deleteRecord() {
+	ch.ops = append(ch.ops, clientv3.OpDelete(ch.p.recordKey(ch.key)))
+	ch.replaced()
+}
+
+// replaced revokes the lease of the record st read once the change commits:
+// nothing is left on it then but messages already sent.
+func (ch *change) replaced() {
+	ch.wrote = true
+	if r := ch.st.rec; r != nil && r.lease != clientv3.NoLease {
+		ch.detach = append(ch.detach, r.lease)
+	}
+}
+
+// dropEntry deletes e from the queue, if it is as read.
+func (ch *change) dropEntry(e entry) {
+	k := ch.p.entryKey(ch.key, e.owner)
+	ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.ModRevision(k), "=", e.mod))
+	ch.ops = append(ch.ops, clientv3.OpDelete(k))
+}
+
+// enqueue puts w in the key's queue on the session lease, or keeps its
+// place there (a Put keeps a key's create revision), and rewrites its entry
+// either way: a release that read the entry before this call cannot commit
+// after it (see handTo).
+func (ch *change) enqueue(w lock.Waiter, session clientv3.LeaseID) {
+	k := ch.p.entryKey(ch.key, w.Owner)
+	if own := ch.st.own; own != nil {
+		ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.ModRevision(k), "=", own.mod))
+	} else {
+		ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+	}
+	ch.ops = append(ch.ops, clientv3.OpPut(k, entryValue(w), clientv3.WithLease(session)))
+}
+
+// listened makes the change depend on someone listening to inbox (deaf
+// false) or on nobody (deaf true). When that is not so, the transaction
+// fails and its reads say so (state.deaf).
+func (ch *change) listened(inbox string, deaf bool) {
+	c := clientv3.Compare(clientv3.CreateRevision(ch.p.listenPrefix(inbox)), ">", 0)
+	if deaf {
+		c = clientv3.Compare(clientv3.CreateRevision(ch.p.listenPrefix(inbox)), "=", 0)
+	}
+	ch.cmps = append(ch.cmps, c.WithPrefix())
+	for _, h := range ch.heard {
+		if h == inbox {
+			return
+		}
+	}
+	ch.heard = append(ch.heard, inbox)
+}
+
+// noNewEntries makes the change depend on the queue having no entry that
+// st did not see: none created after st was read (none at all, for a guessed
+// state).
+func (ch *change) noNewEntries() {
+	ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.CreateRevision(ch.p.queuePrefix(ch.key)), "<", ch.st.rev+1).WithPrefix())
+}
+
+// queueUnchanged makes the change depend on the queue being as st read it,
+// but for entries that left it.
+func (ch *change) queueUnchanged() {
+	ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.ModRevision(ch.p.queuePrefix(ch.key)), "<", ch.st.rev+1).WithPrefix())
+}
+
+// serve finds who the key goes to when it is freed: the first waiter read
+// whose inbox is listened to, or the caller (self) when selfWaits (it learns
+// of its grant from the reply). It drops the entries before that one whose
+// inboxes nobody listens to, and returns how many entries it dropped, the
+// one it found included (not the caller's). It returns nil when none of the
+// entries read will do.
+func (ch *change) serve(self string, selfWaits bool) (e *entry, dropped int) {
+	for i := range ch.st.queue {
+		e := &ch.st.queue[i]
+		switch {
+		case e.owner == self:
+			if selfWaits {
+				return e, dropped
+			}
+		case ch.st.deaf[e.inbox]:
+			ch.dropEntry(*e)
+			ch.listened(e.inbox, true)
+			dropped++
+		default:
+			ch.dropEntry(*e)
+			ch.listened(e.inbox, false)
+			return e, dropped + 1
+		}
+	}
+	return nil, dropped
+}
+
+// handTo stores a record for waiter e on lease, as granted at now, and
+// sends e's inbox its Grant: a message on the same lease, whose revision
+// (the change's) is the grant's token. The lease was granted after the
+// state was read, and so after e's last request was sent: the record lives
+// at least e.ttl past it, as e's Client counts.
+func (ch *change) handTo(e entry, lease clientv3.LeaseID, now time.Time) {
+	ms := now.UnixMilli()
+	ch.putRecord(stored{owner: e.owner, since: ms, ttl: e.ttl.Milliseconds(), written: ms}, lease)
+	ch.ops = append(ch.ops, clientv3.OpPut(ch.p.grantMail(e.inbox, e.owner, ch.key),
+		strconv.FormatInt(e.ttl.Milliseconds(), 10), clientv3.WithLease(lease)))
+}
+
+// free deletes the key's record, or hands it to the first waiter who will
+// do (see serve; self's entry is passed over). It returns that waiter.
+func (ch *change) free(ctx context.Context, ls *leases, self string, now time.Time) (*entry, error) {
+	e, _ := ch.serve(self, false)
+	if e == nil {
+		ch.deleteRecord()
+		if len(ch.st.queue) == int(ch.st.total) {
+			ch.noNewEntries()
+		}
+		return nil, nil
+	}
+	lease, err := ls.fresh(ctx, e.ttl)
+	if err != nil {
+		return nil, err
+	}
+	ch.handTo(*e, lease, now)
+	return e, nil
+}
+
+// update runs attempt until the change it returns commits, or it returns
+// none. attempt builds the change from a state of key: guess, when not nil
+// (a state the caller expects, which the first transaction's compares
+// check), otherwise one read first. A transaction whose compares fail reads
+// the state again in the same round trip, and attempt runs on that. It
+// returns the revision of the commit (0 when nothing was written).
+func (p *Provider) update(ctx context.Context, key string, r reads, guess *state, attempt func(*state, *leases) (*change, error)) (int64, error) {
+	ls := &leases{p: p}
+	st := guess
+	for {
+		if st == nil {
+			resp, err := p.cli.Txn(ctx).Then(p.ops(key, r, nil)...).Commit()
+			if err != nil {
+				ls.done(nil, false)
+				return 0, fail(err)
+			}
+			st = p.parse(key, resp.Header.Revision, r, nil, resp.Responses)
+			ls.retry()
+		}
+		ch, err := attempt(st, ls)
+		if err != nil || ch == nil {
+			ls.done(nil, false)
+			return 0, err
+		}
+		resp, err := p.cli.Txn(ctx).If(ch.cmps...).Then(ch.ops...).Else(p.ops(key, r, ch.heard)...).Commit()
+		switch {
+		case err == nil && resp.Succeeded:
+			ls.done(ch, true)
+			p.remember(key, ch, resp.Header.Revision)
+			return resp.Header.Revision, nil
+		case err == nil:
+			st = p.parse(key, resp.Header.Revision, r, ch.heard, resp.Responses)
+			ls.retry()
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// A lease ran out before the write: the session's (lost while
+			// partitioned), or one of ours that an attempt took too long
+			// to use. Nothing was written.
+			p.sess.check(ctx)
+			ls.drop()
+			st = nil
+		default:
+			// The outcome is unknown: the leases the change used may hold
+			// records now, and are left to run out.
+			ls.done(ch, false)
+			return 0, fail(err)
+		}
+	}
+}
+
+// leases are the leases one method call granted for the records it
+// writes, kept across its attempts and revoked at its end unless a record
+// is on them.
+type leases struct {
+	p    *Provider
+	gen  int // the state's generation: one more at each read
+	pool []*pooled
+}
+
+type pooled struct {
+	id    clientv3.LeaseID
+	secs  int64
+	gen   int
+	inUse bool // by the current attempt
+}
+
+// own returns a lease of ttl for a record of the caller: any lease this
+// call granted will do, since the caller counts its TTL from before the
+// call.
+func (ls *leases) own(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	return ls.get(ctx, ttl, false)
+}
+
+// fresh returns a lease of ttl for a waiter's record, granted after the
+// current state was read (see handTo).
+func (ls *leases) fresh(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	return ls.get(ctx, ttl, true)
+}
+
+func (ls *leases) get(ctx context.Context, ttl time.Duration, fresh bool) (clientv3.LeaseID, error) {
+	secs := leaseSeconds(ttl)
+	for _, l := range ls.pool {
+		if !l.inUse && l.secs == secs && (!fresh || l.gen == ls.gen) {
+			l.inUse = true
+			return l.id, nil
+		}
+	}
+	resp, err := ls.p.cli.Grant(ctx, secs)
+	if err != nil {
+		return 0, fail(err)
+	}
+	ls.pool = append(ls.pool, &pooled{id: resp.ID, secs: secs, gen: ls.gen, inUse: true})
+	return resp.ID, nil
+}
+
+// retry starts the next attempt, on a state read again.
+func (ls *leases) retry() {
+	ls.gen++
+	for _, l := range ls.pool {
+		l.inUse = false
+	}
+}
+
+// drop forgets the leases granted so far, some of which ran out, and
+// revokes them.
+func (ls *leases) drop() {
+	ls.retry()
+	ls.done(nil, false)
+	ls.pool = nil
+}
+
+// done ends the call: it revokes, in the background, the leases that no
+// record is on: those the last change did not use, unless its outcome is
+// unknown (committed false with ch not nil), and, when it committed, the
+// leases of the records it replaced.
+func (ls *leases) done(ch *change, committed bool) {
+	var ids []clientv3.LeaseID
+	for _, l := range ls.pool {
+		if !l.inUse || (ch == nil && !committed) {
+			ids = append(ids, l.id)
+		}
+	}
+	if committed {
+		ids = append(ids, ch.detach...)
+	}
+	ls.p.revoke(ids)
+}
+
+// leaseSeconds is the TTL of a lease for ttl: whole seconds, rounded up
+// (the server raises it to its minimum, if it is less).
+func leaseSeconds(ttl time.Duration) int64 {
+	return max(int64((ttl+time.Second-1)/time.Second), 1)
+}

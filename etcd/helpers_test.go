@@ -1,0 +1,160 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/seed05627090/lock/etcd"
+	"github.com/seed05627090/lock/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.stop()
+	if code == 0 {
+		if err := goleak.Find(leakIgnores...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakIgnores are goroutines of etcd's own that outlive a closed member.
+var leakIgnores = []goleak.Option{
+	goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
+}
+
+// The test environment's helpers (internal/testenv of the root module),
+// under the short names the tests use.
+var (
+	randomHex = testenv.RandomHex // n random bytes in hex
+)
+
+// member is an etcd member running in this process.
+type member struct {
+	e        *embed.Etcd
+	endpoint string // its client URL
+}
+
+// freePort returns a loopback port nobody listened on a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startMember starts a one-member cluster in this process, with its data in
+// dir, on free loopback ports: a 10ms heartbeat and a 100ms election
+// timeout, so that its minimum lease is 1s, and no fsync (the tests'
+// data is thrown away).
+func startMember(dir string) (*member, error) {
+	cp, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pp, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	curl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cp))
+	purl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pp))
+	cfg := embed.NewConfig()
+	cfg.Name = "m0"
+	cfg.Dir = dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.TickMs, cfg.ElectionMs = 10, 100
+	cfg.UnsafeNoFsync = true
+	cfg.LogLevel = "error"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd member in %s not ready within 30s", dir)
+	}
+	return &member{e: e, endpoint: curl.String()}, nil
+}
+
+// shared is the member the package's tests share, started by the first
+// test that needs it and stopped after the last.
+var shared sharedMember
+
+type sharedMember struct {
+	once sync.Once
+	m    *member
+	dir  string
+	err  error
+}
+
+func (s *sharedMember) stop() {
+	if s.m != nil {
+		s.m.e.Close()
+	}
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// endpoint returns the client URL of the shared member, starting it first.
+func endpoint(t testing.TB) string {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "lock-etcd-test-")
+		if shared.err == nil {
+			shared.m, shared.err = startMember(shared.dir)
+		}
+	})
+	require.NoError(t, shared.err, "starting an etcd member in the test process")
+	return shared.m.endpoint
+}
+
+// newClient returns an etcd client of its own (another process, as far
+// as the server can tell) on endpoints, closed at the end of the test.
+func newClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// newProvider returns a provider with namespace ns on a client of its own
+// to the shared member, closed (before its client) at the end of the test.
+func newProvider(t testing.TB, ns string, opts ...etcd.Option) *etcd.Provider {
+	t.Helper()
+	cli := newClient(t, endpoint(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := etcd.NewProvider(ctx, cli, append([]etcd.Option{etcd.WithNamespace(ns)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// testNamespace returns a namespace of the test's own.
+func testNamespace() string { return "lock-t" + randomHex(4) + "/" }

@@ -1,0 +1,232 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed05627090/lock"
+)
+
+const (
+	// The wait between two watches of an inbox, after one ended, starts at
+	// minBackoff and doubles up to maxBackoff.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+	// stopTimeout bounds the delete of a Listen's key when it stops.
+	stopTimeout = 2 * time.Second
+)
+
+// errStalled ends a watch that answered no progress request within a
+// progress interval.
+var errStalled = errors.New("watch answered no progress request")
+
+// Listen implements lock.Provider. It lists the inbox as listened to (a
+// key on the session lease, which Release reads to pass over waiters
+// nobody listens for), then watches the inbox's messages from the revision
+// of that write on, so that every grant sent after Listen returns reaches
+// deliver, in the order sent; one goroutine calls deliver, one call at a
+// time. The watch requires a leader (a member cut off from the others
+// ends it), and is asked for its progress every progress interval (see
+// WithProgressInterval): a watch that answers neither is given up and
+// opened again from the last revision it delivered, and deliver is called
+// with a Grant without Key, so that the waiters look again at once rather
+// than at their next poll. The same happens when the session is lost.
+// stop deletes the inbox's key and returns once the goroutine has ended.
+// Two Listens may share an inbox; each gets every grant.
+func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (stop func(), err error) {
+	if err := lock.CheckInbox(inbox); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, invalidf("nil deliver function")
+	}
+	l := &listener{
+		p:        p,
+		inbox:    inbox,
+		mailbox:  p.mailPrefix(inbox),
+		key:      p.listenPrefix(inbox) + uuid.NewString(),
+		deliver:  deliver,
+		relisten: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	p.sess.add(l)
+	rev, err := l.register(ctx, false)
+	if err != nil {
+		p.sess.remove(l)
+		return nil, fmt.Errorf("lock: etcd listen %q: %w", inbox, err)
+	}
+	runCtx, cancel := context.WithCancel(p.cli.Ctx()) // ends with the client too
+	go l.run(runCtx, rev+1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-l.done
+			p.sess.remove(l)
+			dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			defer cancel()
+			_, _ = p.cli.Delete(dctx, l.key)
+		})
+	}, nil
+}
+
+// listener is one Listen.
+type listener struct {
+	p        *Provider
+	inbox    string
+	mailbox  string // the prefix of the inbox's messages
+	key      string // the key that says the inbox is listened to
+	deliver  func(lock.Grant)
+	relisten chan struct{} // the session was lost: list the inbox again
+	done     chan struct{} // closed when run returns
+}
+
+// register writes the listener's key on the session lease and returns the
+// revision of the write. With retry, it tries until it succeeds, ctx ends
+// or the provider is closed, waiting longer after each failure.
+func (l *listener) register(ctx context.Context, retry bool) (int64, error) {
+	wait := minBackoff
+	for {
+		id, err := l.p.sess.lease(ctx)
+		if err == nil {
+			var resp *clientv3.PutResponse
+			if resp, err = l.p.cli.Put(ctx, l.key, "", clientv3.WithLease(id)); err == nil {
+				return resp.Header.Revision, nil
+			}
+			err = fail(err)
+			l.p.sess.check(ctx) // the lease may be gone: the next try grants another
+		}
+		if !retry || errors.Is(err, errClosed) || !sleep(ctx, wait) {
+			return 0, err
+		}
+		wait = min(2*wait, maxBackoff)
+	}
+}
+
+// sessionLost asks run to list the inbox again.
+func (l *listener) sessionLost() {
+	select {
+	case l.relisten <- struct{}{}:
+	default:
+	}
+}
+
+// run watches the inbox from revision rev until ctx ends, opening the
+// watch again when it ends or stalls.
+func (l *listener) run(ctx context.Context, rev int64) {
+	defer close(l.done)
+	wait := minBackoff
+	for {
+		next, err := l.watch(ctx, rev)
+		if ctx.Err() != nil {
+			return
+		}
+		if next > rev {
+			wait = minBackoff // it delivered: not a failure in a row
+		}
+		rev = next
+		if errors.Is(err, errRelisten) {
+			if _, err := l.register(ctx, true); err != nil {
+				return // ctx ended, or the provider closed
+			}
+		}
+		l.deliver(lock.Grant{}) // grants may be late, entries lost: look again
+		if !sleep(ctx, wait) {
+			return
+		}
+		wait = min(2*wait, maxBackoff)
+	}
+}
+
+var errRelisten = errors.New("session lost")
+
+// watch delivers the inbox's messages from revision rev until the watch
+// ends, stalls or the session is lost, and returns the revision to go on
+// from.
+func (l *listener) watch(ctx context.Context, rev int64) (int64, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	ch := l.p.cli.Watch(wctx, l.mailbox, clientv3.WithPrefix(), clientv3.WithRev(rev),
+		clientv3.WithFilterDelete(), clientv3.WithProgressNotify())
+	tick := time.NewTicker(l.p.progress)
+	defer tick.Stop()
+	asked := false // a progress request is not answered yet
+	for {
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				return rev, errors.New("watch closed")
+			}
+			if err := resp.Err(); err != nil {
+				if resp.CompactRevision > rev {
+					rev = resp.CompactRevision // messages were compacted away
+				}
+				return rev, err
+			}
+			asked = false
+			for _, ev := range resp.Events {
+				if g, ok := l.parse(ev.Kv); ok {
+					l.deliver(g)
+				}
+				rev = ev.Kv.ModRevision + 1
+			}
+			if resp.IsProgressNotify() && resp.Header.Revision >= rev {
+				rev = resp.Header.Revision + 1
+			}
+		case <-tick.C:
+			if asked {
+				return rev, errStalled
+			}
+			asked = true
+			_ = l.p.cli.RequestProgress(wctx)
+		case <-l.relisten:
+			return rev, errRelisten
+		case <-ctx.Done():
+			return rev, ctx.Err()
+		}
+	}
+}
+
+// parse reads a message of the inbox: "g <owner> <key>" with the TTL in
+// milliseconds as its value and its revision as the token, or
+// "e <token> <key>" for a grace period. ok is false for a key that is
+// neither.
+func (l *listener) parse(kv *mvccKV) (lock.Grant, bool) {
+	rest, _ := strings.CutPrefix(string(kv.Key), l.mailbox)
+	kind, rest, _ := strings.Cut(rest, " ")
+	word, key, found := strings.Cut(rest, " ")
+	if !found || key == "" {
+		return lock.Grant{}, false
+	}
+	switch kind {
+	case "g":
+		ms, err := strconv.ParseInt(string(kv.Value), 10, 64)
+		if err != nil || ms <= 0 {
+			return lock.Grant{}, false
+		}
+		return lock.Grant{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(ms) * time.Millisecond}, true
+	case "e":
+		return lock.Grant{Key: key}, true
+	}
+	return lock.Grant{}, false
+}
+
+// sleep waits d, or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
