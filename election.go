@@ -14,14 +14,6 @@ import (
 	"time"
 )
 
-// NoHoldLimit is the MaxDuration of a term whose ElectionOptions.MaxDuration
-// is zero: a hundred years, no limit in practice. Options.MaxDuration has no
-// value for "none" (zero means DefaultMaxDuration there): set it to
-// NoHoldLimit for a lock held until it is released or lost. A term ends
-// when its leader resigns or loses the role; a leader that hangs while its
-// process lives keeps the role, so watch its work, or set MaxDuration.
-const NoHoldLimit = 100 * 365 * 24 * time.Hour
-
 // DefaultLeadPause is how long Lead waits, when LeadOptions.Pause is zero,
 // after a term ends before it campaigns again, and after a campaign that
 // failed (doubled for each failure in a row, up to 16 times).

@@ -37,7 +37,8 @@ type Options struct {
 	MaxWait time.Duration
 
 	// MaxDuration is the hard upper bound of a hold: renewal stops there and the
-	// holder is told the lock is lost. Zero means DefaultMaxDuration.
+	// holder is told the lock is lost. Zero means DefaultMaxDuration;
+	// NoHoldLimit holds the lock until it is released or lost.
 	MaxDuration time.Duration
 
 	// Lease is the TTL of the record while held; the holder renews it every
@@ -230,3 +231,11 @@ func WithReleaseTimeout(d time.Duration) ClientOption {
 		}
 	}
 }
+
+// NoHoldLimit is a MaxDuration of a hundred years: no limit in practice,
+// and the MaxDuration of a term whose ElectionOptions.MaxDuration is zero.
+// Options.MaxDuration has no value for "none" (zero means
+// DefaultMaxDuration): set it to NoHoldLimit for a lock held until it is
+// released or lost. A holder that hangs while its process lives keeps the
+// lock, so watch its work, or set a MaxDuration.
+const NoHoldLimit = 100 * 365 * 24 * time.Hour
