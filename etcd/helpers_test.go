@@ -40,7 +40,11 @@ var leakIgnores = []goleak.Option{
 // The test environment's helpers (internal/testenv of the root module),
 // under the short names the tests use.
 var (
-	randomHex = testenv.RandomHex // n random bytes in hex
+	uniqueName    = testenv.Name      // a lock name no other test uses
+	randomHex     = testenv.RandomHex // n random bytes in hex
+	newOwner      = testenv.NewOwner  // a new owner
+	ctxTimeout    = testenv.Context   // a context that ends after d, or with the test
+	newLockClient = testenv.NewClient // a lock.Client closed with the test
 )
 
 // member is an etcd member running in this process.

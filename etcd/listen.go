@@ -150,11 +150,14 @@ var errRelisten = errors.New("session lost")
 
 // watch delivers the inbox's messages from revision rev until the watch
 // ends, stalls or the session is lost, and returns the revision to go on
-// from.
+// from. The watch starts a revision early and drops what it sees there
+// (delivered already): the server answers a progress request only when
+// its watches start at a revision it has reached, and rev is often the
+// next one.
 func (l *listener) watch(ctx context.Context, rev int64) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	ch := l.p.cli.Watch(wctx, l.mailbox, clientv3.WithPrefix(), clientv3.WithRev(rev),
+	ch := l.p.cli.Watch(wctx, l.mailbox, clientv3.WithPrefix(), clientv3.WithRev(max(rev-1, 1)),
 		clientv3.WithFilterDelete(), clientv3.WithProgressNotify())
 	tick := time.NewTicker(l.p.progress)
 	defer tick.Stop()
@@ -173,6 +176,9 @@ func (l *listener) watch(ctx context.Context, rev int64) (int64, error) {
 			}
 			asked = false
 			for _, ev := range resp.Events {
+				if ev.Kv.ModRevision < rev {
+					continue
+				}
 				if g, ok := l.parse(ev.Kv); ok {
 					l.deliver(g)
 				}
