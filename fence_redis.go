@@ -50,9 +50,9 @@ var fenceLua string
 // never while a holder may still write. Tokens compare as numbers, exactly,
 // for every uint64. A fence protects the writes that go through it: a write
 // to the same keys that does not is not checked. It says nothing of the
-// lock's provider: any token works (a Lock's, from Acquire, Do, Middleware,
-// on any provider), as long as the writers of one resource take theirs from
-// the same lock.
+// lock's provider: any token works (a Lock's, from Acquire, Do, Middleware;
+// a Term's; on any provider), as long as the writers of one resource take
+// theirs from the same lock.
 type RedisFence struct {
 	script *redis.Script
 }

@@ -52,7 +52,10 @@ const DefaultFenceTable = "lock_fences"
 // the row that holds the mark ("... WHERE name = ? AND token <= ?", with
 // MySQL's client flag that counts matched rows, not changed ones).
 //
-// The zero value uses DefaultFenceTable in the connection's search path.
+// It takes the token of any lock (Acquire, Do, Middleware, a Term of an
+// election; on any provider), as long as the writers of one resource take
+// theirs from the same lock. The zero value uses DefaultFenceTable in the
+// connection's search path.
 // Tokens must be at most math.MaxInt64 (the column is a bigint): every
 // token of this library's providers is.
 type SQLFence struct {

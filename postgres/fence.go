@@ -33,8 +33,8 @@ import (
 // after the other from there; one whose token is below a committed mark
 // gets lock.ErrStaleToken, and must roll back; a token equal to the mark
 // passes. Call Advance first in the transaction. The token of any lock
-// works (Acquire, Do, Middleware; on any provider) as long as the writers
-// of one resource take theirs from the same lock.
+// works (Acquire, Do, Middleware, a Term of an election; on any provider)
+// as long as the writers of one resource take theirs from the same lock.
 //
 // The zero value uses lock.DefaultFenceTable in the connection's search
 // path. Tokens must be at most math.MaxInt64 (the column is a bigint): the
