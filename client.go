@@ -239,7 +239,7 @@ func (c *Client) failed(ctx context.Context, op, key string, err error) error {
 	if !ended {
 		c.lastErr.Store(&err)
 	}
-	return &opError{op: op, key: key, err: err, callerEnded: ended && ctx != nil && ctx.Err() != nil}
+	return &opError{op: op, key: key, err: err, callerEnded: ended && ctx.Err() != nil}
 }
 
 // answered forgets the provider's last error: a call has succeeded.

@@ -347,7 +347,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.end(e, nil)
 		return e
 	default:
-		err = c.failed(nil, "release", l.key, err)
+		err = c.failed(context.Background(), "release", l.key, err) // the release's failure, whatever the caller's context
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: err})
 		l.end(nil, err)
 		return err
