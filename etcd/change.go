@@ -291,20 +291,25 @@ func (ls *leases) drop() {
 }
 
 // done ends the call: it revokes, in the background, the leases that no
-// record is on: those the last change did not use, unless its outcome is
-// unknown (committed false with ch not nil), and, when it committed, the
-// leases of the records it replaced.
+// record is on: those the last change did not use, and, when it committed,
+// the leases of the records it replaced. When the change's outcome is
+// unknown (ch not nil, committed false), the leases it used are revoked
+// only if no key is on them (see revokeUnused).
 func (ls *leases) done(ch *change, committed bool) {
-	var ids []clientv3.LeaseID
+	var ids, unknown []clientv3.LeaseID
 	for _, l := range ls.pool {
-		if !l.inUse || (ch == nil && !committed) {
+		switch {
+		case !l.inUse || ch == nil:
 			ids = append(ids, l.id)
+		case !committed:
+			unknown = append(unknown, l.id)
 		}
 	}
 	if committed {
 		ids = append(ids, ch.detach...)
 	}
 	ls.p.revoke(ids)
+	ls.p.revokeUnused(unknown)
 }
 
 // leaseSeconds is the TTL of a lease for ttl: whole seconds, rounded up

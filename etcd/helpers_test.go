@@ -21,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(memberEnv); spec != "" {
+		os.Exit(runMember(spec)) // a member of the fault tests' cluster
+	}
 	code := m.Run()
 	shared.stop()
 	if code == 0 {
@@ -63,6 +66,57 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// memberSpec says how to start one etcd member: in this process (start),
+// or in a child process of its own (see faults_test.go), from the same
+// spec.
+type memberSpec struct {
+	Name       string
+	Dir        string
+	ClientPort int
+	PeerPort   int    // where it listens for its peers
+	PeerURL    string // what it tells its peers: a proxy's address in the fault tests; its own by default
+	Cluster    string // the initial cluster, name=peerURL,...; itself alone by default
+	TickMs     uint
+	ElectionMs uint
+	Fsync      bool
+}
+
+// start starts the member and waits until it is ready.
+func (s memberSpec) start() (*embed.Etcd, error) {
+	curl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", s.ClientPort))
+	lpurl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", s.PeerPort))
+	apurl := lpurl
+	if s.PeerURL != "" {
+		apurl, _ = url.Parse(s.PeerURL)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = s.Name, s.Dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*lpurl}, []url.URL{*apurl}
+	cfg.InitialCluster = s.Cluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = cfg.InitialClusterFromName(s.Name)
+	}
+	cfg.InitialClusterToken = "lock-test"
+	cfg.TickMs, cfg.ElectionMs = s.TickMs, s.ElectionMs
+	cfg.UnsafeNoFsync = !s.Fsync
+	cfg.LogLevel = "error"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, err
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd member %s in %s not ready within 60s", s.Name, s.Dir)
+	}
+}
+
 // startMember starts a one-member cluster in this process, with its data in
 // dir, on free loopback ports: a 10ms heartbeat and a 100ms election
 // timeout, so that its minimum lease is 1s, and no fsync (the tests'
@@ -76,28 +130,11 @@ func startMember(dir string) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	curl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cp))
-	purl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pp))
-	cfg := embed.NewConfig()
-	cfg.Name = "m0"
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.TickMs, cfg.ElectionMs = 10, 100
-	cfg.UnsafeNoFsync = true
-	cfg.LogLevel = "error"
-	e, err := embed.StartEtcd(cfg)
+	e, err := memberSpec{Name: "m0", Dir: dir, ClientPort: cp, PeerPort: pp, TickMs: 10, ElectionMs: 100}.start()
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, fmt.Errorf("etcd member in %s not ready within 30s", dir)
-	}
-	return &member{e: e, endpoint: curl.String()}, nil
+	return &member{e: e, endpoint: fmt.Sprintf("http://127.0.0.1:%d", cp)}, nil
 }
 
 // shared is the member the package's tests share, started by the first
