@@ -106,7 +106,7 @@ func startCluster(t *testing.T) *cluster {
 		name := "m" + strconv.Itoa(i)
 		c.specs = append(c.specs, memberSpec{
 			Name: name, Dir: filepath.Join(t.TempDir(), name), ClientPort: cp, PeerPort: pp,
-			PeerURL: "http://" + px.Addr(), TickMs: faultTick, ElectionMs: uint(faultElection / time.Millisecond),
+			PeerURL: "http://" + px.Addr(), TickMs: faultTick, ElectionMs: uint(faultElection / time.Millisecond), Logs: true,
 		})
 		c.endpoints = append(c.endpoints, "http://127.0.0.1:"+strconv.Itoa(cp))
 		peers = append(peers, name+"=http://"+px.Addr())

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	shared.stop()
+	stopBenchClusters()
 	if code == 0 {
 		if err := goleak.Find(leakIgnores...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -79,6 +80,7 @@ type memberSpec struct {
 	TickMs     uint
 	ElectionMs uint
 	Fsync      bool
+	Logs       bool // errors on stderr (a child process's, kept in a file); none otherwise
 }
 
 // start starts the member and waits until it is ready.
@@ -101,6 +103,9 @@ func (s memberSpec) start() (*embed.Etcd, error) {
 	cfg.TickMs, cfg.ElectionMs = s.TickMs, s.ElectionMs
 	cfg.UnsafeNoFsync = !s.Fsync
 	cfg.LogLevel = "error"
+	if !s.Logs {
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err
