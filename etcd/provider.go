@@ -1,5 +1,5 @@
 // Package etcd is a lock.Provider that keeps the locks of
-// github.com/seed05627090/lock in etcd (v3.5 or later), for services that
+// github.com/seed05627090/lock in etcd (tested on v3.7.3), for services that
 // must not break exclusion when a server fails: etcd replicates every write
 // through Raft before it answers, so a lock granted is a lock every member
 // will agree on.
