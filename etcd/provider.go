@@ -493,6 +493,9 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 		if err != nil {
 			return fail(err)
 		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
 		counts := make([]clientv3.Op, len(resp.Kvs))
 		for i, kv := range resp.Kvs {
 			counts[i] = clientv3.OpGet(p.queuePrefix(strings.TrimPrefix(string(kv.Key), base)),
@@ -518,7 +521,7 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 				return nil
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
+		if !resp.More {
 			return nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
