@@ -269,54 +269,212 @@ func newHistory() *history {
 		accepted: map[string][]fenced{}, rejected: map[string][]fenced{}, errs: map[string]int{}}
 }
 
+// event is what a client process reports to the test, one JSON line each:
+// a grant (when its holder starts), a span (when it ends), a fenced write
+// accepted or refused, a Do that failed.
+type event struct {
+	Kind  string `json:"k"` // grant, span, accepted, refused, error
+	Lock  string `json:"l,omitempty"`
+	Token uint64 `json:"t,omitempty"`
+	Start int64  `json:"s,omitempty"` // Unix ns, by the machine's clock, which the processes share
+	End   int64  `json:"e,omitempty"`
+	Rev   int64  `json:"r,omitempty"`
+	Mark  uint64 `json:"m,omitempty"`
+	Err   string `json:"x,omitempty"`
+}
+
+// reporter writes a client process's events to its stdout.
+type reporter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (r *reporter) report(ev event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = r.enc.Encode(ev)
+}
+
 // hold is the holder's work: three fenced writes to the lock's resource,
 // 10ms apart, each given up after a second (a write forwarded to a leader
 // that died waits for etcd's request timeout, 6s here), until done or its
-// context ends (the lock lost). The span
-// ends when the context ended (lock.Client ends it before the lock can be
-// granted to another) or when hold returns, whichever is first.
-func (h *history) hold(ctx context.Context, cli *clientv3.Client, ns, name string) error {
+// context ends (the lock lost). The span ends when the context ended
+// (lock.Client ends it before the lock can be granted to another) or when
+// hold returns, whichever is first.
+func hold(ctx context.Context, cli *clientv3.Client, ns, name string, rep *reporter) error {
 	l, _ := lock.FromContext(ctx)
 	token, start := l.Token(), time.Now()
 	var ended atomic.Int64
 	stop := context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
+	rep.report(event{Kind: "grant", Lock: name, Token: token, Start: start.UnixNano()})
 	defer func() {
 		stop()
-		end := time.Now()
-		if e := ended.Load(); e != 0 && e < end.UnixNano() {
-			end = time.Unix(0, e)
+		end := time.Now().UnixNano()
+		if e := ended.Load(); e != 0 && e < end {
+			end = e
 		}
-		h.mu.Lock()
-		h.spans[name] = append(h.spans[name], span{token, start, end})
-		h.mu.Unlock()
+		rep.report(event{Kind: "span", Lock: name, Token: token, Start: start.UnixNano(), End: end})
 	}()
-	h.mu.Lock()
-	if _, dup := h.tokens[token]; dup {
-		h.repeats++
-	}
-	h.tokens[token] = name
-	h.grants[name] = append(h.grants[name], start)
-	h.mu.Unlock()
-
 	fence, data := ns+"res/"+name+"/fence", ns+"res/"+name+"/data"
 	for range 3 {
-		wctx, cancel := context.WithTimeout(ctx, time.Second) // a write stuck on a dead leader is given up
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		res, err := etcd.Fence(wctx, cli, fence, token, clientv3.OpPut(data, strconv.FormatUint(token, 10)), clientv3.OpGet(fence))
 		cancel()
 		var stale *lock.StaleTokenError
-		h.mu.Lock()
 		switch {
 		case err == nil:
-			h.accepted[name] = append(h.accepted[name], fenced{token: token, rev: res[1].GetResponseRange().Kvs[0].ModRevision})
+			rep.report(event{Kind: "accepted", Lock: name, Token: token, Rev: res[1].GetResponseRange().Kvs[0].ModRevision})
 		case errors.As(err, &stale):
-			h.rejected[name] = append(h.rejected[name], fenced{token: token, mark: stale.Mark})
+			rep.report(event{Kind: "refused", Lock: name, Token: token, Mark: stale.Mark})
 		}
-		h.mu.Unlock()
 		if err != nil || !sleep(ctx, 10*time.Millisecond) {
 			return err
 		}
 	}
 	return nil
+}
+
+// clientSpec says what a client process does (see runClient).
+type clientSpec struct {
+	Endpoints []string
+	NS        string
+	Locks     []string
+	Identity  string
+	Workers   int
+	Lease     time.Duration
+}
+
+// clientEnv, in a child process's environment, holds the clientSpec of the
+// workload the process runs instead of the tests (see TestMain).
+const clientEnv = "LOCK_ETCD_CLIENT"
+
+// runClient runs the fault test's workload in this process, on a
+// lock.Client of its own, until its stdin closes: spec.Workers goroutines,
+// each taking a lock of spec.Locks at random and holding it (see hold),
+// reporting every event on stdout. It returns the exit code.
+func runClient(spec string) int {
+	var s clientSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "client spec:", err)
+		return 2
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: s.Endpoints, DialTimeout: 2 * time.Second,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 1
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(s.NS), etcd.WithProgressInterval(time.Second))
+	pcancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "provider:", err)
+		return 1
+	}
+	defer p.Close()
+	lc, err := lock.NewClient(p, lock.WithIdentity(s.Identity))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock client:", err)
+		return 1
+	}
+	defer lc.Close()
+	rep := &reporter{enc: json.NewEncoder(os.Stdout)}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // the test ends the workload by closing stdin
+		cancel()
+	}()
+	var wg sync.WaitGroup
+	for range s.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				name := s.Locks[rand.IntN(len(s.Locks))]
+				err := lc.Do(ctx, name, lock.Options{Wait: true, MaxWait: 10 * time.Second, Lease: s.Lease},
+					func(ctx context.Context) error { return hold(ctx, cli, s.NS, name, rep) })
+				if err != nil && ctx.Err() == nil {
+					rep.report(event{Kind: "error", Err: errKind(err)})
+					sleep(ctx, 20*time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return 0
+}
+
+// add records an event reported by a client process.
+func (h *history) add(ev event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch ev.Kind {
+	case "grant":
+		if _, dup := h.tokens[ev.Token]; dup {
+			h.repeats++
+		}
+		h.tokens[ev.Token] = ev.Lock
+		at := time.Unix(0, ev.Start)
+		g := h.grants[ev.Lock]
+		i, _ := slices.BinarySearchFunc(g, at, func(a, b time.Time) int { return a.Compare(b) })
+		h.grants[ev.Lock] = slices.Insert(g, i, at)
+	case "span":
+		h.spans[ev.Lock] = append(h.spans[ev.Lock], span{ev.Token, time.Unix(0, ev.Start), time.Unix(0, ev.End)})
+	case "accepted":
+		h.accepted[ev.Lock] = append(h.accepted[ev.Lock], fenced{token: ev.Token, rev: ev.Rev})
+	case "refused":
+		h.rejected[ev.Lock] = append(h.rejected[ev.Lock], fenced{token: ev.Token, mark: ev.Mark})
+	case "error":
+		h.errs[ev.Err]++
+	}
+}
+
+// spawnClient starts a client process of spec, whose events go to h until
+// it ends; stop closes its stdin (the workload ends, the Client releases
+// what it holds) and waits for it.
+func spawnClient(t *testing.T, spec clientSpec, h *history) (stop func()) {
+	t.Helper()
+	b, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), clientEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		dec := json.NewDecoder(out)
+		for {
+			var ev event
+			if err := dec.Decode(&ev); err != nil {
+				return
+			}
+			h.add(ev)
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = in.Close()
+			done := make(chan struct{})
+			go func() { <-read; _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // check asserts what must hold whatever the faults: no two holders of a
@@ -377,9 +535,12 @@ func (h *history) regranted(locks []string, at time.Time) (longest time.Duration
 // outbound peer traffic held for 3 election timeouts (its peers' streams
 // from it paused at its proxy; its client port stays up), a follower
 // SIGKILLed and restarted. 10 faults (50 with LOCK_LONG_FAULTS=1). The
-// workload: 4 Clients (each with an etcd client and provider of its own,
-// in this process) x 2 goroutines, taking 3 locks at random, each holder
-// making 3 fenced writes (etcd.Fence) to its lock's resource. It asserts
+// workload: 4 client processes (the test binary again, each with an etcd
+// client, a provider and a lock.Client of its own; see runClient) x 2
+// goroutines, taking 3 locks at random, each holder making 3 fenced writes
+// (etcd.Fence) to its lock's resource, and reporting each grant, hold and
+// write to this process, which checks them (on the machine's clock, which
+// the processes share). It asserts
 // no two holders of a lock at once, no token granted twice, the fence's
 // accepted writes in token order and its refusals justified, and each lock
 // granted again within 3 election timeouts plus the lease plus 1s of each
@@ -404,36 +565,11 @@ func TestFaults(t *testing.T) {
 	h := newHistory()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
+	defer cancel()
+	var stops []func()
 	for i := range clients {
-		cli := newFaultClient(t, c.endpoints...)
-		pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(ns), etcd.WithProgressInterval(time.Second))
-		pcancel()
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = p.Close() })
-		lc := newLockClient(t, p, lock.WithIdentity("client-"+strconv.Itoa(i)))
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					name := locks[rand.IntN(len(locks))]
-					err := lc.Do(ctx, name, lock.Options{Wait: true, MaxWait: 10 * time.Second, Lease: lease},
-						func(ctx context.Context) error { return h.hold(ctx, cli, ns, name) })
-					if err != nil && ctx.Err() == nil {
-						h.mu.Lock()
-						h.errs[errKind(err)]++
-						h.mu.Unlock()
-						sleep(ctx, 20*time.Millisecond)
-					}
-				}
-			}()
-		}
+		stops = append(stops, spawnClient(t, clientSpec{Endpoints: c.endpoints, NS: ns, Locks: locks,
+			Identity: "client-" + strconv.Itoa(i), Workers: workers, Lease: lease}, h))
 	}
 
 	sleep(ctx, time.Second) // the workload under way
@@ -473,8 +609,9 @@ func TestFaults(t *testing.T) {
 		longest = max(longest, took)
 		sleep(ctx, 500*time.Millisecond)
 	}
-	cancel()
-	wg.Wait()
+	for _, stop := range stops {
+		stop()
+	}
 
 	overlaps, badAccepts, badRejects := h.check(t)
 	h.mu.Lock()
@@ -505,7 +642,11 @@ func errKind(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "deadline"
 	}
-	return "other"
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return "other: " + msg
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.

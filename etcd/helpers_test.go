@@ -22,7 +22,10 @@ import (
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(memberEnv); spec != "" {
-		os.Exit(runMember(spec)) // a member of the fault tests' cluster
+		os.Exit(runMember(spec)) // a member of the fault test's cluster
+	}
+	if spec := os.Getenv(clientEnv); spec != "" {
+		os.Exit(runClient(spec)) // a client process of the fault test
 	}
 	code := m.Run()
 	shared.stop()
