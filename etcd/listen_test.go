@@ -38,7 +38,7 @@ func proxied(t *testing.T, ns string, opts ...etcd.Option) (*etcd.Provider, *fau
 // connection answers.
 func TestListenStalledWatchFallsBack(t *testing.T) {
 	ns := testNamespace()
-	const progress = 100 * time.Millisecond
+	const progress = 500 * time.Millisecond // a progress reply is far quicker, even on a loaded machine
 	p, px := proxied(t, ns, etcd.WithProgressInterval(progress))
 	other := newProvider(t, ns)
 	ctx := ctxTimeout(t, time.Minute)

@@ -29,8 +29,9 @@
 // minimum to it (MinTTL; 2s with etcd's default 100ms heartbeat and 1s
 // election timeout). A record therefore lives at least as long as asked,
 // never less, by the leader's clock; a leader change extends every lease
-// (etcd renews them all on election). Record.TTL is the TTL asked for, less
-// the time since the record was written by the reader's clock.
+// (etcd renews them all on election). Record.TTL is what the record's
+// lease has left since it was written, by the reader's clock; 100ms once
+// that has run out while the record is still there.
 //
 // Fencing tokens are etcd revisions: the revision of the transaction that
 // granted the record, the same for every member, durable through Raft, and
@@ -197,7 +198,7 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 		}
 		now := time.Now()
 		if r := st.rec; r != nil && (r.owner != owner || r.ended) {
-			rec = r.record(now)
+			rec = r.record(now, p.minTTL)
 			return nil, nil
 		}
 		lease, err := ls.own(ctx, ttl)
@@ -273,14 +274,14 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 			rec = ch.take(w.Owner, w.TTL, lease, now)
 			return ch, nil
 		case r.ended:
-			rec = r.record(now) // a grace period: not waiting
+			rec = r.record(now, p.minTTL) // a grace period: not waiting
 			if st.own == nil {
 				return nil, nil
 			}
 			ch.dropEntry(*st.own)
 			return ch, nil
 		}
-		rec = r.record(now)
+		rec = r.record(now, p.minTTL)
 		var err error
 		own, err = ch.join(ctx, w, &rec, 0)
 		return ch, err
@@ -471,7 +472,7 @@ func (p *Provider) Inspect(ctx context.Context, key string) (lock.Record, error)
 	if !ok {
 		return lock.Record{}, &lock.RecordError{Key: key, Value: string(kvs[0].Value)}
 	}
-	rec := s.record(time.Now())
+	rec := s.record(time.Now(), p.minTTL)
 	rec.Waiters = int(resp.Responses[1].GetResponseRange().Count)
 	return rec, nil
 }
@@ -515,7 +516,7 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 				}
 				continue
 			}
-			rec := s.record(now)
+			rec := s.record(now, p.minTTL)
 			rec.Waiters = int(waiters.Responses[i].GetResponseRange().Count)
 			if !fn(key, rec, nil) {
 				return nil
@@ -544,7 +545,7 @@ func (p *Provider) ForceRelease(ctx context.Context, key string) (lock.Record, e
 			return nil, nil
 		}
 		now := time.Now()
-		rec = r.record(now)
+		rec = r.record(now, p.minTTL)
 		ch := p.newChange(key, st)
 		_, err := ch.free(ctx, ls, "", now)
 		return ch, err

@@ -105,16 +105,27 @@ func parseStored(kv *mvccKV) (s stored, ok bool) {
 	return s, true
 }
 
-// record returns s as a lock.Record read at now: its TTL is the time left
-// of the TTL asked for, counted from the write by the reader's clock,
-// between 1ms (the record is there, so not expired yet) and the TTL.
-func (s *stored) record(now time.Time) lock.Record {
-	left := time.Duration(s.written+s.ttl-now.UnixMilli()) * time.Millisecond
+// overdueTTL is the TTL reported for a record that should have expired by
+// the reader's clock and is still there (etcd checks its leases every
+// 500ms, a new leader extends them all, clocks differ): a waiter that reads
+// it looks again that soon, not at once, nor a poll interval later.
+const overdueTTL = 100 * time.Millisecond
+
+// record returns s as a lock.Record read at now: its TTL is what its lease
+// has left, by the reader's clock against the writer's (the lease's whole
+// seconds, or minTTL, the server's minimum, if longer, from when it was
+// written), or overdueTTL when that has run out.
+func (s *stored) record(now time.Time, minTTL time.Duration) lock.Record {
+	life := max(time.Duration(leaseSeconds(time.Duration(s.ttl)*time.Millisecond))*time.Second, minTTL)
+	left := time.UnixMilli(s.written).Add(life).Sub(now).Truncate(time.Millisecond)
+	if left <= 0 {
+		left = overdueTTL
+	}
 	return lock.Record{
 		Owner: s.owner,
 		Token: s.token,
 		Ended: s.ended,
-		TTL:   min(max(left, time.Millisecond), time.Duration(s.ttl)*time.Millisecond),
+		TTL:   min(left, life),
 		Since: time.UnixMilli(s.since),
 	}
 }
