@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/seed05627090/lock"
 )
@@ -186,28 +188,43 @@ func (ch *change) free(ctx context.Context, ls *leases, self string, now time.Ti
 // check), otherwise one read first. A transaction whose compares fail reads
 // the state again in the same round trip, and attempt runs on that. It
 // returns the revision of the commit (0 when nothing was written).
-func (p *Provider) update(ctx context.Context, key string, r reads, guess *state, attempt func(*state, *leases) (*change, error)) (int64, error) {
+//
+// Each request is bounded by the request timeout (WithRequestTimeout).
+// With retry, a request that times out, or that the cluster refused for
+// want of a leader, is tried again on a state read again (after 50ms, then
+// twice as long each time up to a second), until ctx ends. That is safe
+// for the methods whose repeat answers as the first call would have
+// (Acquire, Queue, Leave, Renew: a record found the caller's own is
+// renewed, an entry found is kept), not for Release and Finish, whose
+// repeat, finding their own work done, would call it a loss.
+func (p *Provider) update(ctx context.Context, key string, r reads, guess *state, retry bool, attempt func(*state, *leases) (*change, error)) (int64, error) {
 	ls := &leases{p: p}
-	st := guess
+	defer ls.done()
+	st, wait := guess, minBackoff
 	for {
 		if st == nil {
-			resp, err := p.cli.Txn(ctx).Then(p.ops(key, r, nil)...).Commit()
+			resp, err := p.txn(ctx, nil, p.ops(key, r, nil), nil)
 			if err != nil {
-				ls.done(nil, false)
+				if retry && p.again(ctx, err, &wait) {
+					continue
+				}
 				return 0, fail(err)
 			}
 			st = p.parse(key, resp.Header.Revision, r, nil, resp.Responses)
 			ls.retry()
 		}
 		ch, err := attempt(st, ls)
+		if err != nil && retry && p.again(ctx, err, &wait) {
+			st = nil // a lease grant that timed out
+			continue
+		}
 		if err != nil || ch == nil {
-			ls.done(nil, false)
 			return 0, err
 		}
-		resp, err := p.cli.Txn(ctx).If(ch.cmps...).Then(ch.ops...).Else(p.ops(key, r, ch.heard)...).Commit()
+		resp, err := p.txn(ctx, ch.cmps, ch.ops, p.ops(key, r, ch.heard))
 		switch {
 		case err == nil && resp.Succeeded:
-			ls.done(ch, true)
+			ls.commit(ch)
 			p.remember(key, ch, resp.Header.Revision)
 			return resp.Header.Revision, nil
 		case err == nil:
@@ -222,20 +239,68 @@ func (p *Provider) update(ctx context.Context, key string, r reads, guess *state
 			st = nil
 		default:
 			// The outcome is unknown: the leases the change used may hold
-			// records now, and are left to run out.
-			ls.done(ch, false)
+			// records now (see leases.done).
+			ls.unsure()
+			if retry && p.again(ctx, err, &wait) {
+				st = nil
+				continue
+			}
 			return 0, fail(err)
 		}
 	}
+}
+
+// txn runs one transaction, bounded by the request timeout.
+func (p *Provider) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	rctx, cancel := p.request(ctx)
+	defer cancel()
+	return p.cli.Txn(rctx).If(cmps...).Then(then...).Else(els...).Commit()
+}
+
+// request returns the context of one request: ctx, ended by the request
+// timeout.
+func (p *Provider) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.reqTimeout)
+}
+
+// again reports whether a request that failed with err is worth trying
+// again, after a wait (*wait, doubled up to a second): ctx has not ended,
+// and err says the request timed out or the cluster had no leader for it.
+func (p *Provider) again(ctx context.Context, err error, wait *time.Duration) bool {
+	if ctx.Err() != nil || !transient(err) {
+		return false
+	}
+	ok := sleep(ctx, *wait)
+	*wait = min(2**wait, time.Second)
+	return ok
+}
+
+// transient reports whether err is a request's timeout (the caller's
+// context being alive), or the cluster's refusal for want of a leader.
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, rpctypes.ErrNoLeader),
+		errors.Is(err, rpctypes.ErrLeaderChanged),
+		errors.Is(err, rpctypes.ErrTimeout),
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost),
+		errors.Is(err, rpctypes.ErrTimeoutWaitAppliedIndex):
+		return true
+	}
+	s, ok := status.FromError(err)
+	return ok && (s.Code() == codes.Unavailable || s.Code() == codes.DeadlineExceeded)
 }
 
 // leases are the leases one method call granted for the records it
 // writes, kept across its attempts and revoked at its end unless a record
 // is on them.
 type leases struct {
-	p    *Provider
-	gen  int // the state's generation: one more at each read
-	pool []*pooled
+	p         *Provider
+	gen       int // the state's generation: one more at each read
+	pool      []*pooled
+	committed *change            // the change that committed, if one did
+	doubtful  []clientv3.LeaseID // used by transactions whose outcome is unknown
 }
 
 type pooled struct {
@@ -266,7 +331,9 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration, fresh bool) (clien
 			return l.id, nil
 		}
 	}
-	resp, err := ls.p.cli.Grant(ctx, secs)
+	rctx, cancel := ls.p.request(ctx)
+	defer cancel()
+	resp, err := ls.p.cli.Grant(rctx, secs)
 	if err != nil {
 		return 0, fail(err)
 	}
@@ -282,34 +349,53 @@ func (ls *leases) retry() {
 	}
 }
 
-// drop forgets the leases granted so far, some of which ran out, and
-// revokes them.
-func (ls *leases) drop() {
-	ls.retry()
-	ls.done(nil, false)
-	ls.pool = nil
-}
-
-// done ends the call: it revokes, in the background, the leases that no
-// record is on: those the last change did not use, and, when it committed,
-// the leases of the records it replaced. When the change's outcome is
-// unknown (ch not nil, committed false), the leases it used are revoked
-// only if no key is on them (see revokeUnused).
-func (ls *leases) done(ch *change, committed bool) {
-	var ids, unknown []clientv3.LeaseID
+// unsure sets the leases of the current attempt aside: its transaction's
+// outcome is unknown, and they may hold records.
+func (ls *leases) unsure() {
+	pool := ls.pool[:0]
 	for _, l := range ls.pool {
-		switch {
-		case !l.inUse || ch == nil:
-			ids = append(ids, l.id)
-		case !committed:
-			unknown = append(unknown, l.id)
+		if l.inUse {
+			ls.doubtful = append(ls.doubtful, l.id)
+		} else {
+			pool = append(pool, l)
 		}
 	}
-	if committed {
-		ids = append(ids, ch.detach...)
+	ls.pool = pool
+	ls.retry()
+}
+
+// drop revokes the leases granted so far, some of which ran out, and
+// forgets them.
+func (ls *leases) drop() {
+	ids := make([]clientv3.LeaseID, len(ls.pool))
+	for i, l := range ls.pool {
+		ids[i] = l.id
 	}
 	ls.p.revoke(ids)
-	ls.p.revokeUnused(unknown)
+	ls.pool = nil
+	ls.retry()
+}
+
+// commit notes that ch committed: its leases hold its records.
+func (ls *leases) commit(ch *change) { ls.committed = ch }
+
+// done ends the call: it revokes, in the background, the leases that no
+// record is on (all but those of the change that committed, if one did),
+// and the leases of the records that change replaced; and the leases of
+// transactions whose outcome is unknown only if no key is on them (see
+// revokeUnused).
+func (ls *leases) done() {
+	var ids []clientv3.LeaseID
+	for _, l := range ls.pool {
+		if !l.inUse || ls.committed == nil {
+			ids = append(ids, l.id)
+		}
+	}
+	if ls.committed != nil {
+		ids = append(ids, ls.committed.detach...)
+	}
+	ls.p.revoke(ids)
+	ls.p.revokeUnused(ls.doubtful)
 }
 
 // leaseSeconds is the TTL of a lease for ttl: whole seconds, rounded up

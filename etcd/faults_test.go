@@ -370,7 +370,8 @@ func runClient(spec string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(s.NS), etcd.WithProgressInterval(time.Second))
+	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(s.NS), etcd.WithProgressInterval(time.Second),
+		etcd.WithRequestTimeout(time.Second))
 	pcancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "provider:", err)

@@ -98,7 +98,10 @@ func (l *listener) register(ctx context.Context, retry bool) (int64, error) {
 		id, err := l.p.sess.lease(ctx)
 		if err == nil {
 			var resp *clientv3.PutResponse
-			if resp, err = l.p.cli.Put(ctx, l.key, "", clientv3.WithLease(id)); err == nil {
+			rctx, cancel := l.p.request(ctx)
+			resp, err = l.p.cli.Put(rctx, l.key, "", clientv3.WithLease(id))
+			cancel()
+			if err == nil {
 				return resp.Header.Revision, nil
 			}
 			err = fail(err)

@@ -74,6 +74,7 @@ const DefaultNamespace = "lock/"
 const (
 	DefaultSessionTTL       = 10 * time.Second
 	DefaultProgressInterval = 5 * time.Second
+	DefaultRequestTimeout   = 2 * time.Second
 )
 
 // Provider is a lock.Provider backed by etcd through a clientv3.Client.
@@ -81,11 +82,12 @@ const (
 // concurrent use. The client stays the caller's to close, after the
 // provider.
 type Provider struct {
-	cli      *clientv3.Client
-	ns       string
-	progress time.Duration
-	minTTL   time.Duration
-	sess     *session
+	cli        *clientv3.Client
+	ns         string
+	progress   time.Duration
+	reqTimeout time.Duration
+	minTTL     time.Duration
+	sess       *session
 
 	mu    sync.Mutex
 	mine  map[string]stored // records this provider stored for its callers (see guess)
@@ -103,6 +105,7 @@ type config struct {
 	ns         string
 	sessionTTL time.Duration
 	progress   time.Duration
+	reqTimeout time.Duration
 }
 
 // WithNamespace sets the text that starts every key the provider writes
@@ -139,6 +142,24 @@ func WithProgressInterval(d time.Duration) Option {
 	}
 }
 
+// WithRequestTimeout bounds each request the provider makes to etcd
+// (DefaultRequestTimeout when not given or not positive), within the
+// call's context. A request that takes longer, or that the cluster refuses
+// for want of a leader, is tried again, on the state read again, by the
+// methods whose repeat is safe: Acquire, Queue, Leave, Renew, Inspect and
+// List; Release, Finish and ForceRelease return the error (their outcome
+// is unknown; the Client reports it as lock.ErrUnavailable). A request sent
+// to a member that lost its leader, or forwarded to a leader that died,
+// otherwise waits for etcd's own request timeout (5s plus two election
+// timeouts): set this above the cluster's usual worst latency.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.reqTimeout = d
+		}
+	}
+}
+
 // NewProvider returns a provider on cli. It asks the server for its
 // minimum lease TTL (granting and revoking a lease of one second), and
 // fails with the server's error when it cannot, or with
@@ -147,7 +168,7 @@ func NewProvider(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Pr
 	if cli == nil {
 		return nil, invalidf("nil etcd client")
 	}
-	cfg := config{ns: DefaultNamespace, sessionTTL: DefaultSessionTTL, progress: DefaultProgressInterval}
+	cfg := config{ns: DefaultNamespace, sessionTTL: DefaultSessionTTL, progress: DefaultProgressInterval, reqTimeout: DefaultRequestTimeout}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -159,11 +180,12 @@ func NewProvider(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Pr
 	}
 	_, _ = cli.Revoke(ctx, resp.ID)
 	p := &Provider{
-		cli:      cli,
-		ns:       cfg.ns,
-		progress: cfg.progress,
-		minTTL:   time.Duration(resp.TTL) * time.Second,
-		mine:     map[string]stored{},
+		cli:        cli,
+		ns:         cfg.ns,
+		progress:   cfg.progress,
+		reqTimeout: cfg.reqTimeout,
+		minTTL:     time.Duration(resp.TTL) * time.Second,
+		mine:       map[string]stored{},
 	}
 	p.sess = &session{p: p, ttl: leaseSeconds(cfg.sessionTTL)}
 	return p, nil
@@ -192,7 +214,7 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 		return lock.Record{}, err
 	}
 	var rec lock.Record
-	rev, err := p.update(ctx, key, reads{}, &state{}, func(st *state, ls *leases) (*change, error) {
+	rev, err := p.update(ctx, key, reads{}, &state{}, true, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
@@ -242,7 +264,7 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 	}
 	var rec lock.Record
 	var own int64 // the create revision of the caller's entry, when its place must be counted
-	rev, err := p.update(ctx, key, reads{owner: w.Owner}, nil, func(st *state, ls *leases) (*change, error) {
+	rev, err := p.update(ctx, key, reads{owner: w.Owner}, nil, true, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
@@ -322,8 +344,12 @@ func (ch *change) join(ctx context.Context, w lock.Waiter, rec *lock.Record, dro
 // place counts the entries of key's queue before the one created at
 // create, at revision rev.
 func (p *Provider) place(ctx context.Context, key string, create, rev int64) (int, error) {
-	resp, err := p.cli.Get(ctx, p.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly(),
-		clientv3.WithMaxCreateRev(create-1), clientv3.WithRev(rev))
+	var resp *clientv3.GetResponse
+	err := p.read(ctx, func(ctx context.Context) (err error) {
+		resp, err = p.cli.Get(ctx, p.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly(),
+			clientv3.WithMaxCreateRev(create-1), clientv3.WithRev(rev))
+		return err
+	})
 	if err != nil {
 		return 0, fail(err)
 	}
@@ -335,7 +361,7 @@ func (p *Provider) Leave(ctx context.Context, key string, w lock.Waiter) error {
 	if err := checkWaiter(key, w); err != nil {
 		return err
 	}
-	_, err := p.update(ctx, key, reads{owner: w.Owner}, nil, func(st *state, ls *leases) (*change, error) {
+	_, err := p.update(ctx, key, reads{owner: w.Owner}, nil, true, func(st *state, ls *leases) (*change, error) {
 		ch := p.newChange(key, st)
 		if st.own != nil {
 			ch.dropEntry(*st.own)
@@ -361,7 +387,7 @@ func (p *Provider) Release(ctx context.Context, key, owner string) error {
 		return err
 	}
 	lost := false
-	_, err := p.update(ctx, key, reads{}, p.guess(key, owner), func(st *state, ls *leases) (*change, error) {
+	_, err := p.update(ctx, key, reads{}, p.guess(key, owner), false, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
@@ -401,7 +427,7 @@ func (p *Provider) set(ctx context.Context, key, owner string, ttl time.Duration
 		return err
 	}
 	var lost *lock.LostError
-	_, err := p.update(ctx, key, reads{full: ended}, p.guess(key, owner), func(st *state, ls *leases) (*change, error) {
+	_, err := p.update(ctx, key, reads{full: ended}, p.guess(key, owner), !ended, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
@@ -457,10 +483,14 @@ func (p *Provider) Inspect(ctx context.Context, key string) (lock.Record, error)
 	if err := lock.CheckKey(key); err != nil {
 		return lock.Record{}, err
 	}
-	resp, err := p.cli.Txn(ctx).Then(
-		clientv3.OpGet(p.recordKey(key)),
-		clientv3.OpGet(p.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
+	var resp *clientv3.TxnResponse
+	err := p.read(ctx, func(ctx context.Context) (err error) {
+		resp, err = p.cli.Txn(ctx).Then(
+			clientv3.OpGet(p.recordKey(key)),
+			clientv3.OpGet(p.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		).Commit()
+		return err
+	})
 	if err != nil {
 		return lock.Record{}, fail(err)
 	}
@@ -490,7 +520,11 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 	base := p.recordKey("")
 	from, end := base+prefix, clientv3.GetPrefixRangeEnd(base+prefix)
 	for {
-		resp, err := p.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage))
+		var resp *clientv3.GetResponse
+		err := p.read(ctx, func(ctx context.Context) (err error) {
+			resp, err = p.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage))
+			return err
+		})
 		if err != nil {
 			return fail(err)
 		}
@@ -502,7 +536,11 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 			counts[i] = clientv3.OpGet(p.queuePrefix(strings.TrimPrefix(string(kv.Key), base)),
 				clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(resp.Header.Revision))
 		}
-		waiters, err := p.cli.Txn(ctx).Then(counts...).Commit()
+		var waiters *clientv3.TxnResponse
+		err = p.read(ctx, func(ctx context.Context) (err error) {
+			waiters, err = p.cli.Txn(ctx).Then(counts...).Commit()
+			return err
+		})
 		if err != nil {
 			return fail(err)
 		}
@@ -535,7 +573,7 @@ func (p *Provider) ForceRelease(ctx context.Context, key string) (lock.Record, e
 		return lock.Record{}, err
 	}
 	var rec lock.Record
-	_, err := p.update(ctx, key, reads{}, nil, func(st *state, ls *leases) (*change, error) {
+	_, err := p.update(ctx, key, reads{}, nil, false, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
@@ -555,6 +593,20 @@ func (p *Provider) ForceRelease(ctx context.Context, key string) (lock.Record, e
 	}
 	p.forget(key)
 	return rec, nil
+}
+
+// read runs fn, a read, with a context ended by the request timeout, and
+// again as update does when that or the want of a leader failed it.
+func (p *Provider) read(ctx context.Context, fn func(ctx context.Context) error) error {
+	wait := minBackoff
+	for {
+		rctx, cancel := p.request(ctx)
+		err := fn(rctx)
+		cancel()
+		if err == nil || !p.again(ctx, err, &wait) {
+			return err
+		}
+	}
 }
 
 // guess returns the state of key as this provider last wrote it for owner,
