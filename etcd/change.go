@@ -299,8 +299,7 @@ type leases struct {
 	p         *Provider
 	gen       int // the state's generation: one more at each read
 	pool      []*pooled
-	committed *change            // the change that committed, if one did
-	doubtful  []clientv3.LeaseID // used by transactions whose outcome is unknown
+	committed *change // the change that committed, if one did
 }
 
 type pooled struct {
@@ -349,14 +348,12 @@ func (ls *leases) retry() {
 	}
 }
 
-// unsure sets the leases of the current attempt aside: its transaction's
-// outcome is unknown, and they may hold records.
+// unsure forgets the leases of the current attempt: its transaction's
+// outcome is unknown, and they may hold records (see done).
 func (ls *leases) unsure() {
 	pool := ls.pool[:0]
 	for _, l := range ls.pool {
-		if l.inUse {
-			ls.doubtful = append(ls.doubtful, l.id)
-		} else {
+		if !l.inUse {
 			pool = append(pool, l)
 		}
 	}
@@ -381,9 +378,10 @@ func (ls *leases) commit(ch *change) { ls.committed = ch }
 
 // done ends the call: it revokes, in the background, the leases that no
 // record is on (all but those of the change that committed, if one did),
-// and the leases of the records that change replaced; and the leases of
-// transactions whose outcome is unknown only if no key is on them (see
-// revokeUnused).
+// and the leases of the records that change replaced. The leases of
+// transactions whose outcome is unknown are left to run out: such a
+// transaction may still commit (a slow leader), and a lease revoked under
+// it would delete a record whose grant was told, before its time.
 func (ls *leases) done() {
 	var ids []clientv3.LeaseID
 	for _, l := range ls.pool {
@@ -395,7 +393,6 @@ func (ls *leases) done() {
 		ids = append(ids, ls.committed.detach...)
 	}
 	ls.p.revoke(ids)
-	ls.p.revokeUnused(ls.doubtful)
 }
 
 // leaseSeconds is the TTL of a lease for ttl: whole seconds, rounded up

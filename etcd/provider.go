@@ -665,29 +665,6 @@ func (p *Provider) revoke(ids []clientv3.LeaseID) {
 	}()
 }
 
-// revokeUnused revokes, in the background, each of the leases that no key
-// is on: the leases of a transaction whose outcome is unknown (its reply
-// was lost). Either order is safe: a transaction that commits first has
-// its keys on the lease, which is kept; one that comes after the
-// revocation fails for want of its lease, and writes nothing.
-func (p *Provider) revokeUnused(ids []clientv3.LeaseID) {
-	if len(ids) == 0 {
-		return
-	}
-	p.bg.Add(1)
-	go func() {
-		defer p.bg.Done()
-		ctx, cancel := context.WithTimeout(p.cli.Ctx(), 5*time.Second)
-		defer cancel()
-		for _, id := range ids {
-			resp, err := p.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
-			if err == nil && resp.TTL > 0 && len(resp.Keys) == 0 {
-				_, _ = p.cli.Revoke(ctx, id)
-			}
-		}
-	}()
-}
-
 // fail marks a server's, network's or context's error as etcd's; the
 // lock.Client names the operation and the key.
 func fail(err error) error {
