@@ -42,7 +42,9 @@ func (s *session) lease(ctx context.Context) (clientv3.LeaseID, error) {
 	case s.id != 0:
 		return s.id, nil
 	}
-	resp, err := s.p.cli.Grant(ctx, s.ttl)
+	rctx, cancel := s.p.request(ctx)
+	resp, err := s.p.cli.Grant(rctx, s.ttl)
+	cancel()
 	if err != nil {
 		return 0, fail(err)
 	}
