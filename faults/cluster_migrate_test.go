@@ -1,13 +1,11 @@
 package faults_test
 
 import (
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
@@ -41,15 +39,6 @@ func TestClusterSlotMigration(t *testing.T) {
 			break
 		}
 	}
-	ids := map[string]string{}
-	nodes := map[string]*redis.Client{}
-	for _, a := range addrs {
-		nodes[a] = newRedis(t, a)
-		id, err := nodes[a].Do(ctx, "cluster", "myid").Text()
-		require.NoError(t, err)
-		ids[a] = id
-	}
-
 	var (
 		mu       sync.Mutex
 		tokens   []uint64
@@ -100,35 +89,7 @@ func TestClusterSlotMigration(t *testing.T) {
 
 	time.Sleep(500 * time.Millisecond)
 	fault(t, "move the lock's slot to another node")
-	host, port, _ := net.SplitHostPort(dst)
-	require.NoError(t, nodes[dst].Do(ctx, "cluster", "setslot", slot, "importing", ids[src]).Err())
-	require.NoError(t, nodes[src].Do(ctx, "cluster", "setslot", slot, "migrating", ids[dst]).Err())
-	migrated := 0
-	for {
-		keys, err := nodes[src].ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
-		require.NoError(t, err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		// A key may have gone meanwhile (NOKEY): look again.
-		if err := nodes[src].Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
-			require.NoError(t, err, "MIGRATE %v", keys)
-		}
-		migrated += len(keys)
-		time.Sleep(20 * time.Millisecond) // traffic meanwhile, with the slot split
-	}
-	for _, a := range []string{dst, src} {
-		require.NoError(t, nodes[a].Do(ctx, "cluster", "setslot", slot, "node", ids[dst]).Err())
-	}
-	for _, a := range addrs {
-		if a != src && a != dst {
-			require.NoError(t, nodes[a].Do(ctx, "cluster", "setslot", slot, "node", ids[dst]).Err())
-		}
-	}
+	migrated := moveSlot(t, ctx, addrs, int(slot), src, dst, 20*time.Millisecond) // traffic meanwhile, with the slot split
 	moved.Store(true)
 	t.Logf("slot %d moved from %s to %s (%d keys migrated)", slot, src, dst, migrated)
 
@@ -152,7 +113,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	expect(t, overlaps.Load() == 0, "%d overlapping holds", overlaps.Load())
 	expect(t, backwards == 0, "%d tokens were not above the token before", backwards)
 	expect(t, after.Load() >= 20, "only %d grants after the move", after.Load())
-	n, err := nodes[dst].Exists(ctx, fence).Result()
+	n, err := newRedis(t, dst).Exists(ctx, fence).Result()
 	require.NoError(t, err)
 	expect(t, n == 1, "the fencing counter %q is not on the node the slot moved to", fence)
 	stats.grants.Add(int64(len(tokens)))

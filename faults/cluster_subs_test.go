@@ -210,7 +210,7 @@ func TestClusterSlotMoveResubscribes(t *testing.T) {
 	require.Len(t, chans, 1, "the waiter's shard channel on %s", src)
 
 	fault(t, "move the lock's slot, with a waiter queued, to another node")
-	moveSlot(t, ctx, addrs, int(slot), src, dst)
+	moveSlot(t, ctx, addrs, int(slot), src, dst, 0)
 	dstNode := newRedis(t, dst)
 	subscribed := waitFor(10*time.Second, func() bool {
 		n, err := dstNode.PubSubShardNumSub(ctx, chans[0]).Result()
@@ -269,9 +269,10 @@ func handOver(ctx context.Context, holder, waiter *lock.Client, name string) (ti
 }
 
 // moveSlot moves slot from the node at src to the node at dst, with its
-// keys: CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE, then SETSLOT NODE
-// on every node.
-func moveSlot(t *testing.T, ctx context.Context, addrs []string, slot int, src, dst string) {
+// keys: CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE (100 keys at a
+// time, pause apart, so that traffic meets the slot split), then SETSLOT
+// NODE on every node. It returns how many keys it migrated.
+func moveSlot(t *testing.T, ctx context.Context, addrs []string, slot int, src, dst string, pause time.Duration) int {
 	t.Helper()
 	ids := map[string]string{}
 	nodes := map[string]*redis.Client{}
@@ -284,6 +285,7 @@ func moveSlot(t *testing.T, ctx context.Context, addrs []string, slot int, src, 
 	host, port, _ := net.SplitHostPort(dst)
 	require.NoError(t, nodes[dst].Do(ctx, "cluster", "setslot", slot, "importing", ids[src]).Err())
 	require.NoError(t, nodes[src].Do(ctx, "cluster", "setslot", slot, "migrating", ids[dst]).Err())
+	migrated := 0
 	for {
 		keys, err := nodes[src].ClusterGetKeysInSlot(ctx, slot, 100).Result()
 		require.NoError(t, err)
@@ -294,13 +296,17 @@ func moveSlot(t *testing.T, ctx context.Context, addrs []string, slot int, src, 
 		for _, k := range keys {
 			args = append(args, k)
 		}
+		// A key may have gone meanwhile (NOKEY): look again.
 		if err := nodes[src].Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
 			require.NoError(t, err, "MIGRATE %v", keys)
 		}
+		migrated += len(keys)
+		time.Sleep(pause)
 	}
 	for _, a := range append([]string{dst, src}, addrs...) {
 		require.NoError(t, nodes[a].Do(ctx, "cluster", "setslot", slot, "node", ids[dst]).Err())
 	}
+	return migrated
 }
 
 // pubSubCounts returns, summed over nodes, the connections subscribed to
