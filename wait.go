@@ -28,6 +28,11 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 
 // acquire is Acquire for the lock under key.
 func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, error) {
+	return c.acquireAs(ctx, key, c.newOwner(), o)
+}
+
+// acquireAs is acquire with owner as the acquisition's id.
+func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*Lock, error) {
 	o, err := o.resolved()
 	if err != nil {
 		return nil, err
@@ -35,7 +40,7 @@ func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, err
 	if o.Wait && heldBy(ctx, c, key) {
 		return nil, invalidf("lock %q is held by this call chain: waiting for it would never end", key)
 	}
-	a := acquisition{c: c, key: key, owner: c.newOwner(), o: o, began: time.Now()}
+	a := acquisition{c: c, key: key, owner: owner, o: o, began: time.Now()}
 	if !o.Wait || !o.Fair && !c.busy.has(key) {
 		// One attempt first: a free lock is granted in one round trip,
 		// without the waiter's set-up; a waiter starts after a busy one. A

@@ -112,6 +112,7 @@ func Run(t *testing.T, b Backend) {
 	s.runInspect(t)
 	s.runClient(t)
 	s.runElection(t)
+	s.runHolds(t)
 }
 
 // suite is one backend's provider under test.

@@ -1,0 +1,201 @@
+package lock
+
+// Holds: what a semaphore, a read-write lock and a multi-lock grant. Each is
+// a set of ordinary locks, held together: every member has its own lease,
+// renewal and fencing token, and the loss of any one ends the whole hold.
+// They are built on Acquire and Release alone, so every Provider runs them
+// as it is.
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// Hold is a set of locks held together: the permits a Semaphore granted,
+// a read or write hold of an RWMutex, or the locks of AcquireAll. Each
+// member is a Lock with a lease of its own, renewed in the background; the
+// loss of any member ends the hold: its Context is cancelled with that
+// member's *LostError as cause (the error names the member's key), and the
+// other members are released at once. Its methods are safe for concurrent
+// use.
+type Hold struct {
+	c      *Client
+	token  uint64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	rw *RWMutex // of a write hold, for Downgrade
+
+	mu      sync.Mutex
+	locks   []*Lock
+	lostErr *LostError
+	write   bool // a write hold of rw, until Downgrade
+
+	relOnce sync.Once
+	relErr  error
+	done    chan struct{} // closed when the members are released
+}
+
+// newHold returns the hold of locks, whose token is token, and watches the
+// members for a loss.
+func newHold(c *Client, token uint64, locks []*Lock) *Hold {
+	h := &Hold{c: c, token: token, locks: locks, done: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	for _, l := range locks {
+		h.watch(l)
+	}
+	return h
+}
+
+// watch ends h when l is lost.
+func (h *Hold) watch(l *Lock) {
+	l.onLoss(func(err error) {
+		var e *LostError
+		if !errors.As(err, &e) {
+			e = l.lostError(LostCorrupt, err)
+		}
+		h.lose(e)
+	})
+}
+
+// lose ends h for the loss e of a member: the context first, then the other
+// members are released.
+func (h *Hold) lose(e *LostError) {
+	h.mu.Lock()
+	first := h.lostErr == nil
+	if first {
+		h.lostErr = e
+	}
+	h.mu.Unlock()
+	if !first {
+		return
+	}
+	h.cancel(e)
+	h.c.background(context.Background(), func(ctx context.Context) { h.releaseAll(ctx) })
+}
+
+// Locks returns the members of the hold, in the order of their keys for
+// AcquireAll and of their permits for a Semaphore: each has its key and its
+// own fencing token (Lock.Token).
+func (h *Hold) Locks() []*Lock {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*Lock(nil), h.locks...)
+}
+
+// Token returns the fencing token of the grant, for a Semaphore's permits
+// and an RWMutex's holds: the token of the name's gate when the holder
+// passed it, strictly greater than every earlier hold's of the same name,
+// readers', writers' and permits' alike. For AcquireAll it is zero: each
+// member has its own (Locks).
+func (h *Hold) Token() uint64 { return h.token }
+
+// Context returns a context that is cancelled when the hold ends: on the
+// loss of a member, with its *LostError as cause (context.Cause), at the
+// moment that member's lease timer declares it, so before another caller
+// can be granted it; at Release, with context.Canceled.
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Done returns a channel that is closed once every member was released:
+// after Release, or after a loss (the others are released then).
+func (h *Hold) Done() <-chan struct{} { return h.done }
+
+// Err returns nil while the hold lasts and after a clean Release, and the
+// *LostError of the first member lost otherwise.
+func (h *Hold) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lostErr != nil {
+		return h.lostErr
+	}
+	return nil
+}
+
+// Release ends the hold: it cancels the Context and releases every member
+// (together: one round trip's time). It returns nil after a clean release,
+// the *LostError of the first member lost, and the provider's errors
+// otherwise (joined). Release after Release returns the same.
+func (h *Hold) Release(ctx context.Context) error {
+	h.cancel(context.Canceled)
+	h.releaseAll(ctx)
+	if err := h.Err(); err != nil {
+		return err
+	}
+	return h.relErr
+}
+
+// releaseAll releases the members, once; every call returns when they are.
+func (h *Hold) releaseAll(ctx context.Context) {
+	h.relOnce.Do(func() {
+		defer close(h.done)
+		h.mu.Lock()
+		locks := h.locks
+		h.mu.Unlock()
+		var lost *LostError
+		h.relErr = releaseLocks(ctx, locks, &lost)
+		if lost != nil {
+			h.mu.Lock()
+			if h.lostErr == nil {
+				h.lostErr = lost
+			}
+			h.mu.Unlock()
+		}
+	})
+	<-h.done
+}
+
+// releaseLocks releases locks together and returns their errors, joined,
+// but for a loss, which it stores in *lost (the first) and an ErrReleased;
+// lost may be nil.
+func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
+	errs := make([]error, len(locks))
+	if len(locks) == 1 {
+		errs[0] = locks[0].Release(ctx)
+	} else {
+		var wg sync.WaitGroup
+		for i, l := range locks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = l.Release(ctx)
+			}()
+		}
+		wg.Wait()
+	}
+	var rest []error
+	for _, err := range errs {
+		var e *LostError
+		switch {
+		case err == nil, errors.Is(err, ErrReleased):
+		case errors.As(err, &e):
+			if lost != nil && *lost == nil {
+				*lost = e
+			}
+		default:
+			rest = append(rest, err)
+		}
+	}
+	return errors.Join(rest...)
+}
+
+// run calls fn under h, with a context that ends on a loss (cause: the
+// *LostError) or when ctx ends, and releases h. FromContext finds h's first
+// member in it, so that a wait for that member from fn fails at once.
+func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	first := h.Locks()[0]
+	first.outer, _ = FromContext(ctx)
+	first.scope = scope{Context: ctx, l: first}
+	hctx, cancel := context.WithCancelCause(&first.scope)
+	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
+	defer func() {
+		stop()
+		cancel(nil)
+		rerr := h.Release(ctx)
+		if rerr != nil && reported(err, rerr) {
+			rerr = nil
+		}
+		err = errors.Join(err, rerr)
+	}()
+	return fn(hctx)
+}

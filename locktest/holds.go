@@ -1,0 +1,615 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// runHolds checks the semaphores, read-write locks and multi-locks of a
+// lock.Client on the provider, which rest on its locks, its fair queue and
+// its handoff: each caller is a Client on a provider of its own (b.New),
+// as a process would be.
+func (s *suite) runHolds(t *testing.T) {
+	t.Run("SemaphoreNeverMoreThanN", s.semaphoreNeverMoreThanN)
+	t.Run("SemaphoreRefusesBadWeights", s.semaphoreRefusesBadWeights)
+	t.Run("SemaphoreLargeRequestAtHeadIsNotOvertaken", s.semaphoreNoBarging)
+	t.Run("SemaphoreCancelledHeadDoesNotStallQueue", s.semaphoreCancelledHead)
+	t.Run("SemaphoreDeadHoldersPermitComesBack", s.semaphoreDeadHolder)
+	t.Run("SemaphoreRefusesAnotherN", s.semaphoreRefusesAnotherN)
+	t.Run("RWReadersOverlapWritersExcludeEveryone", s.rwExclusion)
+	t.Run("RWWriterIsNotStarvedByReaders", s.rwWriterNotStarved)
+	t.Run("RWReadersQueuedBehindWriterEnterBeforeNextWriter", s.rwPhases)
+	t.Run("RWDowngradeLetsReadersInNotWriters", s.rwDowngrade)
+	t.Run("RWNoUpgrade", s.rwNoUpgrade)
+	t.Run("AllNoDeadlockInAnyOrder", s.allNoDeadlock)
+	t.Run("AllHoldsNothingWhileWaiting", s.allHoldsNothingWhileWaiting)
+	t.Run("AllLossOfOneEndsTheHold", s.allLossEndsHold)
+}
+
+// callers returns n Clients, each on a provider of its own.
+func (s *suite) callers(t *testing.T, n int) []*lock.Client {
+	cs := make([]*lock.Client, n)
+	for i := range cs {
+		cs[i] = newClient(t, s.b.New(t), lock.WithIdentity(fmt.Sprintf("caller-%d", i)), lock.WithPollInterval(100*time.Millisecond))
+	}
+	return cs
+}
+
+// waitOpts waits up to 20s, with leases of 5s.
+var waitOpts = lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second}
+
+// semaphoreNeverMoreThanN: workers on several Clients take 1 or 2 of 3
+// permits, hold them a moment and release them, round after round: the
+// weights held at once never pass 3, and every round was granted.
+func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
+	const n = 3
+	workers, rounds := 6, 25
+	if s.b.Remote {
+		workers, rounds = 4, 10
+	}
+	name := uniqueName(t)
+	cs := s.callers(t, workers)
+	var inUse, most, granted atomic.Int64
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		sem, err := c.Semaphore(name, n)
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				w := 1 + (i+r)%2
+				err := sem.Do(s.ctx, w, waitOpts, func(ctx context.Context) error {
+					now := inUse.Add(int64(w))
+					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+					}
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+					inUse.Add(-int64(w))
+					granted.Add(1)
+					return nil
+				})
+				if !assert.NoError(t, err, "worker %d round %d", i, r) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most.Load(), int64(n), "permits held at once")
+	assert.Equal(t, int64(workers*rounds), granted.Load(), "every request granted")
+	assert.GreaterOrEqual(t, most.Load(), int64(2), "holders overlapped (the test would see a violation)")
+}
+
+// semaphoreRefusesBadWeights: a weight above N or below 1 fails at once.
+func (s *suite) semaphoreRefusesBadWeights(t *testing.T) {
+	c := s.callers(t, 1)[0]
+	sem, err := c.Semaphore(uniqueName(t), 2)
+	require.NoError(t, err)
+	for _, w := range []int{0, -1, 3} {
+		_, err := sem.Acquire(s.ctx, w, waitOpts)
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "weight %d", w)
+	}
+	_, err = c.Semaphore(uniqueName(t), 0)
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "zero permits")
+	_, err = c.Semaphore("", 2)
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "empty name")
+	_, err = sem.Acquire(s.ctx, 1, lock.Options{GracePeriod: time.Second})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a grace period")
+}
+
+// gateTaken waits until someone is at the gate of sem.
+func gateTaken(t *testing.T, ctx context.Context, inspect func(context.Context) (lock.GateStatus, error)) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := inspect(ctx)
+		return err == nil && st.Gate.Owner != ""
+	}, 10*time.Second, 5*time.Millisecond, "a caller is at the gate")
+}
+
+// semaphoreNoBarging: with one of two permits held, a request for two
+// waits at the head; a request for one that comes after it is not granted
+// the free permit before it.
+func (s *suite) semaphoreNoBarging(t *testing.T) {
+	name := uniqueName(t)
+	cs := s.callers(t, 3)
+	sem := make([]*lock.Semaphore, 3)
+	for i, c := range cs {
+		var err error
+		sem[i], err = c.Semaphore(name, 2)
+		require.NoError(t, err)
+	}
+	a, err := sem[0].Acquire(s.ctx, 1, waitOpts)
+	require.NoError(t, err)
+	var order []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	take := func(i, w int, who string) {
+		defer wg.Done()
+		h, err := sem[i].Acquire(s.ctx, w, waitOpts)
+		if !assert.NoError(t, err, who) {
+			return
+		}
+		mu.Lock()
+		order = append(order, who)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		assert.NoError(t, h.Release(s.ctx), who)
+	}
+	wg.Add(1)
+	go take(1, 2, "two")
+	gateTaken(t, s.ctx, sem[0].Inspect)
+	wg.Add(1)
+	go take(2, 1, "one")
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	assert.Empty(t, order, "nobody granted while one permit of two is held and a request for two is first")
+	mu.Unlock()
+	require.NoError(t, a.Release(s.ctx))
+	wg.Wait()
+	assert.Equal(t, []string{"two", "one"}, order, "served in arrival order")
+}
+
+// semaphoreCancelledHead: the caller at the head gives up; the one behind
+// it is served when a permit comes back.
+func (s *suite) semaphoreCancelledHead(t *testing.T) {
+	name := uniqueName(t)
+	cs := s.callers(t, 3)
+	sem := make([]*lock.Semaphore, 3)
+	for i, c := range cs {
+		var err error
+		sem[i], err = c.Semaphore(name, 1)
+		require.NoError(t, err)
+	}
+	a, err := sem[0].Acquire(s.ctx, 1, waitOpts)
+	require.NoError(t, err)
+	headCtx, cancelHead := context.WithCancel(s.ctx)
+	headErr := make(chan error, 1)
+	go func() {
+		_, err := sem[1].Acquire(headCtx, 1, waitOpts)
+		headErr <- err
+	}()
+	gateTaken(t, s.ctx, sem[0].Inspect)
+	next := make(chan *lock.Hold, 1)
+	go func() {
+		h, err := sem[2].Acquire(s.ctx, 1, waitOpts)
+		assert.NoError(t, err, "the caller behind the head")
+		next <- h
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancelHead()
+	select {
+	case err := <-headErr:
+		assert.ErrorIs(t, err, lock.ErrNotAcquired, "the head gave up")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled head did not return")
+	}
+	require.NoError(t, a.Release(s.ctx))
+	select {
+	case h := <-next:
+		if h != nil {
+			assert.NoError(t, h.Release(s.ctx))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the caller behind a cancelled head was not served")
+	}
+}
+
+// silenced is a provider that stops answering when its process "dies":
+// every call fails, so its holders' records expire on the backend.
+type silenced struct {
+	lock.Provider
+	dead atomic.Bool
+}
+
+var errDead = errors.New("locktest: the process is dead")
+
+func (p *silenced) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if p.dead.Load() {
+		return lock.Record{}, errDead
+	}
+	return p.Provider.Acquire(ctx, key, owner, ttl)
+}
+
+func (p *silenced) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.dead.Load() {
+		return errDead
+	}
+	return p.Provider.Renew(ctx, key, owner, ttl)
+}
+
+func (p *silenced) Release(ctx context.Context, key, owner string) error {
+	if p.dead.Load() {
+		return errDead
+	}
+	return p.Provider.Release(ctx, key, owner)
+}
+
+// semaphoreDeadHolder: a holder's process dies holding the one permit; a
+// waiter gets it within the lease (plus a poll interval and margin).
+func (s *suite) semaphoreDeadHolder(t *testing.T) {
+	if !s.expires(t) {
+		return
+	}
+	name := uniqueName(t)
+	dying := &silenced{Provider: s.b.New(t)}
+	c0 := newClient(t, dying)
+	c1 := s.callers(t, 1)[0]
+	lease := time.Second
+	sem0, err := c0.Semaphore(name, 1)
+	require.NoError(t, err)
+	sem1, err := c1.Semaphore(name, 1)
+	require.NoError(t, err)
+	_, err = sem0.Acquire(s.ctx, 1, lock.Options{Lease: lease})
+	require.NoError(t, err)
+	dying.dead.Store(true)
+	died := time.Now()
+	h, err := sem1.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
+	require.NoError(t, err, "the dead holder's permit comes back")
+	took := time.Since(died)
+	t.Logf("permit back %v after its holder died (lease %v)", took, lease)
+	assert.Less(t, took, lease+s.b.TTLGranularity+5*time.Second, "within the lease and a margin")
+	assert.NoError(t, h.Release(s.ctx))
+}
+
+// semaphoreRefusesAnotherN: a caller that finds a permit held under
+// another N fails with ErrInvalidArgument.
+func (s *suite) semaphoreRefusesAnotherN(t *testing.T) {
+	name := uniqueName(t)
+	cs := s.callers(t, 2)
+	a, err := cs[0].Semaphore(name, 1)
+	require.NoError(t, err)
+	b, err := cs[1].Semaphore(name, 2)
+	require.NoError(t, err)
+	h, err := a.Acquire(s.ctx, 1, lock.Options{})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, h.Release(s.ctx)) }()
+	for range 2 { // the scan starts at another permit each time
+		hb, err := b.Acquire(s.ctx, 2, lock.Options{Wait: true, MaxWait: 5 * time.Second})
+		if hb != nil {
+			_ = hb.Release(s.ctx)
+		}
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a semaphore of 2 permits where one of 1 holds")
+	}
+}
+
+// rwExclusion: readers and writers on several Clients: a writer never
+// overlaps anyone, and readers overlap one another.
+func (s *suite) rwExclusion(t *testing.T) {
+	workers, rounds := 6, 20
+	if s.b.Remote {
+		workers, rounds = 4, 8
+	}
+	name := uniqueName(t)
+	cs := s.callers(t, workers)
+	var readers, writers, mostReaders, violations atomic.Int64
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		m, err := c.RWMutex(name, 8)
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				var err error
+				if (i+r)%3 == 0 {
+					err = m.Do(s.ctx, waitOpts, func(ctx context.Context) error {
+						if writers.Add(1) != 1 || readers.Load() != 0 {
+							violations.Add(1)
+						}
+						time.Sleep(2 * time.Millisecond)
+						if readers.Load() != 0 {
+							violations.Add(1)
+						}
+						writers.Add(-1)
+						return nil
+					})
+				} else {
+					err = m.RDo(s.ctx, waitOpts, func(ctx context.Context) error {
+						now := readers.Add(1)
+						if writers.Load() != 0 {
+							violations.Add(1)
+						}
+						for m := mostReaders.Load(); now > m && !mostReaders.CompareAndSwap(m, now); m = mostReaders.Load() {
+						}
+						time.Sleep(20 * time.Millisecond)
+						readers.Add(-1)
+						return nil
+					})
+				}
+				if !assert.NoError(t, err, "worker %d round %d", i, r) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "a writer overlapped a reader or a writer")
+	assert.GreaterOrEqual(t, mostReaders.Load(), int64(2), "readers overlapped")
+}
+
+// rwWriterNotStarved: readers that keep the lock read at every instant
+// (each enters before the one before it leaves) do not keep a writer out:
+// it is granted after the readers before it, within a bound.
+func (s *suite) rwWriterNotStarved(t *testing.T) {
+	name := uniqueName(t)
+	cs := s.callers(t, 4)
+	ctx, stop := context.WithCancel(s.ctx)
+	var wg sync.WaitGroup
+	for _, c := range cs[:3] {
+		m, err := c.RWMutex(name, 8)
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := m.RDo(ctx, waitOpts, func(ctx context.Context) error {
+					time.Sleep(60 * time.Millisecond)
+					return nil
+				})
+				if ctx.Err() == nil {
+					assert.NoError(t, err, "a reader")
+				}
+			}
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	time.Sleep(300 * time.Millisecond) // the stream of readers is on
+	w, err := cs[3].RWMutex(name, 8)
+	require.NoError(t, err)
+	began := time.Now()
+	h, err := w.Lock(s.ctx, lock.Options{Wait: true, MaxWait: 15 * time.Second, Lease: 5 * time.Second})
+	require.NoError(t, err, "the writer is granted while readers keep coming")
+	t.Logf("writer granted after %v", time.Since(began))
+	st, err := w.Inspect(s.ctx)
+	require.NoError(t, err)
+	assert.True(t, st.Writing, "Inspect says a writer holds it")
+	assert.Empty(t, st.Held, "no reader holds it while the writer does")
+	assert.NoError(t, h.Release(s.ctx))
+}
+
+// rwPhases: while a writer holds the lock, two readers queue, then a
+// second writer: when the first writer releases, both readers enter
+// before the second writer, and every hold's token is greater than the
+// one before.
+func (s *suite) rwPhases(t *testing.T) {
+	name := uniqueName(t)
+	cs := s.callers(t, 4)
+	m := make([]*lock.RWMutex, 4)
+	for i, c := range cs {
+		var err error
+		m[i], err = c.RWMutex(name, 8)
+		require.NoError(t, err)
+	}
+	w1, err := m[0].Lock(s.ctx, waitOpts)
+	require.NoError(t, err)
+	type grant struct {
+		who   string
+		token uint64
+	}
+	grants := make(chan grant, 3)
+	var wg sync.WaitGroup
+	enter := func(i int, who string, write bool) {
+		defer wg.Done()
+		var h *lock.Hold
+		var err error
+		if write {
+			h, err = m[i].Lock(s.ctx, waitOpts)
+		} else {
+			h, err = m[i].RLock(s.ctx, waitOpts)
+		}
+		if !assert.NoError(t, err, who) {
+			return
+		}
+		grants <- grant{who, h.Token()}
+		time.Sleep(100 * time.Millisecond)
+		assert.NoError(t, h.Release(s.ctx), who)
+	}
+	for i, who := range []string{"reader-1", "reader-2", "writer-2"} {
+		wg.Add(1)
+		go enter(i+1, who, who == "writer-2")
+		waitersAre(t, s.ctx, cs[0], name+"#gate", i+1)
+	}
+	require.NoError(t, w1.Release(s.ctx))
+	wg.Wait()
+	close(grants)
+	var got []string
+	last := w1.Token()
+	for g := range grants {
+		got = append(got, g.who)
+		assert.Greater(t, g.token, last, "%s's token", g.who)
+		last = g.token
+	}
+	assert.Equal(t, []string{"reader-1", "reader-2", "writer-2"}, got, "the readers queued behind the writer enter before the next writer")
+}
+
+// rwDowngrade: a writer downgrades; the reader queued behind it enters
+// while it reads, the writer queued behind that reader does not.
+func (s *suite) rwDowngrade(t *testing.T) {
+	name := uniqueName(t)
+	cs := s.callers(t, 3)
+	m := make([]*lock.RWMutex, 3)
+	for i, c := range cs {
+		var err error
+		m[i], err = c.RWMutex(name, 8)
+		require.NoError(t, err)
+	}
+	h, err := m[0].Lock(s.ctx, waitOpts)
+	require.NoError(t, err)
+	read := make(chan *lock.Hold, 1)
+	go func() {
+		r, err := m[1].RLock(s.ctx, waitOpts)
+		assert.NoError(t, err, "reader")
+		read <- r
+	}()
+	waitersAre(t, s.ctx, cs[0], name+"#gate", 1)
+	wrote := make(chan *lock.Hold, 1)
+	go func() {
+		w, err := m[2].Lock(s.ctx, waitOpts)
+		assert.NoError(t, err, "second writer")
+		wrote <- w
+	}()
+	waitersAre(t, s.ctx, cs[0], name+"#gate", 2)
+	require.NoError(t, h.Downgrade(s.ctx))
+	var r *lock.Hold
+	select {
+	case r = <-read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not enter after the downgrade")
+	}
+	select {
+	case <-wrote:
+		t.Fatal("a writer entered while the downgraded hold reads")
+	case <-time.After(300 * time.Millisecond):
+	}
+	assert.ErrorIs(t, h.Downgrade(s.ctx), lock.ErrInvalidArgument, "a read hold does not downgrade")
+	require.NoError(t, h.Release(s.ctx))
+	require.NoError(t, r.Release(s.ctx))
+	select {
+	case w := <-wrote:
+		assert.NoError(t, w.Release(s.ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not enter after the readers left")
+	}
+}
+
+// rwNoUpgrade: a write lock asked for from a read hold's context fails at
+// once rather than waiting for itself.
+func (s *suite) rwNoUpgrade(t *testing.T) {
+	c := s.callers(t, 1)[0]
+	m, err := c.RWMutex(uniqueName(t), 4)
+	require.NoError(t, err)
+	err = m.RDo(s.ctx, waitOpts, func(ctx context.Context) error {
+		began := time.Now()
+		_, err := m.Lock(ctx, waitOpts)
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "no upgrade")
+		assert.Less(t, time.Since(began), 5*time.Second, "at once")
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// allNoDeadlock: callers take overlapping sets of locks listed in opposite
+// orders, round after round: every round is granted, nobody holds a lock
+// another holds.
+func (s *suite) allNoDeadlock(t *testing.T) {
+	rounds := 250
+	if s.b.Remote {
+		rounds = 30
+	}
+	base := uniqueName(t)
+	names := []string{base + "-a", base + "-b", base + "-c", base + "-d"}
+	sets := [][]string{
+		{names[0], names[1], names[2]},
+		{names[2], names[1], names[0]},
+		{names[3], names[1]},
+		{names[1], names[3], names[0]},
+	}
+	cs := s.callers(t, len(sets))
+	held := make([]atomic.Int64, len(names))
+	index := map[string]int{}
+	for i, n := range names {
+		index[n] = i
+	}
+	var violations, granted atomic.Int64
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				err := c.DoAll(s.ctx, sets[i], waitOpts, func(ctx context.Context) error {
+					for _, n := range sets[i] {
+						if held[index[n]].Add(1) != 1 {
+							violations.Add(1)
+						}
+					}
+					granted.Add(1)
+					for _, n := range sets[i] {
+						held[index[n]].Add(-1)
+					}
+					return nil
+				})
+				if !assert.NoError(t, err, "caller %d round %d", i, r) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "a lock held by two callers at once")
+	assert.Equal(t, int64(len(sets)*rounds), granted.Load(), "every round granted")
+}
+
+// allHoldsNothingWhileWaiting: a caller that wants a and b while b is held
+// holds neither while it waits, and gets both once b is released.
+func (s *suite) allHoldsNothingWhileWaiting(t *testing.T) {
+	cs := s.callers(t, 2)
+	base := uniqueName(t)
+	a, b := base+"-a", base+"-b"
+	hb, err := cs[0].Acquire(s.ctx, b, lock.Options{Lease: 5 * time.Second})
+	require.NoError(t, err)
+	got := make(chan *lock.Hold, 1)
+	go func() {
+		h, err := cs[1].AcquireAll(s.ctx, []string{b, a}, waitOpts)
+		assert.NoError(t, err)
+		got <- h
+	}()
+	waitersAre(t, s.ctx, cs[0], b, 1)
+	for range 5 {
+		st, err := cs[0].Inspect(s.ctx, a)
+		require.NoError(t, err)
+		assert.False(t, st.Held(), "a is not held while the caller waits for b")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, hb.Release(s.ctx))
+	select {
+	case h := <-got:
+		require.NotNil(t, h)
+		require.Len(t, h.Locks(), 2)
+		assert.Equal(t, cs[1].Key(a), h.Locks()[0].Key(), "members in the order of their keys")
+		assert.NoError(t, h.Release(s.ctx))
+	case <-time.After(15 * time.Second):
+		t.Fatal("not granted after b was released")
+	}
+}
+
+// allLossEndsHold: one member of a multi-lock is force-released: the
+// hold's context ends with a *LostError naming it, and the other member is
+// released.
+func (s *suite) allLossEndsHold(t *testing.T) {
+	cs := s.callers(t, 2)
+	base := uniqueName(t)
+	a, b := base+"-a", base+"-b"
+	h, err := cs[0].AcquireAll(s.ctx, []string{a, b}, lock.Options{Lease: 600 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = cs[1].ForceRelease(s.ctx, b)
+	require.NoError(t, err)
+	select {
+	case <-h.Context().Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the hold's context did not end after a member was removed")
+	}
+	var lost *lock.LostError
+	require.ErrorAs(t, context.Cause(h.Context()), &lost)
+	assert.Equal(t, cs[0].Key(b), lost.Key, "the loss names the member lost")
+	select {
+	case <-h.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the other member was not released")
+	}
+	st, err := cs[1].Inspect(s.ctx, a)
+	require.NoError(t, err)
+	assert.False(t, st.Held(), "the other member was released")
+	assert.ErrorAs(t, h.Release(s.ctx), &lost, "Release says the hold was lost")
+}
