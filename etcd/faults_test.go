@@ -28,7 +28,6 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/etcd"
-	"github.com/seed05627090/lock/internal/faults"
 )
 
 // memberEnv, in a child process's environment, holds the memberSpec of the
@@ -76,13 +75,14 @@ const (
 
 // cluster is 3 etcd members, each in a child process of its own, so that
 // one can be SIGKILLed or SIGSTOPped; each member's peers reach it through
-// a proxy in this process, so that its peer traffic can be held.
+// a proxy in this process (see peerNet), so that its peer traffic can be
+// cut.
 type cluster struct {
 	t         *testing.T
 	specs     []memberSpec
 	procs     []*exec.Cmd // nil while down
 	stdins    []io.WriteCloser
-	proxies   []*faults.Proxy // before each member's peer port
+	net       *peerNet
 	endpoints []string
 	ids       []uint64 // member IDs, by index
 	admin     *clientv3.Client
@@ -92,7 +92,7 @@ type cluster struct {
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	const n = 3
-	c := &cluster{t: t, procs: make([]*exec.Cmd, n), stdins: make([]io.WriteCloser, n)}
+	c := &cluster{t: t, procs: make([]*exec.Cmd, n), stdins: make([]io.WriteCloser, n), net: newPeerNet()}
 	t.Cleanup(c.stop)
 	var peers []string
 	for i := range n {
@@ -100,9 +100,8 @@ func startCluster(t *testing.T) *cluster {
 		require.NoError(t, err)
 		pp, err := freePort()
 		require.NoError(t, err)
-		px, err := faults.NewProxy("127.0.0.1:" + strconv.Itoa(pp))
+		px, err := c.net.add(i, "127.0.0.1:"+strconv.Itoa(pp))
 		require.NoError(t, err)
-		c.proxies = append(c.proxies, px)
 		name := "m" + strconv.Itoa(i)
 		c.specs = append(c.specs, memberSpec{
 			Name: name, Dir: filepath.Join(t.TempDir(), name), ClientPort: cp, PeerPort: pp,
@@ -123,13 +122,16 @@ func startCluster(t *testing.T) *cluster {
 	}
 	c.admin = newFaultClient(t, c.endpoints...)
 	c.ids = make([]uint64, n)
+	hex := make([]string, n)
 	for i, ep := range c.endpoints {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		st, err := c.admin.Status(ctx, ep)
 		cancel()
 		require.NoError(t, err)
 		c.ids[i] = st.Header.MemberId
+		hex[i] = strconv.FormatUint(st.Header.MemberId, 16) // as etcd writes X-Server-From
 	}
+	c.net.setIDs(hex)
 	return c
 }
 
@@ -213,9 +215,7 @@ func (c *cluster) stop() {
 		c.signal(i, syscall.SIGCONT)
 		c.kill(i)
 	}
-	for _, px := range c.proxies {
-		_ = px.Close()
-	}
+	c.net.close()
 }
 
 // leader returns the index of the member that the members up say leads,
@@ -244,40 +244,46 @@ func (c *cluster) leader() (int, error) {
 
 // history is what the workload saw, checked at the end.
 type history struct {
-	mu       sync.Mutex
-	tokens   map[uint64]string      // token -> lock: a token granted twice is a repeat
-	repeats  int                    // tokens granted twice
-	spans    map[string][]span      // by lock: when each holder held it
-	grants   map[string][]time.Time // by lock: when each grant started
-	accepted map[string][]fenced    // by lock: writes the fence let through
-	rejected map[string][]fenced    // by lock: writes it refused, with the mark
-	errs     map[string]int         // Do's outcomes other than success, by kind
+	mu      sync.Mutex
+	tokens  map[uint64]string      // token -> lock: a token granted twice is a repeat
+	repeats int                    // tokens granted twice
+	spans   map[string][]span      // by lock: when each holder held it
+	grants  map[string][]time.Time // by lock: when each grant started
+	writes  map[string][]fenced    // by lock: the fenced writes to its resource
+	errs    map[string]int         // Do's outcomes other than success, by kind
 }
 
 type span struct {
 	token      uint64
 	start, end time.Time
+	lost       bool // it ended because its holder was told of a loss
 }
 
+// fenced is a fenced write to a lock's resource and what became of it.
 type fenced struct {
-	token, mark uint64
-	rev         int64 // the revision of an accepted write
+	outcome string // accepted, refused, or unknown (another error: it may have committed)
+	token   uint64
+	late    bool   // made after its holder was told of its loss
+	rev     int64  // accepted: the write's revision
+	mark    uint64 // refused: the fence's mark
 }
 
 func newHistory() *history {
 	return &history{tokens: map[uint64]string{}, spans: map[string][]span{}, grants: map[string][]time.Time{},
-		accepted: map[string][]fenced{}, rejected: map[string][]fenced{}, errs: map[string]int{}}
+		writes: map[string][]fenced{}, errs: map[string]int{}}
 }
 
-// event is what a client process reports to the test, one JSON line each:
-// a grant (when its holder starts), a span (when it ends), a fenced write
-// accepted or refused, a Do that failed.
+// event is what a holder reports to the test, one JSON line each from a
+// client process: a grant (when its holder starts), a span (when it ends),
+// a fenced write (accepted, refused or unknown), a Do that failed.
 type event struct {
-	Kind  string `json:"k"` // grant, span, accepted, refused, error
+	Kind  string `json:"k"` // grant, span, accepted, refused, unknown, error
 	Lock  string `json:"l,omitempty"`
 	Token uint64 `json:"t,omitempty"`
 	Start int64  `json:"s,omitempty"` // Unix ns, by the machine's clock, which the processes share
 	End   int64  `json:"e,omitempty"`
+	Lost  bool   `json:"lost,omitempty"` // a span that ended with a loss
+	Late  bool   `json:"late,omitempty"` // a write made after its holder's loss
 	Rev   int64  `json:"r,omitempty"`
 	Mark  uint64 `json:"m,omitempty"`
 	Err   string `json:"x,omitempty"`
@@ -295,43 +301,68 @@ func (r *reporter) report(ev event) {
 	_ = r.enc.Encode(ev)
 }
 
-// hold is the holder's work: three fenced writes to the lock's resource,
-// 10ms apart, each given up after a second (a write forwarded to a leader
-// that died waits for etcd's request timeout, 6s here), until done or its
-// context ends (the lock lost). The span ends when the context ended
-// (lock.Client ends it before the lock can be granted to another) or when
-// hold returns, whichever is first.
-func hold(ctx context.Context, cli *clientv3.Client, ns, name string, rep *reporter) error {
+// hold is the holder's work: three fenced writes to the lock's resource
+// (see writeThrice), until done or its context ends (the lock lost). The
+// span ends when the context ended (lock.Client ends it before the lock can
+// be granted to another) or when hold returns, whichever is first. A holder
+// told of a loss then writes once more, within 4s, as one that did not heed
+// the loss would: the fence must refuse that write if a later holder wrote
+// first, and only then.
+func hold(ctx context.Context, cli *clientv3.Client, ns, name string, report func(event)) error {
 	l, _ := lock.FromContext(ctx)
 	token, start := l.Token(), time.Now()
 	var ended atomic.Int64
 	stop := context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
-	rep.report(event{Kind: "grant", Lock: name, Token: token, Start: start.UnixNano()})
-	defer func() {
-		stop()
-		end := time.Now().UnixNano()
-		if e := ended.Load(); e != 0 && e < end {
-			end = e
-		}
-		rep.report(event{Kind: "span", Lock: name, Token: token, Start: start.UnixNano(), End: end})
-	}()
-	fence, data := ns+"res/"+name+"/fence", ns+"res/"+name+"/data"
+	report(event{Kind: "grant", Lock: name, Token: token, Start: start.UnixNano()})
+	err := writeThrice(ctx, cli, ns, name, token, report)
+	stop()
+	end := time.Now().UnixNano()
+	if e := ended.Load(); e != 0 && e < end {
+		end = e
+	}
+	lost := errors.Is(context.Cause(ctx), lock.ErrLost)
+	report(event{Kind: "span", Lock: name, Token: token, Start: start.UnixNano(), End: end, Lost: lost})
+	if lost {
+		time.Sleep(rand.N(4 * time.Second))
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = fencedWrite(wctx, cli, ns, name, token, true, report)
+		cancel()
+	}
+	return err
+}
+
+// writeThrice makes three fenced writes of token, 10ms apart, each given
+// up after a second (a write forwarded to a leader that died waits for
+// etcd's request timeout, 6s here), until the first error or ctx ends.
+func writeThrice(ctx context.Context, cli *clientv3.Client, ns, name string, token uint64, report func(event)) error {
 	for range 3 {
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		res, err := etcd.Fence(wctx, cli, fence, token, clientv3.OpPut(data, strconv.FormatUint(token, 10)), clientv3.OpGet(fence))
+		err := fencedWrite(wctx, cli, ns, name, token, false, report)
 		cancel()
-		var stale *lock.StaleTokenError
-		switch {
-		case err == nil:
-			rep.report(event{Kind: "accepted", Lock: name, Token: token, Rev: res[1].GetResponseRange().Kvs[0].ModRevision})
-		case errors.As(err, &stale):
-			rep.report(event{Kind: "refused", Lock: name, Token: token, Mark: stale.Mark})
-		}
 		if err != nil || !sleep(ctx, 10*time.Millisecond) {
 			return err
 		}
 	}
 	return nil
+}
+
+// fencedWrite writes token to the resource of lock name through etcd.Fence
+// and reports the outcome: accepted (with the write's revision), refused
+// (with the fence's mark), or unknown (any other error: it may have
+// committed). late says that the holder was told of its loss before.
+func fencedWrite(ctx context.Context, cli *clientv3.Client, ns, name string, token uint64, late bool, report func(event)) error {
+	fence, data := ns+"res/"+name+"/fence", ns+"res/"+name+"/data"
+	res, err := etcd.Fence(ctx, cli, fence, token, clientv3.OpPut(data, strconv.FormatUint(token, 10)), clientv3.OpGet(fence))
+	ev := event{Kind: "unknown", Lock: name, Token: token, Late: late}
+	var stale *lock.StaleTokenError
+	switch {
+	case err == nil:
+		ev.Kind, ev.Rev = "accepted", res[1].GetResponseRange().Kvs[0].ModRevision
+	case errors.As(err, &stale):
+		ev.Kind, ev.Mark = "refused", stale.Mark
+	}
+	report(ev)
+	return err
 }
 
 // clientSpec says what a client process does (see runClient).
@@ -397,7 +428,7 @@ func runClient(spec string) int {
 			for ctx.Err() == nil {
 				name := s.Locks[rand.IntN(len(s.Locks))]
 				err := lc.Do(ctx, name, lock.Options{Wait: true, MaxWait: 10 * time.Second, Lease: s.Lease},
-					func(ctx context.Context) error { return hold(ctx, cli, s.NS, name, rep) })
+					func(ctx context.Context) error { return hold(ctx, cli, s.NS, name, rep.report) })
 				if err != nil && ctx.Err() == nil {
 					rep.report(event{Kind: "error", Err: errKind(err)})
 					sleep(ctx, 20*time.Millisecond)
@@ -409,7 +440,7 @@ func runClient(spec string) int {
 	return 0
 }
 
-// add records an event reported by a client process.
+// add records an event reported by a holder.
 func (h *history) add(ev event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -424,11 +455,9 @@ func (h *history) add(ev event) {
 		i, _ := slices.BinarySearchFunc(g, at, func(a, b time.Time) int { return a.Compare(b) })
 		h.grants[ev.Lock] = slices.Insert(g, i, at)
 	case "span":
-		h.spans[ev.Lock] = append(h.spans[ev.Lock], span{ev.Token, time.Unix(0, ev.Start), time.Unix(0, ev.End)})
-	case "accepted":
-		h.accepted[ev.Lock] = append(h.accepted[ev.Lock], fenced{token: ev.Token, rev: ev.Rev})
-	case "refused":
-		h.rejected[ev.Lock] = append(h.rejected[ev.Lock], fenced{token: ev.Token, mark: ev.Mark})
+		h.spans[ev.Lock] = append(h.spans[ev.Lock], span{ev.Token, time.Unix(0, ev.Start), time.Unix(0, ev.End), ev.Lost})
+	case "accepted", "refused", "unknown":
+		h.writes[ev.Lock] = append(h.writes[ev.Lock], fenced{outcome: ev.Kind, token: ev.Token, late: ev.Late, rev: ev.Rev, mark: ev.Mark})
 	case "error":
 		h.errs[ev.Err]++
 	}
@@ -478,11 +507,10 @@ func spawnClient(t *testing.T, spec clientSpec, h *history) (stop func()) {
 	return stop
 }
 
-// check asserts what must hold whatever the faults: no two holders of a
-// lock at once, no token granted twice, the fence's writes in token order,
-// and each refused write refused for a token that was granted later and
-// written.
-func (h *history) check(t *testing.T) (overlaps, badAccepts, badRejects int) {
+// checkSpans asserts that no two holders held a lock at once, and returns,
+// for each holder told of a loss whose lock was granted again, how long
+// before that grant it was told (its margin).
+func (h *history) checkSpans(t *testing.T) (overlaps int, margins []time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for name, spans := range h.spans {
@@ -493,26 +521,74 @@ func (h *history) check(t *testing.T) (overlaps, badAccepts, badRejects int) {
 				t.Errorf("lock %s: token %d granted at %v while token %d held it until %v",
 					name, spans[i].token, spans[i].start.Format("15:04:05.000"), spans[i-1].token, spans[i-1].end.Format("15:04:05.000"))
 			}
-		}
-	}
-	for name, acc := range h.accepted {
-		slices.SortFunc(acc, func(a, b fenced) int { return int(a.rev - b.rev) })
-		written := map[uint64]bool{}
-		for i, w := range acc {
-			written[w.token] = true
-			if i > 0 && w.token < acc[i-1].token {
-				badAccepts++
-				t.Errorf("lock %s: the fence let token %d write (revision %d) after token %d", name, w.token, w.rev, acc[i-1].token)
-			}
-		}
-		for _, r := range h.rejected[name] {
-			if r.mark <= r.token || !written[r.mark] {
-				badRejects++
-				t.Errorf("lock %s: token %d refused for mark %d, which no later holder wrote", name, r.token, r.mark)
+			if spans[i-1].lost {
+				margins = append(margins, spans[i].start.Sub(spans[i-1].end))
 			}
 		}
 	}
-	return overlaps, badAccepts, badRejects
+	slices.Sort(margins)
+	return overlaps, margins
+}
+
+// fenceCounts are the fenced writes by outcome, and how checkFences judged
+// them.
+type fenceCounts struct {
+	accepted, refused, unknown int
+	late                       int // made after the holder was told of its loss
+	staleRefused               int // refused, and stale
+	badAccepts, badRefusals    int // stale but accepted; refused but not stale
+}
+
+// checkFences judges every fenced write on the history's evidence, not on
+// the fence's word: an accepted write was stale (and should have been
+// refused) when a greater token had been accepted at a lower revision; a
+// refused write was stale when the mark it was refused for is greater than
+// its token and is the token of a write that was accepted or may have
+// committed (its refusal read that mark, so that write came first). Every
+// refusal must be stale, and every stale write refused.
+func (h *history) checkFences(t *testing.T) (n fenceCounts) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, writes := range h.writes {
+		written := map[uint64]bool{} // tokens of writes that were accepted or may have committed
+		var accepted []fenced
+		for _, w := range writes {
+			if w.late {
+				n.late++
+			}
+			switch w.outcome {
+			case "accepted":
+				accepted = append(accepted, w)
+				written[w.token] = true
+			case "unknown":
+				n.unknown++
+				written[w.token] = true
+			}
+		}
+		n.accepted += len(accepted)
+		slices.SortFunc(accepted, func(a, b fenced) int { return int(a.rev - b.rev) })
+		var greatest uint64
+		for _, w := range accepted {
+			if w.token < greatest {
+				n.badAccepts++
+				t.Errorf("lock %s: token %d's write accepted (revision %d) after token %d's", name, w.token, w.rev, greatest)
+			}
+			greatest = max(greatest, w.token)
+		}
+		for _, w := range writes {
+			if w.outcome != "refused" {
+				continue
+			}
+			n.refused++
+			if w.mark > w.token && written[w.mark] {
+				n.staleRefused++
+				continue
+			}
+			n.badRefusals++
+			t.Errorf("lock %s: token %d's write refused for mark %d, which no greater token wrote", name, w.token, w.mark)
+		}
+	}
+	return n
 }
 
 // regranted returns how long after at each lock was next granted, the
@@ -532,20 +608,21 @@ func (h *history) regranted(locks []string, at time.Time) (longest time.Duration
 
 // TestFaults runs a locking workload on a 3-member cluster while its
 // members fail, one fault at a time, rotating: the leader SIGKILLed and
-// restarted, the leader SIGSTOPped for 3 election timeouts, the leader's
-// outbound peer traffic held for 3 election timeouts (its peers' streams
-// from it paused at its proxy; its client port stays up), a follower
-// SIGKILLed and restarted. 10 faults (50 with LOCK_LONG_FAULTS=1). The
-// workload: 4 client processes (the test binary again, each with an etcd
-// client, a provider and a lock.Client of its own; see runClient) x 2
-// goroutines, taking 3 locks at random, each holder making 3 fenced writes
-// (etcd.Fence) to its lock's resource, and reporting each grant, hold and
-// write to this process, which checks them (on the machine's clock, which
-// the processes share). It asserts
-// no two holders of a lock at once, no token granted twice, the fence's
-// accepted writes in token order and its refusals justified, and each lock
-// granted again within 3 election timeouts plus the lease plus 1s of each
-// fault's start.
+// restarted; the leader SIGSTOPped for 3 election timeouts; the leader's
+// outbound peer traffic cut for 3 election timeouts (it still receives;
+// its client port stays up); the leader cut off from its peers both ways
+// (see split); a follower SIGKILLed and restarted. 10 faults (50 with
+// LOCK_LONG_FAULTS=1). The workload: 4 client processes (the test binary
+// again, each with an etcd client, a provider and a lock.Client of its own;
+// see runClient) x 2 goroutines, taking 3 locks at random, each holder
+// making 3 fenced writes (etcd.Fence) to its lock's resource, and one more
+// after a loss (see hold), and reporting each grant, hold and write to this
+// process, which checks them (on the machine's clock, which the processes
+// share). It asserts no two holders of a lock at once, no token granted
+// twice, every fenced write refused that was stale and no other (with at
+// least one refused: split makes one), each lock granted again within 3
+// election timeouts plus the lease plus 1s of each fault's start, and what
+// split asserts of the minority side.
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the fault test starts 3 etcd processes")
@@ -574,8 +651,9 @@ func TestFaults(t *testing.T) {
 	}
 
 	sleep(ctx, time.Second) // the workload under way
-	kinds := []string{"kill-leader", "stop-leader", "hold-leader-peers", "kill-follower"}
+	kinds := []string{"kill-leader", "stop-leader", "cut-leader-out", "partition-leader", "kill-follower"}
 	var longest time.Duration
+	var splits []splitResult
 	for i := range n {
 		kind := kinds[i%len(kinds)]
 		leader, err := c.leader()
@@ -594,10 +672,15 @@ func TestFaults(t *testing.T) {
 			c.signal(leader, syscall.SIGSTOP)
 			sleep(ctx, stall)
 			c.signal(leader, syscall.SIGCONT)
-		case "hold-leader-peers":
-			c.proxies[leader].Pause()
+		case "cut-leader-out":
+			c.net.cutFrom(leader)
 			sleep(ctx, stall)
-			c.proxies[leader].Resume()
+			c.net.heal()
+		case "partition-leader":
+			s := c.split(ctx, t, leader, ns, lease, "split-"+strconv.Itoa(i), h)
+			t.Logf("fault %d (%s): the cut-off holder told of its loss %v after the cut, %v before the majority's grant; the majority granted a free lock %v after the cut; the minority tried it %d times, granted 0",
+				i, kind, s.told.Round(time.Millisecond), s.margin.Round(time.Millisecond), s.majority.Round(time.Millisecond), s.tries)
+			splits = append(splits, s)
 		}
 		var took time.Duration
 		require.Eventually(t, func() bool {
@@ -614,17 +697,41 @@ func TestFaults(t *testing.T) {
 		stop()
 	}
 
-	overlaps, badAccepts, badRejects := h.check(t)
+	overlaps, margins := h.checkSpans(t)
+	f := h.checkFences(t)
+	assert.Positive(t, f.staleRefused, "stale writes were made, and refused")
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	acc, rej := 0, 0
-	for name := range h.accepted {
-		acc += len(h.accepted[name])
-		rej += len(h.rejected[name])
-	}
 	assert.Zero(t, h.repeats, "no token granted twice")
-	t.Logf("etcd faults: faults=%d grants=%d fenced_accepted=%d fenced_refused=%d overlaps=%d repeated_tokens=%d bad_accepts=%d bad_refusals=%d longest_regrant=%v errors=%v",
-		n, len(h.tokens), acc, rej, overlaps, h.repeats, badAccepts, badRejects, longest.Round(time.Millisecond), h.errs)
+	t.Logf("etcd faults: faults=%d grants=%d overlaps=%d repeated_tokens=%d longest_regrant=%v lost=%d loss_margin_min=%v loss_margin_median=%v %v"+
+		" fenced_accepted=%d fenced_refused=%d refused_stale=%d fenced_unknown=%d late_writes=%d bad_accepts=%d bad_refusals=%d errors=%v",
+		n, len(h.tokens), overlaps, h.repeats, longest.Round(time.Millisecond), len(margins), percentile(margins, 0), percentile(margins, 50), summarizeSplits(splits),
+		f.accepted, f.refused, f.staleRefused, f.unknown, f.late, f.badAccepts, f.badRefusals, h.errs)
+}
+
+// percentile returns the p-th percentile of sorted ds, rounded to the
+// millisecond; 0 when there are none.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[(len(ds)-1)*p/100].Round(time.Millisecond)
+}
+
+// summarizeSplits sums up the partitions of the leader for the summary
+// line.
+func summarizeSplits(splits []splitResult) string {
+	var told, majority, tries time.Duration
+	margin := time.Duration(-1)
+	for _, s := range splits {
+		told, majority = max(told, s.told), max(majority, s.majority)
+		if margin < 0 || s.margin < margin {
+			margin = s.margin
+		}
+		tries += time.Duration(s.tries)
+	}
+	return fmt.Sprintf("partitions=%d cut_off_told_max=%v cut_off_margin_min=%v majority_grant_max=%v minority_tries=%d minority_grants=0",
+		len(splits), told.Round(time.Millisecond), margin.Round(time.Millisecond), majority.Round(time.Millisecond), tries)
 }
 
 // errKind names an error of Do for the summary.
