@@ -1,0 +1,350 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
+)
+
+// The semaphore under SIGKILL and SIGSTOP of its holders, across processes.
+
+func init() { roles["permit-holder"] = rolePermitHolder }
+
+const (
+	semPermits   = 3
+	semProcesses = 5
+	semLease     = 500 * time.Millisecond
+	semRun       = 15 * time.Second
+)
+
+// permitWrite is the resource of one permit: behind the permit's fence, it
+// counts the writes that passed (KEYS[1]).
+var permitWrite = lock.NewRedisFence(`return redis.call('INCR', KEYS[1])`)
+
+// permitKeys returns the fence and counter keys of permit k of name.
+func permitKeys(name string, k string) (fence, counter string) {
+	tag := "res:{" + name + "#" + k + "}"
+	return tag + ":fence", tag + ":count"
+}
+
+// TestSemaphoreUnderFaults runs five processes that take one of three
+// permits in turn, each holding it for 40 ms and then writing
+// to the permit's resource through its fence, while the test SIGKILLs a
+// holder (and starts another process in its place) or SIGSTOPs a holder for
+// longer than its lease, one fault every 1.5 s for 15 s. Every hold is
+// reported with its permit, token and times. Checked: among the holds of
+// processes that were not stopped during them, never more than three at
+// once and never two of one permit at once; every write that a stopped
+// process made after it continued, with a permit taken over meanwhile, was
+// refused by the fence; each permit's counter is the number of writes that
+// passed; holds go on after each fault (a killed holder's permit comes
+// back).
+func TestSemaphoreUnderFaults(t *testing.T) {
+	srv := faults.StartRedis(t)
+	direct := newRedis(t, srv.Addr)
+	ctx := ctxTimeout(t, semRun+60*time.Second)
+	const name = "sem-faults"
+	env := []string{"FAULTS_REDIS=" + srv.Addr, "FAULTS_LOCK=" + name, "FAULTS_LEASE=" + semLease.String()}
+
+	b := &holdBoard{stops: map[int][][2]time.Time{}, holding: map[int]bool{}}
+	var procs []*child
+	start := func() {
+		i := len(procs)
+		c := startChild(t, "permit-holder", append(env, "FAULTS_NAME=p"+strconv.Itoa(i))...)
+		procs = append(procs, c)
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.read(i, c)
+		}()
+	}
+	for range semProcesses {
+		start()
+	}
+	live := func() []int {
+		var l []int
+		for i, c := range procs {
+			select {
+			case <-c.exited:
+			default:
+				l = append(l, i)
+			}
+		}
+		return l
+	}
+	end := time.Now().Add(semRun)
+	kills, stopsN := 0, 0
+	var lastFault time.Time
+	for n := 0; time.Now().Before(end); n++ {
+		time.Sleep(1500 * time.Millisecond)
+		i := b.aHolder(live())
+		before := b.count()
+		if n%2 == 0 {
+			require.NoError(t, procs[i].cmd.Process.Signal(syscall.SIGKILL))
+			<-procs[i].exited
+			fault(t, "SIGKILL permit holder p"+strconv.Itoa(i))
+			kills++
+			start()
+		} else {
+			require.NoError(t, procs[i].cmd.Process.Signal(syscall.SIGSTOP))
+			stopped := time.Now()
+			fault(t, "SIGSTOP permit holder p"+strconv.Itoa(i))
+			time.Sleep(3 * semLease)
+			require.NoError(t, procs[i].cmd.Process.Signal(syscall.SIGCONT))
+			b.stopped(i, stopped, time.Now())
+			stopsN++
+		}
+		lastFault = time.Now()
+		require.Eventually(t, func() bool { return b.count() > before+3 }, 10*time.Second, 10*time.Millisecond,
+			"holds go on after the fault")
+	}
+	require.Eventually(t, func() bool { return len(b.heldSince(lastFault)) == semPermits }, 10*time.Second, 10*time.Millisecond,
+		"every permit is held again after the last fault (a killed holder's permit comes back)")
+	for _, i := range live() {
+		procs[i].send("quit")
+	}
+	for _, i := range live() {
+		_ = procs[i].wait(ctx)
+	}
+	b.wg.Wait()
+
+	holds := b.all()
+	stats.grants.Add(int64(len(holds)))
+	passed := map[string]int64{}
+	var clean []permitHold
+	stale, staleRefused, toldLost := 0, 0, 0
+	after := map[string]bool{} // permits held after the last fault
+	for _, h := range holds {
+		if h.ok {
+			passed[h.permit]++
+		}
+		if b.interrupted(h) {
+			if b.resumedBefore(h) {
+				stale++
+				if !h.ok {
+					staleRefused++
+				}
+			}
+			continue
+		}
+		if h.lost {
+			toldLost++ // the library told it (under load: a lease missed); only the fence protects its write
+			continue
+		}
+		expect(t, h.ok, "the write of p%d, which no fault touched, failed (permit %s, token %d): %s", h.proc, h.permit, h.token, h.err)
+		clean = append(clean, h)
+		if h.start.After(lastFault) {
+			after[h.permit] = true
+		}
+	}
+	// At most three holders at once, never two of one permit.
+	type edge struct {
+		at    time.Time
+		delta int
+		h     permitHold
+	}
+	var edges []edge
+	for _, h := range clean {
+		edges = append(edges, edge{h.start, 1, h}, edge{h.end, -1, h})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an end before a start at the same instant
+	})
+	inUse, most := 0, 0
+	byPermit := map[string]int{}
+	for _, e := range edges {
+		inUse += e.delta
+		byPermit[e.h.permit] += e.delta
+		most = max(most, inUse)
+		expect(t, inUse <= semPermits, "%d holders at once (p%d took permit %s, token %d)", inUse, e.h.proc, e.h.permit, e.h.token)
+		expect(t, byPermit[e.h.permit] <= 1, "two holders of permit %s at once (p%d, token %d)", e.h.permit, e.h.proc, e.h.token)
+	}
+	for permit, n := range passed {
+		_, counter := permitKeys(name, permit)
+		v, err := direct.Get(ctx, counter).Int64()
+		require.NoError(t, err)
+		expect(t, v == n, "permit %s: counter %d, but %d writes passed its fence", permit, v, n)
+	}
+	expect(t, stale > 0, "no stopped holder wrote after it continued: the fence was not put to the test")
+	expect(t, staleRefused == stale, "%d of %d writes that stopped holders made after they continued were refused", staleRefused, stale)
+	expect(t, len(after) == semPermits, "%d of %d permits were held again after the last fault (a killed holder's permit comes back)", len(after), semPermits)
+	t.Logf("faults: semaphore: holds=%d kills=%d stops=%d most_at_once=%d stale_writes=%d refused=%d told_lost=%d writes_per_permit=%v",
+		len(holds), kills, stopsN, most, stale, staleRefused, toldLost, passed)
+}
+
+// permitHold is one hold a permit-holder reported.
+type permitHold struct {
+	proc       int
+	permit     string
+	token      uint64
+	start, end time.Time // end: when its write returned
+	ok         bool
+	lost       bool // its context had ended with ErrLost when it wrote
+	err        string
+}
+
+// holdBoard collects the reports of the permit-holder children and the
+// times each was stopped.
+type holdBoard struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	holds []permitHold
+	stops map[int][][2]time.Time
+	// holding: which processes hold a permit (reported "enter", not yet
+	// "hold")
+	holding map[int]bool
+}
+
+// aHolder returns a live process among l that holds a permit, waiting for
+// one for up to a second, or any of l.
+func (b *holdBoard) aHolder(l []int) int {
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		for _, i := range l {
+			if b.holding[i] {
+				b.mu.Unlock()
+				return i
+			}
+		}
+		b.mu.Unlock()
+	}
+	return l[rand.IntN(len(l))]
+}
+
+func (b *holdBoard) read(i int, c *child) {
+	for line := range c.lines {
+		word, f := fields(line)
+		if word == "enter" {
+			b.mu.Lock()
+			b.holding[i] = true
+			b.mu.Unlock()
+		}
+		if word != "hold" {
+			continue
+		}
+		tok, _ := strconv.ParseUint(f["token"], 10, 64)
+		s, _ := strconv.ParseInt(f["start"], 10, 64)
+		e, _ := strconv.ParseInt(f["end"], 10, 64)
+		b.mu.Lock()
+		b.holding[i] = false
+		b.holds = append(b.holds, permitHold{proc: i, permit: f["permit"], token: tok, start: time.Unix(0, s), end: time.Unix(0, e), ok: f["ok"] == "true", lost: f["lost"] == "true", err: f["err"]})
+		b.mu.Unlock()
+	}
+}
+
+// heldSince returns the permits whose holds started after t.
+func (b *holdBoard) heldSince(t time.Time) map[string]bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := map[string]bool{}
+	for _, h := range b.holds {
+		if h.start.After(t) {
+			m[h.permit] = true
+		}
+	}
+	return m
+}
+
+func (b *holdBoard) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.holds)
+}
+
+func (b *holdBoard) all() []permitHold {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.holds)
+}
+
+func (b *holdBoard) stopped(i int, from, to time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stops[i] = append(b.stops[i], [2]time.Time{from, to})
+}
+
+// interrupted reports whether h's process was stopped while h lasted (with
+// a margin for the signal's delivery).
+func (b *holdBoard) interrupted(h permitHold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.stops[h.proc] {
+		if h.start.Before(s[1].Add(100*time.Millisecond)) && h.end.After(s[0].Add(-100*time.Millisecond)) {
+			return true
+		}
+	}
+	return false
+}
+
+// resumedBefore reports whether h's write ended after its process
+// continued from a stop that began during h: a write of a holder that was
+// paused past its lease.
+func (b *holdBoard) resumedBefore(h permitHold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.stops[h.proc] {
+		if h.start.Before(s[0]) && h.end.After(s[1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// rolePermitHolder is the child of TestSemaphoreUnderFaults: it takes one
+// permit of FAULTS_LOCK (3 permits, lease FAULTS_LEASE) in turn, holds it
+// 40 ms, writes through the permit's fence and releases it, reporting
+// "enter permit=K token=T" as it begins and "hold permit=K token=T start=S end=E ok=B lost=B [err=...]", until "quit".
+func rolePermitHolder(t *testing.T) {
+	addr := childEnv(t, "FAULTS_REDIS")
+	name := childEnv(t, "FAULTS_LOCK")
+	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
+	require.NoError(t, err)
+	rc := newRedis(t, addr)
+	c := newClient(t, rc, lock.WithIdentity(childEnv(t, "FAULTS_NAME")), lock.WithPollInterval(50*time.Millisecond))
+	sem, err := c.Semaphore(name, semPermits)
+	require.NoError(t, err)
+	ctx, quit := context.WithCancel(context.Background())
+	go func() {
+		readLine(stdin())
+		quit()
+	}()
+	for ctx.Err() == nil {
+		err := sem.Do(ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: lease}, func(hctx context.Context) error {
+			l, _ := lock.FromContext(hctx)
+			start := time.Now()
+			permit := l.Key()[len(lock.DefaultPrefix+"{"+name+"#") : len(l.Key())-1]
+			report("enter permit=%s token=%d", permit, l.Token())
+			time.Sleep(40 * time.Millisecond) // not watching hctx: a holder that may be paused anywhere
+			fence, counter := permitKeys(name, permit)
+			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := permitWrite.Run(wctx, rc, fence, l.Token(), []string{counter}).Err()
+			cancel()
+			end := time.Now()
+			msg := ""
+			if err != nil && !errors.Is(err, lock.ErrStaleToken) {
+				msg = " err=" + strconv.Quote(err.Error())
+			}
+			lost := errors.Is(context.Cause(hctx), lock.ErrLost)
+			report("hold permit=%s token=%d start=%d end=%d ok=%t lost=%t%s", permit, l.Token(), start.UnixNano(), end.UnixNano(), err == nil, lost, msg)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil && !errors.Is(err, lock.ErrLost) {
+			t.Logf("child: %v", err)
+		}
+		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+	}
+}
