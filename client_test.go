@@ -59,23 +59,20 @@ func TestClosedClient(t *testing.T) {
 	})
 }
 
-// keepInboxes passes every call on to a MemoryProvider, but keeps an inbox
-// registered after its stop is called (until the test ends): a grant is
-// still handed to a waiter whose Client has closed, as on a Redis Cluster,
-// where PUBLISH cannot tell that nobody listens. A closed waiter left in the
-// wait queue then gets the lock, and holds it for nobody.
-type keepInboxes struct {
-	*lock.MemoryProvider
-	t testing.TB
-}
-
-func (p keepInboxes) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-	stop, err := p.MemoryProvider.Listen(ctx, inbox, deliver)
-	if err != nil {
-		return nil, err
-	}
-	p.t.Cleanup(stop)
-	return func() {}, nil
+// keepInboxes returns a provider that passes every call on to mem, but
+// keeps an inbox registered after its stop is called (until the test ends):
+// a grant is still handed to a waiter whose Client has closed, as on a Redis
+// Cluster, where PUBLISH cannot tell that nobody listens. A closed waiter
+// left in the wait queue then gets the lock, and holds it for nobody.
+func keepInboxes(t testing.TB, mem *lock.MemoryProvider) *hookedProvider {
+	return &hookedProvider{Provider: mem, listen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+		stop, err := mem.Listen(ctx, inbox, deliver)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(stop)
+		return func() {}, nil
+	}}
 }
 
 // Issue 7, item 2 (was TestIssue7CloseWakesWaiters): Close wakes every waiter
@@ -193,7 +190,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 	t.Run("memory-inbox-kept", func(t *testing.T) {
 		mem := lock.NewMemoryProvider()
 		run(t,
-			func(t testing.TB) lock.Provider { return keepInboxes{mem, t} },
+			func(t testing.TB) lock.Provider { return keepInboxes(t, mem) },
 			func(testing.TB) lock.Provider { return mem })
 	})
 }

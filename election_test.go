@@ -121,24 +121,23 @@ func TestResignEndsContextBeforeHandover(t *testing.T) {
 	require.NoError(t, w.term.Resign(ctx))
 }
 
-// grantThenCancel is a provider that cancels a context right after it
-// grants a free key (to an Acquire or a Queue): the caller's context ends
-// as the role is granted.
-type grantThenCancel struct {
-	lock.Provider
-	cancel context.CancelFunc
-}
-
-func (p grantThenCancel) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	rec, err := p.Provider.Acquire(ctx, key, owner, ttl)
-	p.cancel()
-	return rec, err
-}
-
-func (p grantThenCancel) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	rec, err := p.Provider.Queue(ctx, key, w)
-	p.cancel()
-	return rec, err
+// grantThenCancel returns a provider over p that calls cancel right after
+// it grants a free key (to an Acquire or a Queue): the caller's context
+// ends as the role is granted.
+func grantThenCancel(p lock.Provider, cancel context.CancelFunc) *hookedProvider {
+	return &hookedProvider{
+		Provider: p,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			rec, err := p.Acquire(ctx, key, owner, ttl)
+			cancel()
+			return rec, err
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			rec, err := p.Queue(ctx, key, w)
+			cancel()
+			return rec, err
+		},
+	}
 }
 
 // TestCampaignEndedAsGrantedHandsOn: a campaign whose context ends just as
@@ -148,7 +147,7 @@ func TestCampaignEndedAsGrantedHandsOn(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := testenv.NewClient(t, grantThenCancel{mem, cancel})
+	c := testenv.NewClient(t, grantThenCancel(mem, cancel))
 	role := testenv.Name(t)
 	term, err := c.Campaign(ctx, role, lock.ElectionOptions{})
 	assert.Nil(t, term)
@@ -260,34 +259,35 @@ func countOf(xs []int, x int) int {
 	return n
 }
 
-// failingCampaigns is a memory provider whose Acquire and Queue fail the
-// first n times, as an unreachable server would.
-type failingCampaigns struct {
-	*lock.MemoryProvider
-	n     atomic.Int32
-	calls chan time.Time
+// failingCampaigns returns a memory provider whose Acquire and Queue fail
+// the first n times, as an unreachable server would, and send the time of
+// every call to calls.
+func failingCampaigns(n int32, calls chan<- time.Time) *hookedProvider {
+	mem := lock.NewMemoryProvider()
+	var left atomic.Int32
+	left.Store(n)
+	fail := func() bool {
+		calls <- time.Now()
+		return left.Add(-1) >= 0
+	}
+	return &hookedProvider{
+		Provider: mem,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			if fail() {
+				return lock.Record{}, errElectionDown
+			}
+			return mem.Acquire(ctx, key, owner, ttl)
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			if fail() {
+				return lock.Record{}, errElectionDown
+			}
+			return mem.Queue(ctx, key, w)
+		},
+	}
 }
 
 var errElectionDown = errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
-
-func (p *failingCampaigns) fail() bool {
-	p.calls <- time.Now()
-	return p.n.Add(-1) >= 0
-}
-
-func (p *failingCampaigns) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if p.fail() {
-		return lock.Record{}, errElectionDown
-	}
-	return p.MemoryProvider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *failingCampaigns) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if p.fail() {
-		return lock.Record{}, errElectionDown
-	}
-	return p.MemoryProvider.Queue(ctx, key, w)
-}
 
 // TestLeadPausesAfterFailedCampaigns: campaigns that fail (the provider
 // down) are tried again after Pause, doubled for each failure in a row,
@@ -295,8 +295,8 @@ func (p *failingCampaigns) Queue(ctx context.Context, key string, w lock.Waiter)
 // hooks were called for no failed campaign.
 func TestLeadPausesAfterFailedCampaigns(t *testing.T) {
 	const pause = 20 * time.Millisecond
-	p := &failingCampaigns{MemoryProvider: lock.NewMemoryProvider(), calls: make(chan time.Time, 64)}
-	p.n.Store(3)
+	calls := make(chan time.Time, 64)
+	p := failingCampaigns(3, calls)
 	logs := &syncBuffer{}
 	c := testenv.NewClient(t, p, lock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	ctx, stop := context.WithCancel(context.Background())
@@ -319,9 +319,9 @@ func TestLeadPausesAfterFailedCampaigns(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Lead did not end")
 	}
-	close(p.calls)
+	close(calls)
 	var at []time.Time
-	for c := range p.calls {
+	for c := range calls {
 		at = append(at, c)
 	}
 	require.GreaterOrEqual(t, len(at), 4, "three failed campaigns and one that succeeded")
@@ -433,19 +433,16 @@ func TestLeadReportsFunctionError(t *testing.T) {
 	assert.Len(t, logs.lines("lock: leader's function failed"), 1, "a failure of its own is logged; the second ended with Lead's context")
 }
 
-// flakyInspect is a memory provider whose Inspect fails while fail is set.
-type flakyInspect struct {
-	*lock.MemoryProvider
-	fail  atomic.Bool
-	calls atomic.Int32
-}
-
-func (p *flakyInspect) Inspect(ctx context.Context, key string) (lock.Record, error) {
-	p.calls.Add(1)
-	if p.fail.Load() {
-		return lock.Record{}, errElectionDown
-	}
-	return p.MemoryProvider.Inspect(ctx, key)
+// flakyInspect returns a provider over mem whose Inspect fails while fail
+// is set, and counts its calls in calls.
+func flakyInspect(mem *lock.MemoryProvider, fail *atomic.Bool, calls *atomic.Int32) *hookedProvider {
+	return &hookedProvider{Provider: mem, inspect: func(ctx context.Context, key string) (lock.Record, error) {
+		calls.Add(1)
+		if fail.Load() {
+			return lock.Record{}, errElectionDown
+		}
+		return mem.Inspect(ctx, key)
+	}}
 }
 
 // TestObserveReadsAgainAfterErrors: reads that fail are reported once (Err
@@ -453,11 +450,14 @@ func (p *flakyInspect) Inspect(ctx context.Context, key string) (lock.Record, er
 // sent, so that a change made meanwhile is not missed; the channel closes
 // when the context ends, and when the Client closes.
 func TestObserveReadsAgainAfterErrors(t *testing.T) {
-	p := &flakyInspect{MemoryProvider: lock.NewMemoryProvider()}
+	mem := lock.NewMemoryProvider()
+	var fail atomic.Bool
+	var calls atomic.Int32
+	p := flakyInspect(mem, &fail, &calls)
 	role := testenv.Name(t)
 	watcher := testenv.NewClient(t, p, lock.WithPollInterval(5*time.Millisecond))
-	a := testenv.NewClient(t, p.MemoryProvider, lock.WithIdentity("a"))
-	b := testenv.NewClient(t, p.MemoryProvider, lock.WithIdentity("b"))
+	a := testenv.NewClient(t, mem, lock.WithIdentity("a"))
+	b := testenv.NewClient(t, mem, lock.WithIdentity("b"))
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	seen, err := watcher.Observe(ctx, role)
@@ -479,7 +479,7 @@ func TestObserveReadsAgainAfterErrors(t *testing.T) {
 	assert.Equal(t, "a", l.Identity)
 	assert.Equal(t, ta.Token(), l.Term)
 
-	p.fail.Store(true)
+	fail.Store(true)
 	failed := next()
 	assert.ErrorIs(t, failed.Err, errElectionDown, "a failed read is reported")
 	assert.Equal(t, l.Owner, failed.Owner, "with the last state")
@@ -487,9 +487,9 @@ func TestObserveReadsAgainAfterErrors(t *testing.T) {
 	require.NoError(t, ta.Resign(ctx))
 	tb, err := b.Campaign(ctx, role, lock.ElectionOptions{})
 	require.NoError(t, err)
-	calls := p.calls.Load()
-	require.Eventually(t, func() bool { return p.calls.Load() >= calls+3 }, 10*time.Second, time.Millisecond)
-	p.fail.Store(false)
+	before := calls.Load()
+	require.Eventually(t, func() bool { return calls.Load() >= before+3 }, 10*time.Second, time.Millisecond)
+	fail.Store(false)
 	l = next()
 	assert.NoError(t, l.Err, "a failure is reported once, then the next read that succeeds")
 	assert.Equal(t, "b", l.Identity, "the change made while reads failed is seen")
@@ -500,7 +500,7 @@ func TestObserveReadsAgainAfterErrors(t *testing.T) {
 	require.NoError(t, tb.Resign(context.Background()))
 
 	// Closing the Client closes the channel too.
-	c, err := lock.NewClient(p.MemoryProvider)
+	c, err := lock.NewClient(mem)
 	require.NoError(t, err)
 	seen, err = c.Observe(context.Background(), role)
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,46 +22,43 @@ import (
 // errBackend is the failing provider's own error.
 var errBackend = errors.New("backend exploded")
 
-// failingProvider passes every call on to a MemoryProvider, except those
-// named in fail, which return errBackend.
-type failingProvider struct {
-	*lock.MemoryProvider
-	fail map[string]bool
-}
-
-func (p *failingProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if p.fail["acquire"] {
-		return lock.Record{}, errBackend
+// failingProvider returns a provider over mem whose calls named in fail
+// return errBackend: "acquire", "queue", "release", and "update" for Renew
+// and Finish. Every other call is mem's.
+func failingProvider(mem *lock.MemoryProvider, fail map[string]bool) *hookedProvider {
+	return &hookedProvider{
+		Provider: mem,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			if fail["acquire"] {
+				return lock.Record{}, errBackend
+			}
+			return mem.Acquire(ctx, key, owner, ttl)
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			if fail["queue"] {
+				return lock.Record{}, errBackend
+			}
+			return mem.Queue(ctx, key, w)
+		},
+		release: func(ctx context.Context, key, owner string) error {
+			if fail["release"] {
+				return errBackend
+			}
+			return mem.Release(ctx, key, owner)
+		},
+		renew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+			if fail["update"] {
+				return errBackend
+			}
+			return mem.Renew(ctx, key, owner, ttl)
+		},
+		finish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+			if fail["update"] {
+				return errBackend
+			}
+			return mem.Finish(ctx, key, owner, ttl)
+		},
 	}
-	return p.MemoryProvider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *failingProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if p.fail["queue"] {
-		return lock.Record{}, errBackend
-	}
-	return p.MemoryProvider.Queue(ctx, key, w)
-}
-
-func (p *failingProvider) Release(ctx context.Context, key, owner string) error {
-	if p.fail["release"] {
-		return errBackend
-	}
-	return p.MemoryProvider.Release(ctx, key, owner)
-}
-
-func (p *failingProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.fail["update"] {
-		return errBackend
-	}
-	return p.MemoryProvider.Renew(ctx, key, owner, ttl)
-}
-
-func (p *failingProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.fail["update"] {
-		return errBackend
-	}
-	return p.MemoryProvider.Finish(ctx, key, owner, ttl)
 }
 
 // Issue 7, item 6 (was TestIssue7ProviderErrorsNameTheLock): an error of the
@@ -83,8 +81,7 @@ func TestProviderErrorsNameTheLock(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	t.Run("acquire", func(t *testing.T) {
-		p := &failingProvider{MemoryProvider: lock.NewMemoryProvider(), fail: map[string]bool{"acquire": true, "queue": true}}
-		c := newClient(t, p)
+		c := newClient(t, failingProvider(lock.NewMemoryProvider(), map[string]bool{"acquire": true, "queue": true}))
 		name := uniqueName(t)
 		_, err := c.Acquire(ctx, name, lock.Options{})
 		check(t, err, c.Key(name), "acquire")
@@ -98,52 +95,48 @@ func TestProviderErrorsNameTheLock(t *testing.T) {
 	})
 	t.Run("queue", func(t *testing.T) {
 		mem := lock.NewMemoryProvider()
-		p := &failingProvider{MemoryProvider: mem, fail: map[string]bool{}}
-		c := newClient(t, p)
+		fail := map[string]bool{}
+		c := newClient(t, failingProvider(mem, fail))
 		name := uniqueName(t)
 		hl, err := newClient(t, mem).Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, hl.Release(ctx)) }()
-		p.fail["queue"] = true
+		fail["queue"] = true
 		_, err = c.Acquire(ctx, name, lock.Options{Wait: true})
 		check(t, err, c.Key(name), "queue", "wait")
 	})
 	t.Run("release", func(t *testing.T) {
-		p := &failingProvider{MemoryProvider: lock.NewMemoryProvider(), fail: map[string]bool{}}
-		c := newClient(t, p)
+		fail := map[string]bool{}
+		c := newClient(t, failingProvider(lock.NewMemoryProvider(), fail))
 		name := uniqueName(t)
 		l, err := c.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
-		p.fail["release"] = true
+		fail["release"] = true
 		check(t, l.Release(ctx), c.Key(name), "release")
 	})
 	t.Run("extend", func(t *testing.T) {
-		p := &failingProvider{MemoryProvider: lock.NewMemoryProvider(), fail: map[string]bool{}}
-		c := newClient(t, p)
+		fail := map[string]bool{}
+		c := newClient(t, failingProvider(lock.NewMemoryProvider(), fail))
 		name := uniqueName(t)
 		l, err := c.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
-		p.fail["update"] = true
+		fail["update"] = true
 		check(t, l.Extend(ctx, time.Minute), c.Key(name), "extend", "renew", "update")
-		p.fail["update"] = false
+		fail["update"] = false
 		assert.NoError(t, l.Release(ctx))
 	})
-}
-
-// slowFailing is a provider whose Acquire fails with its own error once the
-// caller's context has ended, as a network call that times out does.
-type slowFailing struct{ lock.Provider }
-
-func (slowFailing) Acquire(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
-	<-ctx.Done()
-	return lock.Record{}, errors.New("read tcp: i/o timeout")
 }
 
 // Regression (fixed in d9086c1): when the context ends while the provider
 // fails, the error keeps both (the context's, for errors.Is, and the
 // provider's text) and names the key once.
 func TestContextEndAndProviderErrorNameTheKeyOnce(t *testing.T) {
-	c := newClient(t, slowFailing{lock.NewMemoryProvider()})
+	// Acquire fails with the provider's own error once the caller's context
+	// has ended, as a network call that times out does.
+	c := newClient(t, &hookedProvider{Provider: lock.NewMemoryProvider(), acquire: func(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
+		<-ctx.Done()
+		return lock.Record{}, errors.New("read tcp: i/o timeout")
+	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	name := uniqueName(t)
@@ -204,7 +197,8 @@ func TestUnavailableRedisDown(t *testing.T) {
 // ended before anything was asked, a Client closed meanwhile.
 func TestUnavailableProviderFails(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	p := &downProvider{Provider: mem}
+	var mode atomic.Value
+	p := downProvider(mem, &mode)
 	c := newClient(t, p, lock.WithReleaseTimeout(time.Second))
 	ctx := ctxTimeout(t, 30*time.Second)
 	short := func() context.Context {
@@ -213,34 +207,34 @@ func TestUnavailableProviderFails(t *testing.T) {
 		return ctx
 	}
 
-	p.mode.Store("hang")
+	mode.Store("hang")
 	_, err := c.Acquire(short(), "job", lock.Options{})
 	assert.ErrorIs(t, err, lock.ErrUnavailable, "no answer before the deadline: %v", err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, lock.ErrNotAcquired)
 	assert.EqualError(t, err, `lock: could not acquire "lock:{job}": context deadline exceeded: acquire: no answer from the provider`)
 
-	p.mode.Store("fail")
+	mode.Store("fail")
 	_, err = c.Acquire(ctx, "job", lock.Options{Wait: true})
 	assert.ErrorIs(t, err, lock.ErrUnavailable)
 	assert.ErrorIs(t, err, errDown, "the provider's error is attached")
 	assert.EqualError(t, err, `lock: acquire "lock:{job}": `+errDown.Error())
 
-	p.mode.Store("hang")
+	mode.Store("hang")
 	_, err = c.Acquire(short(), "job", lock.Options{Wait: true})
 	assert.ErrorIs(t, err, lock.ErrUnavailable)
 	assert.ErrorIs(t, err, errDown, "the last error the provider returned is attached")
 	assert.EqualError(t, err, `lock: could not acquire "lock:{job}": context deadline exceeded: acquire: no answer from the provider (its last error: `+errDown.Error()+")")
 
-	p.mode.Store("")
+	mode.Store("")
 	l, err := c.Acquire(ctx, "job", lock.Options{})
 	require.NoError(t, err, "the provider is back")
-	p.mode.Store("hang")
+	mode.Store("hang")
 	_, err = c.Acquire(short(), "other", lock.Options{})
 	assert.ErrorIs(t, err, lock.ErrUnavailable)
 	assert.NotErrorIs(t, err, errDown, "a success since forgets the last error")
 
-	p.mode.Store("")
+	mode.Store("")
 	_, err = c.Acquire(ctx, "job", lock.Options{Wait: true, MaxWait: 200 * time.Millisecond})
 	assert.ErrorIs(t, err, lock.ErrTimeout, "a wait in the queue times out")
 	assert.NotErrorIs(t, err, lock.ErrUnavailable, "a wait that timed out in the queue is not an outage: %v", err)
@@ -248,7 +242,7 @@ func TestUnavailableProviderFails(t *testing.T) {
 	assert.NotErrorIs(t, err, lock.ErrUnavailable, "a held lock is not an outage")
 
 	// A waiter whose request is under way when its Client closes.
-	p.mode.Store("hang-queue")
+	mode.Store("hang-queue")
 	closing := newClient(t, p)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
@@ -261,25 +255,22 @@ func TestUnavailableProviderFails(t *testing.T) {
 
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
-	p.mode.Store("hang")
+	mode.Store("hang")
 	_, err = c.Acquire(ended, "job", lock.Options{})
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, lock.ErrUnavailable, "a context that ended before anything was asked is not an outage")
-}
-
-// listDown is a memory provider whose List fails as the Redis provider's
-// does: with the operation and the prefix named.
-type listDown struct{ lock.Provider }
-
-func (listDown) List(_ context.Context, prefix string, _ func(string, lock.Record, error) bool) error {
-	return errors.New(`lock: list "` + prefix + `": ` + errDown.Error())
 }
 
 // Issue 22, item 5: List's error named the operation and the prefix twice
 // (`lock: list "lock:": lock: list "lock:": dial tcp ...`).
 func TestListErrorNamesItsOperationOnce(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	_, _, err := newClient(t, listDown{lock.NewMemoryProvider()}).List(ctx, 10)
+	// List fails as the Redis provider's does: with the operation and the
+	// prefix named.
+	listDown := &hookedProvider{Provider: lock.NewMemoryProvider(), list: func(_ context.Context, prefix string, _ func(string, lock.Record, error) bool) error {
+		return errors.New(`lock: list "` + prefix + `": ` + errDown.Error())
+	}}
+	_, _, err := newClient(t, listDown).List(ctx, 10)
 	assert.EqualError(t, err, `lock: list "lock:": `+errDown.Error())
 	assert.ErrorIs(t, err, lock.ErrUnavailable)
 

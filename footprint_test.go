@@ -108,17 +108,15 @@ func deleteKeys(t *testing.T, rc *redis.Client, prefix string) {
 	}
 }
 
-// countingListen counts the grants delivered to its Client's inbox.
-type countingListen struct {
-	lock.Provider
-	delivered *atomic.Int64
-}
-
-func (p countingListen) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-	return p.Provider.Listen(ctx, inbox, func(g lock.Grant) {
-		p.delivered.Add(1)
-		deliver(g)
-	})
+// countingListen returns a provider over p that counts, in delivered, the
+// grants delivered to its Client's inbox.
+func countingListen(p lock.Provider, delivered *atomic.Int64) *hookedProvider {
+	return &hookedProvider{Provider: p, listen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+		return p.Listen(ctx, inbox, func(g lock.Grant) {
+			delivered.Add(1)
+			deliver(g)
+		})
+	}}
 }
 
 // TestIdleClientsHearNothing: 100 Clients that have waited once (so they
@@ -132,7 +130,7 @@ func TestIdleClientsHearNothing(t *testing.T) {
 	var heard atomic.Int64
 	const idle = 100
 	for i := range idle {
-		p := countingListen{Provider: lock.NewRedisProvider(rc), delivered: &heard}
+		p := countingListen(lock.NewRedisProvider(rc), &heard)
 		c := newClient(t, p)
 		// A wait that is handed the lock: the Client listens from now on.
 		name := uniqueName(t)

@@ -308,114 +308,180 @@ func mustHold(t *testing.T, c *lock.Client, name string) *lock.Lock {
 
 // --- providers that fail as a network or a server would ---
 
-// flakyUpdate is a provider whose renewals fail while fail is set.
-type flakyUpdate struct {
-	lock.Provider
-	fail atomic.Bool
-}
-
-func (p *flakyUpdate) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.fail.Load() {
-		return errors.New("connection refused")
-	}
-	return p.Provider.Renew(ctx, key, owner, ttl)
-}
-
-// hookedProvider is a MemoryProvider whose Renew and Queue can be replaced.
+// hookedProvider passes every call on to Provider, except the calls of a
+// method whose hook is set: that method calls its hook instead, which may
+// call the provider behind it (or not). The hooks are set before the
+// provider is used and not changed after; what they do may depend on state
+// of the test's own (an atomic flag, a counter). With no hook set it is
+// Provider itself; with a nil Provider, only the hooked methods can be
+// called.
 type hookedProvider struct {
-	*lock.MemoryProvider
-	renew func(ctx context.Context, key, owner string, ttl time.Duration) error
-	queue func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
+	lock.Provider
+	acquire      func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error)
+	queue        func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
+	leave        func(ctx context.Context, key string, w lock.Waiter) error
+	listen       func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error)
+	release      func(ctx context.Context, key, owner string) error
+	renew        func(ctx context.Context, key, owner string, ttl time.Duration) error
+	finish       func(ctx context.Context, key, owner string, ttl time.Duration) error
+	inspect      func(ctx context.Context, key string) (lock.Record, error)
+	list         func(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error
+	forceRelease func(ctx context.Context, key string) (lock.Record, error)
 }
 
-func (p *hookedProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.renew != nil {
-		return p.renew(ctx, key, owner, ttl)
+func (p *hookedProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if p.acquire != nil {
+		return p.acquire(ctx, key, owner, ttl)
 	}
-	return p.MemoryProvider.Renew(ctx, key, owner, ttl)
+	return p.Provider.Acquire(ctx, key, owner, ttl)
 }
 
 func (p *hookedProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 	if p.queue != nil {
 		return p.queue(ctx, key, w)
 	}
-	return p.MemoryProvider.Queue(ctx, key, w)
-}
-
-// downProvider is a memory provider whose Acquire and Queue fail with
-// errDown in mode "fail", and never answer (until the context ends) in mode
-// "hang"; in mode "hang-queue", Queue alone never answers.
-type downProvider struct {
-	lock.Provider
-	mode atomic.Value // "", "fail" or "hang"
-}
-
-func (p *downProvider) down(ctx context.Context, queue bool) error {
-	switch p.mode.Load() {
-	case "fail":
-		return errDown
-	case "hang-queue":
-		if !queue {
-			return nil
-		}
-		<-ctx.Done()
-		return ctx.Err()
-	case "hang":
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return nil
-}
-
-func (p *downProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if err := p.down(ctx, false); err != nil {
-		return lock.Record{}, err
-	}
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *downProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if err := p.down(ctx, true); err != nil {
-		return lock.Record{}, err
-	}
 	return p.Provider.Queue(ctx, key, w)
+}
+
+func (p *hookedProvider) Leave(ctx context.Context, key string, w lock.Waiter) error {
+	if p.leave != nil {
+		return p.leave(ctx, key, w)
+	}
+	return p.Provider.Leave(ctx, key, w)
+}
+
+func (p *hookedProvider) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+	if p.listen != nil {
+		return p.listen(ctx, inbox, deliver)
+	}
+	return p.Provider.Listen(ctx, inbox, deliver)
+}
+
+func (p *hookedProvider) Release(ctx context.Context, key, owner string) error {
+	if p.release != nil {
+		return p.release(ctx, key, owner)
+	}
+	return p.Provider.Release(ctx, key, owner)
+}
+
+func (p *hookedProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.renew != nil {
+		return p.renew(ctx, key, owner, ttl)
+	}
+	return p.Provider.Renew(ctx, key, owner, ttl)
+}
+
+func (p *hookedProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.finish != nil {
+		return p.finish(ctx, key, owner, ttl)
+	}
+	return p.Provider.Finish(ctx, key, owner, ttl)
+}
+
+func (p *hookedProvider) Inspect(ctx context.Context, key string) (lock.Record, error) {
+	if p.inspect != nil {
+		return p.inspect(ctx, key)
+	}
+	return p.Provider.Inspect(ctx, key)
+}
+
+func (p *hookedProvider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
+	if p.list != nil {
+		return p.list(ctx, prefix, fn)
+	}
+	return p.Provider.List(ctx, prefix, fn)
+}
+
+func (p *hookedProvider) ForceRelease(ctx context.Context, key string) (lock.Record, error) {
+	if p.forceRelease != nil {
+		return p.forceRelease(ctx, key)
+	}
+	return p.Provider.ForceRelease(ctx, key)
+}
+
+// flakyRenewals returns a provider over p whose renewals fail, as with the
+// server unreachable, while fail is set.
+func flakyRenewals(p lock.Provider, fail *atomic.Bool) *hookedProvider {
+	return &hookedProvider{Provider: p, renew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+		if fail.Load() {
+			return errors.New("connection refused")
+		}
+		return p.Renew(ctx, key, owner, ttl)
+	}}
+}
+
+// downProvider returns a provider over p whose Acquire and Queue fail with
+// errDown while mode is "fail", and never answer (until the context ends)
+// while it is "hang"; while it is "hang-queue", Queue alone never answers.
+// Otherwise (mode "" or never set) they are p's.
+func downProvider(p lock.Provider, mode *atomic.Value) *hookedProvider {
+	down := func(ctx context.Context, queue bool) error {
+		switch mode.Load() {
+		case "fail":
+			return errDown
+		case "hang-queue":
+			if !queue {
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		case "hang":
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	return &hookedProvider{
+		Provider: p,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			if err := down(ctx, false); err != nil {
+				return lock.Record{}, err
+			}
+			return p.Acquire(ctx, key, owner, ttl)
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			if err := down(ctx, true); err != nil {
+				return lock.Record{}, err
+			}
+			return p.Queue(ctx, key, w)
+		},
+	}
 }
 
 var errDown = errors.New("dial tcp 10.0.0.7:6379: connect: connection refused")
 
-// mwDownProvider is a provider whose server is down: Acquire fails after
-// 100 ms with errMwDown, and Release hangs until its context ends (a dial
-// that never completes). Every other method is the embedded provider's; the
-// zero value has none, which is enough for calls that never acquire.
-type mwDownProvider struct {
-	lock.Provider
-}
-
-func (mwDownProvider) Acquire(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
-	select {
-	case <-time.After(100 * time.Millisecond):
-		return lock.Record{}, errMwDown
-	case <-ctx.Done():
-		return lock.Record{}, ctx.Err()
+// mwDownProvider returns a provider over p whose server is down: Acquire and
+// Queue fail after 100 ms with errMwDown, Release and Leave hang until their
+// context ends (a dial that never completes), and Listen fails with
+// errMwDown. Every other method is p's; a nil p has none, which is enough for
+// calls that never acquire.
+func mwDownProvider(p lock.Provider) *hookedProvider {
+	acquire := func(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
+		select {
+		case <-time.After(100 * time.Millisecond):
+			return lock.Record{}, errMwDown
+		case <-ctx.Done():
+			return lock.Record{}, ctx.Err()
+		}
 	}
-}
-
-func (mwDownProvider) Release(ctx context.Context, _, _ string) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (p mwDownProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	return p.Acquire(ctx, key, w.Owner, w.TTL)
-}
-
-func (mwDownProvider) Leave(ctx context.Context, _ string, _ lock.Waiter) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (mwDownProvider) Listen(context.Context, string, func(lock.Grant)) (func(), error) {
-	return nil, errMwDown
+	return &hookedProvider{
+		Provider: p,
+		acquire:  acquire,
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			return acquire(ctx, key, w.Owner, w.TTL)
+		},
+		release: func(ctx context.Context, _, _ string) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		leave: func(ctx context.Context, _ string, _ lock.Waiter) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		listen: func(context.Context, string, func(lock.Grant)) (func(), error) {
+			return nil, errMwDown
+		},
+	}
 }
 
 var errMwDown = errors.New("provider down: dial tcp 10.20.30.40:6379: i/o timeout")

@@ -206,7 +206,7 @@ func httpUnreachable(t *testing.T, opt redis.Options) *lock.Client {
 // httpDownClient returns a Client on a provider that is down (see
 // mwDownProvider), whose cleanup gives up after a second.
 func httpDownClient(t *testing.T) *lock.Client {
-	return newClient(t, mwDownProvider{lock.NewMemoryProvider()}, lock.WithReleaseTimeout(time.Second))
+	return newClient(t, mwDownProvider(lock.NewMemoryProvider()), lock.WithReleaseTimeout(time.Second))
 }
 
 // httpServeOnce serves one request under c's lock, named name, with the given
@@ -424,8 +424,8 @@ func TestHTTPMiddleware_DefaultHandlerLogs(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p := &downProvider{Provider: lock.NewMemoryProvider()}
-	c := newClient(t, p, lock.WithLogger(log), lock.WithReleaseTimeout(time.Second))
+	var mode atomic.Value
+	c := newClient(t, downProvider(lock.NewMemoryProvider(), &mode), lock.WithLogger(log), lock.WithReleaseTimeout(time.Second))
 	held := uniqueName(t)
 	mustHold(t, c, held)
 	mw, err := lock.HTTPMiddleware(c, lock.HTTPOptions{NameFunc: func(r *http.Request) string { return r.URL.Query().Get("name") }})
@@ -437,7 +437,7 @@ func TestHTTPMiddleware_DefaultHandlerLogs(t *testing.T) {
 	require.Equal(t, http.StatusLocked, resp.Code)
 	resp = httpServe(t, ctx, h, http.MethodPost, "/run?name=")
 	require.Equal(t, http.StatusBadRequest, resp.Code)
-	p.mode.Store("fail")
+	mode.Store("fail")
 	resp = httpServe(t, ctx, h, http.MethodPost, "/run?name=other")
 	require.Equal(t, http.StatusServiceUnavailable, resp.Code)
 	assertHidesInternals(t, resp, errDown.Error())

@@ -58,7 +58,8 @@ func TestLeaseRenewal(t *testing.T) {
 // failure.
 func TestRenewalEvents(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	p := &flakyUpdate{Provider: lock.NewMemoryProvider()}
+	var fail atomic.Bool
+	p := flakyRenewals(lock.NewMemoryProvider(), &fail)
 	rec := newRecorder()
 	rec.renewals = true
 	c := newClient(t, p, rec.option())
@@ -72,12 +73,12 @@ func TestRenewalEvents(t *testing.T) {
 	assert.Equal(t, lease, e.Lease, "a renewal asks for the lease")
 	assert.Positive(t, e.Held)
 
-	p.fail.Store(true)
+	fail.Store(true)
 	e = waitEvent(t, rec, lock.EventRenewed)
 	require.Error(t, e.Err, "a failed renewal is emitted with its error")
 	assert.Contains(t, e.Err.Error(), "connection refused")
 	assert.Contains(t, e.Err.Error(), l.Key(), "the error names the key")
-	p.fail.Store(false)
+	fail.Store(false)
 	for {
 		e = waitEvent(t, rec, lock.EventRenewed)
 		if e.Err == nil {
@@ -216,7 +217,7 @@ func TestLeaseTimersUnderChurn(t *testing.T) {
 func TestHungExtendDoesNotHideLoss(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var hanging atomic.Bool
-	p := &hookedProvider{MemoryProvider: mem}
+	p := &hookedProvider{Provider: mem}
 	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if !hanging.Load() {
 			return mem.Renew(ctx, key, owner, ttl)
@@ -253,7 +254,7 @@ func TestHungExtendDoesNotHideLoss(t *testing.T) {
 func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var failing atomic.Bool
-	p := &hookedProvider{MemoryProvider: mem}
+	p := &hookedProvider{Provider: mem}
 	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if failing.Load() {
 			time.Sleep(150 * time.Millisecond) // slow, then a transient error
@@ -285,7 +286,7 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 // lease is.
 func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	p := &hookedProvider{MemoryProvider: mem}
+	p := &hookedProvider{Provider: mem}
 	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if err := mem.Renew(ctx, key, owner, ttl); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,18 +98,6 @@ func TestLossSaysWhy(t *testing.T) {
 	})
 }
 
-// hangingUpdate is a provider whose renewals never answer, until the test
-// ends, whatever their context says.
-type hangingUpdate struct {
-	lock.Provider
-	stop chan struct{}
-}
-
-func (p hangingUpdate) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	<-p.stop
-	return errors.New("no answer")
-}
-
 // The lease running out says whether renewals failed (the provider
 // unreachable) or never came back (the lease ran out), and MaxDuration says
 // so.
@@ -129,8 +118,9 @@ func TestLossByTheHoldersClock(t *testing.T) {
 	}
 
 	t.Run("unreachable", func(t *testing.T) {
-		p := &flakyUpdate{Provider: mem}
-		p.fail.Store(true)
+		var fail atomic.Bool
+		fail.Store(true)
+		p := flakyRenewals(mem, &fail)
 		c := newClient(t, p)
 		l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: lease})
 		require.NoError(t, err)
@@ -143,7 +133,12 @@ func TestLossByTheHoldersClock(t *testing.T) {
 	t.Run("lease ran out", func(t *testing.T) {
 		stop := make(chan struct{})
 		t.Cleanup(func() { close(stop) })
-		c := newClient(t, hangingUpdate{mem, stop})
+		// Renewals never answer, until the test ends, whatever their
+		// context says.
+		c := newClient(t, &hookedProvider{Provider: mem, renew: func(context.Context, string, string, time.Duration) error {
+			<-stop
+			return errors.New("no answer")
+		}})
 		l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: lease})
 		require.NoError(t, err)
 		le := wait(t, l)

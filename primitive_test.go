@@ -19,21 +19,20 @@ import (
 // "Their tests") through lock.New and Run, each replica an independent Client
 // over one backend, and check the fixes of its known flaws.
 
-// primCountingProvider counts a provider's completed Acquire calls and passes
-// its Topic on.
-type primCountingProvider struct {
-	lock.Provider
-	acquires atomic.Int32
-}
-
-func (p *primCountingProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	defer p.acquires.Add(1)
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *primCountingProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	defer p.acquires.Add(1)
-	return p.Provider.Queue(ctx, key, w)
+// primCountingProvider returns a provider over p that counts, in acquires,
+// its completed acquisition attempts (Acquire and Queue calls).
+func primCountingProvider(p lock.Provider, acquires *atomic.Int32) *hookedProvider {
+	return &hookedProvider{
+		Provider: p,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			defer acquires.Add(1)
+			return p.Acquire(ctx, key, owner, ttl)
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			defer acquires.Add(1)
+			return p.Queue(ctx, key, w)
+		},
+	}
 }
 
 // Alepha test 1, with our fix of its silent skip: three replicas run at once
@@ -512,7 +511,8 @@ func TestPrimitive_WaiterSkipsWhenHolderEndsWithGracePeriod(t *testing.T) {
 		name := uniqueName(t)
 		ctx := ctxTimeout(t, 10*time.Second)
 		holderClient := newClient(t, b.replica(t))
-		counted := &primCountingProvider{Provider: b.replica(t)}
+		var acquires atomic.Int32
+		counted := primCountingProvider(b.replica(t), &acquires)
 		rec := newRecorder()
 		waiterClient := newClient(t, counted, rec.option())
 		opts := lock.PrimitiveOptions[struct{}]{Name: name, Options: lock.Options{Wait: true, GracePeriod: time.Second}}
@@ -523,7 +523,7 @@ func TestPrimitive_WaiterSkipsWhenHolderEndsWithGracePeriod(t *testing.T) {
 			close(entered)
 			// End only once the waiter is waiting: it has tried, subscribed
 			// and looked once more.
-			waiting = waitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
+			waiting = waitUntil(func() bool { return acquires.Load() >= 2 }, 5*time.Second)
 			return nil
 		}, opts)
 		require.NoError(t, err)
@@ -539,7 +539,7 @@ func TestPrimitive_WaiterSkipsWhenHolderEndsWithGracePeriod(t *testing.T) {
 		events := eventKinds(drain(rec))
 		require.NoError(t, <-holderErr, "the holder should run")
 		require.True(t, waiting, "the waiter should have been waiting when the holder ended; it made %d attempts, "+
-			"returned %v, emitted %v", counted.acquires.Load(), err, events)
+			"returned %v, emitted %v", acquires.Load(), err, events)
 		assert.ErrorIs(t, err, lock.ErrNotAcquired, "the waiter should not get the lock")
 		assert.ErrorIs(t, err, lock.ErrGracePeriod, "the waiter should skip because of the grace period")
 		assert.Zero(t, waiterRuns.Load(), "the waiter's handler must not run within the grace period")
@@ -785,7 +785,8 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		name := uniqueName(t)
 		ctx := ctxTimeout(t, 15*time.Second)
 		holderClient := newClient(t, b.replica(t))
-		counted := &primCountingProvider{Provider: b.replica(t)}
+		var acquires atomic.Int32
+		counted := primCountingProvider(b.replica(t), &acquires)
 		waiterClient := newClient(t, counted, lock.WithPollInterval(poll))
 
 		var holderEnd time.Time
@@ -793,7 +794,7 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		holder, err := lock.New(holderClient, func(context.Context, struct{}) error {
 			close(entered)
 			// Hold on until the waiter has tried once and then queued.
-			waitUntil(func() bool { return counted.acquires.Load() >= 2 }, 5*time.Second)
+			waitUntil(func() bool { return acquires.Load() >= 2 }, 5*time.Second)
 			holderEnd = time.Now()
 			return nil
 		}, lock.PrimitiveOptions[struct{}]{Name: name})
@@ -814,7 +815,7 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 		require.NoError(t, err, "the waiter should get the lock once the holder releases it")
 		handoff := waiterStart.Sub(holderEnd)
 		assert.Less(t, handoff, poll/2, "the announcement, not the %v poll, should wake the waiter", poll)
-		assert.EqualValues(t, 2, counted.acquires.Load(),
+		assert.EqualValues(t, 2, acquires.Load(),
 			"the waiter should try once, queue once, and be handed the lock by the release, with no other attempt")
 	})
 }
@@ -824,7 +825,7 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 // held, closed, or the wait ended), however long the cleanup after the
 // failure takes.
 func TestPrimitive_ProviderFailureIsReturned(t *testing.T) {
-	c := newClient(t, mwDownProvider{}, lock.WithReleaseTimeout(time.Second))
+	c := newClient(t, mwDownProvider(nil), lock.WithReleaseTimeout(time.Second))
 	var runs atomic.Int32
 	p, err := lock.New(c, func(context.Context, struct{}) error { runs.Add(1); return nil },
 		lock.PrimitiveOptions[struct{}]{Name: uniqueName(t)})
@@ -841,28 +842,20 @@ func TestPrimitive_ProviderFailureIsReturned(t *testing.T) {
 	assert.Zero(t, runs.Load(), "the handler must not run without the lock")
 }
 
-// primSlowTopic is a memory provider whose Listen takes a while (a pub/sub
-// connection that is slow to open).
-type primSlowTopic struct {
-	*lock.MemoryProvider
-	delay time.Duration
-}
-
-func (p primSlowTopic) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-	select {
-	case <-time.After(p.delay):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return p.MemoryProvider.Listen(ctx, inbox, deliver)
-}
-
 // A waiting Run that is opening the Client's subscription does not hold up
 // the Client's other Runs: a no-wait Run of a free lock returns at once.
 func TestPrimitive_SlowSubscribeDoesNotBlockOtherRuns(t *testing.T) {
 	const delay = 2 * time.Second
 	mem := lock.NewMemoryProvider()
-	c := newClient(t, primSlowTopic{MemoryProvider: mem, delay: delay})
+	// Listen takes a while (a pub/sub connection that is slow to open).
+	c := newClient(t, &hookedProvider{Provider: mem, listen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return mem.Listen(ctx, inbox, deliver)
+	}})
 	held := uniqueName(t)
 	mustHold(t, newClient(t, mem), held)
 	ctx := ctxTimeout(t, 10*time.Second)

@@ -18,21 +18,17 @@ import (
 // Release: its context and timeout, a second Release, a Release that finds
 // the lock gone, and Done after the end.
 
-// ctxProvider is a memory provider whose Release hands its context to seen
-// and, with hang, waits for that context to end.
-type ctxProvider struct {
-	lock.Provider
-	seen chan context.Context
-	hang bool
-}
-
-func (p ctxProvider) Release(ctx context.Context, key, owner string) error {
-	p.seen <- ctx
-	if p.hang {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return p.Provider.Release(ctx, key, owner)
+// ctxProvider returns a provider over p whose Release hands its context to
+// seen and, with hang, waits for that context to end.
+func ctxProvider(p lock.Provider, seen chan<- context.Context, hang bool) *hookedProvider {
+	return &hookedProvider{Provider: p, release: func(ctx context.Context, key, owner string) error {
+		seen <- ctx
+		if hang {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return p.Release(ctx, key, owner)
+	}}
 }
 
 type ctxTag struct{}
@@ -40,15 +36,15 @@ type ctxTag struct{}
 // Release runs on a context of its own: the caller's values, not its
 // cancellation, and a deadline of at most the release timeout.
 func TestReleaseContext(t *testing.T) {
-	p := ctxProvider{Provider: lock.NewMemoryProvider(), seen: make(chan context.Context, 1)}
-	c := newClient(t, p, lock.WithReleaseTimeout(time.Minute))
+	seen := make(chan context.Context, 1)
+	c := newClient(t, ctxProvider(lock.NewMemoryProvider(), seen, false), lock.WithReleaseTimeout(time.Minute))
 	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxTag{}, "request-7"))
 	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
 	require.NoError(t, err)
 	cancel(errors.New("the request ended"))
 	began := time.Now()
 	require.NoError(t, l.Release(ctx), "a cancelled caller's release goes through")
-	rctx := <-p.seen
+	rctx := <-seen
 	assert.Equal(t, "request-7", rctx.Value(ctxTag{}), "the caller's values reach the provider")
 	assert.NoError(t, rctx.Err(), "the caller's cancellation does not")
 	assert.NoError(t, context.Cause(rctx), "nor its cause")
@@ -60,8 +56,8 @@ func TestReleaseContext(t *testing.T) {
 
 // A release whose provider never answers gives up at the release timeout.
 func TestReleaseTimeoutEndsAHangingRelease(t *testing.T) {
-	p := ctxProvider{Provider: lock.NewMemoryProvider(), seen: make(chan context.Context, 2), hang: true}
-	c := newClient(t, p, lock.WithReleaseTimeout(300*time.Millisecond))
+	seen := make(chan context.Context, 2)
+	c := newClient(t, ctxProvider(lock.NewMemoryProvider(), seen, true), lock.WithReleaseTimeout(300*time.Millisecond))
 	for i := range 2 { // the second shares the first's deadline, or has one of its own
 		ctx, cancel := context.WithCancelCause(context.Background())
 		l, err := c.Acquire(ctx, uniqueName(t)+strconv.Itoa(i), lock.Options{})
@@ -73,7 +69,7 @@ func TestReleaseTimeoutEndsAHangingRelease(t *testing.T) {
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "release %d", i)
 		assert.GreaterOrEqual(t, took, 250*time.Millisecond, "release %d ended before nine tenths of the timeout", i)
 		assert.Less(t, took, 10*time.Second, "release %d hung past its timeout", i)
-		rctx := <-p.seen
+		rctx := <-seen
 		assert.Equal(t, context.DeadlineExceeded, context.Cause(rctx), "release %d: the cause is its own deadline, not the caller's", i)
 	}
 }
@@ -106,12 +102,17 @@ func TestReleasedLockIsNotLost(t *testing.T) {
 // one's error.
 func TestSecondReleaseRepeatsFailure(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	failing := &releaseFails{MemoryProvider: mem}
-	c := newClient(t, failing)
+	var fail atomic.Bool
+	c := newClient(t, &hookedProvider{Provider: mem, release: func(ctx context.Context, key, owner string) error {
+		if fail.Load() {
+			return errReleaseDown
+		}
+		return mem.Release(ctx, key, owner)
+	}})
 	ctx := ctxTimeout(t, 5*time.Second)
 	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
 	require.NoError(t, err)
-	failing.fail.Store(true)
+	fail.Store(true)
 	first := l.Release(ctx)
 	require.ErrorIs(t, first, errReleaseDown)
 	assert.Equal(t, first, l.Release(ctx), "a second Release says the first failed")
@@ -120,33 +121,20 @@ func TestSecondReleaseRepeatsFailure(t *testing.T) {
 
 var errReleaseDown = errors.New("provider down")
 
-type releaseFails struct {
-	*lock.MemoryProvider
-	fail atomic.Bool
-}
-
-func (p *releaseFails) Release(ctx context.Context, key, owner string) error {
-	if p.fail.Load() {
-		return errReleaseDown
+// slowRelease returns a provider over p whose releases (and grace-period
+// writes) take d before they reach p, as over a slow network.
+func slowRelease(p lock.Provider, d time.Duration) *hookedProvider {
+	return &hookedProvider{
+		Provider: p,
+		release: func(ctx context.Context, key, owner string) error {
+			time.Sleep(d)
+			return p.Release(ctx, key, owner)
+		},
+		finish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+			time.Sleep(d)
+			return p.Finish(ctx, key, owner, ttl)
+		},
 	}
-	return p.MemoryProvider.Release(ctx, key, owner)
-}
-
-// slowRelease is a provider whose releases (and grace-period writes) take d
-// before they reach the provider, as over a slow network.
-type slowRelease struct {
-	lock.Provider
-	d time.Duration
-}
-
-func (p slowRelease) Release(ctx context.Context, key, owner string) error {
-	time.Sleep(p.d)
-	return p.Provider.Release(ctx, key, owner)
-}
-
-func (p slowRelease) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	time.Sleep(p.d)
-	return p.Provider.Finish(ctx, key, owner, ttl)
 }
 
 // Issue 23, item 1: two Releases at once: the second waits for the first's
@@ -155,7 +143,7 @@ func (p slowRelease) Finish(ctx context.Context, key, owner string, ttl time.Dur
 func TestConcurrentReleasesSayTheOutcome(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	mem := lock.NewMemoryProvider()
-	c := newClient(t, slowRelease{mem, 200 * time.Millisecond})
+	c := newClient(t, slowRelease(mem, 200*time.Millisecond))
 	other := newClient(t, mem)
 	name := uniqueName(t)
 	l, err := c.Acquire(ctx, name, lock.Options{})

@@ -106,28 +106,26 @@ func TestWaitEndsWithContext(t *testing.T) {
 	})
 }
 
-// stallProvider passes every call on, except that, while stall is set,
-// Acquire and Queue block until their context ends and return err(ctx).
-type stallProvider struct {
-	lock.Provider
-	stall atomic.Bool
-	err   func(ctx context.Context) error
-}
-
-func (p *stallProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if p.stall.Load() {
-		<-ctx.Done()
-		return lock.Record{}, p.err(ctx)
+// stallProvider returns a provider over p whose Acquire and Queue, while
+// stall is set, block until their context ends and return err(ctx).
+func stallProvider(p lock.Provider, stall *atomic.Bool, err func(ctx context.Context) error) *hookedProvider {
+	return &hookedProvider{
+		Provider: p,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			if stall.Load() {
+				<-ctx.Done()
+				return lock.Record{}, err(ctx)
+			}
+			return p.Acquire(ctx, key, owner, ttl)
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			if stall.Load() {
+				<-ctx.Done()
+				return lock.Record{}, err(ctx)
+			}
+			return p.Queue(ctx, key, w)
+		},
 	}
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *stallProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if p.stall.Load() {
-		<-ctx.Done()
-		return lock.Record{}, p.err(ctx)
-	}
-	return p.Provider.Queue(ctx, key, w)
 }
 
 // Issue 7, item 6 (was TestIssue7FirstAttemptContextEnds):
@@ -161,7 +159,8 @@ func TestWaitContextEndsDuringFirstAttempt(t *testing.T) {
 			} {
 				t.Run(first+"/"+ending.name+"/"+reply.name, func(t *testing.T) {
 					mem := lock.NewMemoryProvider()
-					p := &stallProvider{Provider: mem, err: reply.err}
+					var stall atomic.Bool
+					p := stallProvider(mem, &stall, reply.err)
 					rec := newRecorder()
 					c := newClient(t, p, rec.option())
 					name := uniqueName(t)
@@ -176,7 +175,7 @@ func TestWaitContextEndsDuringFirstAttempt(t *testing.T) {
 						require.ErrorIs(t, err, lock.ErrHeld)
 						drain(rec)
 					}
-					p.stall.Store(true)
+					stall.Store(true)
 					ctx, cancel := ending.ctx()
 					defer cancel()
 					l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: time.Minute})
@@ -357,21 +356,16 @@ func TestNestedWaitIsRefused(t *testing.T) {
 	})
 }
 
-// noListen is a provider whose Listen fails, as a pub/sub connection that
-// cannot be opened.
-type noListen struct{ lock.Provider }
-
-func (noListen) Listen(context.Context, string, func(lock.Grant)) (func(), error) {
-	return nil, errors.New("no pub/sub")
-}
-
 func TestWithoutListen(t *testing.T) {
 	// Without grants delivered to its inbox, a waiter finds the lock by
 	// looking again every poll interval.
 	ctx := ctxTimeout(t, 30*time.Second)
-	m := lock.NewMemoryProvider()
-	c := newClient(t, noListen{m})
-	other := newClient(t, noListen{m}, lock.WithPollInterval(100*time.Millisecond))
+	// Listen fails, as a pub/sub connection that cannot be opened.
+	noListen := &hookedProvider{Provider: lock.NewMemoryProvider(), listen: func(context.Context, string, func(lock.Grant)) (func(), error) {
+		return nil, errors.New("no pub/sub")
+	}}
+	c := newClient(t, noListen)
+	other := newClient(t, noListen, lock.WithPollInterval(100*time.Millisecond))
 	name := uniqueName(t)
 
 	l, err := c.Acquire(ctx, name, lock.Options{})
@@ -396,30 +390,23 @@ func TestWithoutListen(t *testing.T) {
 	}
 }
 
-// blockingListen is a provider whose Listen hangs until its context ends, as
-// go-redis's Receive does on a half-open connection.
-type blockingListen struct {
-	lock.Provider
-	entered chan struct{}
-}
-
-func (b *blockingListen) Listen(ctx context.Context, _ string, _ func(lock.Grant)) (func(), error) {
-	select {
-	case b.entered <- struct{}{}:
-	default:
-	}
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
 func TestSlowSubscribeDoesNotBlockClient(t *testing.T) {
 	// A waiter's subscription that hangs must not hold up the Client's other
 	// acquisitions (or Close) for as long as it hangs.
 	t.Parallel()
 	ctx := ctxTimeout(t, 30*time.Second)
 	m := lock.NewMemoryProvider()
-	bt := &blockingListen{Provider: m, entered: make(chan struct{}, 1)}
-	c := newClient(t, bt, lock.WithPollInterval(50*time.Millisecond))
+	// Listen hangs until its context ends, as go-redis's Receive does on a
+	// half-open connection.
+	entered := make(chan struct{}, 1)
+	c := newClient(t, &hookedProvider{Provider: m, listen: func(ctx context.Context, _ string, _ func(lock.Grant)) (func(), error) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}, lock.WithPollInterval(50*time.Millisecond))
 	holderC := newClient(t, m)
 	busy := uniqueName(t)
 	l, err := holderC.Acquire(ctx, busy, lock.Options{})
@@ -432,7 +419,7 @@ func TestSlowSubscribeDoesNotBlockClient(t *testing.T) {
 		_, _ = c.Acquire(ctx, busy, lock.Options{Wait: true, MaxDuration: 2 * time.Second})
 	}()
 	select {
-	case <-bt.entered:
+	case <-entered:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not subscribe")
 	}
@@ -552,7 +539,11 @@ func TestFairOrderAcrossClients(t *testing.T) {
 		recs := make([]*recorder, n+1)
 		for i := range clients {
 			recs[i] = newRecorder()
-			p := &countingQueuer{Provider: b.replica(t), attempts: &attempts}
+			r := b.replica(t)
+			p := &hookedProvider{Provider: r, queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+				attempts.Add(1) // the provider's acquisition attempts
+				return r.Queue(ctx, key, w)
+			}}
 			clients[i] = newClient(t, p, recs[i].option(), lock.WithPollInterval(5*time.Second))
 		}
 		holder, err := clients[0].Acquire(ctx, name, lock.Options{Fair: true})
@@ -587,17 +578,6 @@ func TestFairOrderAcrossClients(t *testing.T) {
 	})
 }
 
-// countingQueuer counts the provider's acquisition attempts.
-type countingQueuer struct {
-	lock.Provider
-	attempts *atomic.Int64
-}
-
-func (p *countingQueuer) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	p.attempts.Add(1)
-	return p.Provider.Queue(ctx, key, w)
-}
-
 // TestLongWaiterIsNotOvertaken: a waiter joins the provider's queue, so that
 // when the holder releases, the lock is handed to it: even a faster caller in
 // the holder's own process cannot take the lock before it. This is what
@@ -609,8 +589,8 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 		name := uniqueName(t)
 		fast := newClient(t, b.replica(t), lock.WithPollInterval(poll))
 		rec := newRecorder()
-		sp := &slowProvider{Provider: b.replica(t), delay: 20 * time.Millisecond}
-		slow := newClient(t, sp, lock.WithPollInterval(poll), rec.option())
+		var joined atomic.Bool // an attempt has asked to join the queue
+		slow := newClient(t, slowProvider(b.replica(t), 20*time.Millisecond, &joined), lock.WithPollInterval(poll), rec.option())
 
 		held, err := fast.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
@@ -625,7 +605,7 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 			got <- err
 		}()
 		waitEvent(t, rec, lock.EventContended)
-		require.Eventually(t, sp.joined.Load, 10*time.Second, time.Millisecond,
+		require.Eventually(t, joined.Load, 10*time.Second, time.Millisecond,
 			"the waiter joins the provider's queue")
 
 		require.NoError(t, held.Release(ctx))
@@ -639,26 +619,25 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 	})
 }
 
-// slowProvider delays every acquisition attempt, so that its Client loses
-// every race for a lock to a faster one.
-type slowProvider struct {
-	lock.Provider
-	delay  time.Duration
-	joined atomic.Bool // an attempt has asked to join the queue
-}
-
-func (p *slowProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	time.Sleep(p.delay)
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *slowProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	time.Sleep(p.delay)
-	rec, err := p.Provider.Queue(ctx, key, w)
-	if err == nil && rec.Queued {
-		p.joined.Store(true)
+// slowProvider returns a provider over p that delays every acquisition
+// attempt by delay, so that its Client loses every race for a lock to a
+// faster one, and sets joined once an attempt has joined the queue.
+func slowProvider(p lock.Provider, delay time.Duration, joined *atomic.Bool) *hookedProvider {
+	return &hookedProvider{
+		Provider: p,
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			time.Sleep(delay)
+			return p.Acquire(ctx, key, owner, ttl)
+		},
+		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			time.Sleep(delay)
+			rec, err := p.Queue(ctx, key, w)
+			if err == nil && rec.Queued {
+				joined.Store(true)
+			}
+			return rec, err
+		},
 	}
-	return rec, err
 }
 
 // Regression, found in review (fixed in d0c3e3e): a waiter whose first attempt
@@ -669,14 +648,13 @@ func TestFailedFairAttemptLeavesNoQueueEntry(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var failOnce atomic.Bool
 	failOnce.Store(true)
-	p := &hookedProvider{MemoryProvider: mem}
-	p.queue = func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	p := &hookedProvider{Provider: mem, queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 		if failOnce.CompareAndSwap(true, false) {
 			_, _ = mem.Queue(ctx, key, w) // queued; the reply is lost
 			return lock.Record{}, errors.New("i/o timeout")
 		}
 		return mem.Queue(ctx, key, w)
-	}
+	}}
 	// A poll far longer than a handoff on a loaded machine: a waiter woken
 	// before poll/2 was woken by the release. (With the fault, the lock is
 	// handed to the failed attempt's entry, which nobody takes up; the
@@ -710,13 +688,6 @@ func TestFailedFairAttemptLeavesNoQueueEntry(t *testing.T) {
 	assert.Less(t, time.Since(released), poll/2, "the waiter is woken by the release, not by a poll")
 }
 
-// leaveFails is a memory provider whose Leave fails, as during a failover.
-type leaveFails struct{ *lock.MemoryProvider }
-
-func (leaveFails) Leave(context.Context, string, lock.Waiter) error {
-	return errors.New("connection refused")
-}
-
 // Regression (fixed in c9f0159): a waiter that gave up while its Leave failed
 // (an outage) stays in the provider's queue. When a release later hands it the
 // lock, its Client must hand the lock back at once: it used to drop the grant,
@@ -726,7 +697,11 @@ func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	name := uniqueName(t)
 	holder := newClient(t, mem)
-	gone := newClient(t, leaveFails{mem}) // listens, so the provider does not skip it
+	// Leave fails, as during a failover. The Client listens, so the provider
+	// does not skip it.
+	gone := newClient(t, &hookedProvider{Provider: mem, leave: func(context.Context, string, lock.Waiter) error {
+		return errors.New("connection refused")
+	}})
 	live := newClient(t, mem, lock.WithPollInterval(time.Minute))
 	const lease = 10 * time.Second
 
@@ -755,35 +730,37 @@ func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
 	}
 }
 
-// lateGrants is a provider whose Listen holds the grants it delivers while
-// hold is set, until flush: the message of a grant then comes after the
-// waiter's own request has found the lock its own.
+// lateGrants holds the grants a provider's Listen delivers while hold is
+// set, until flush: the message of a grant then comes after the waiter's own
+// request has found the lock its own.
 type lateGrants struct {
-	lock.Provider
 	mu   sync.Mutex
 	hold bool
 	held []func()
 }
 
-func (p *lateGrants) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-	return p.Provider.Listen(ctx, inbox, func(g lock.Grant) {
-		p.mu.Lock()
-		if p.hold && g.Owner != "" {
-			p.held = append(p.held, func() { deliver(g) })
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		deliver(g)
-	})
+// provider returns a provider over p whose Listen delivers through lg.
+func (lg *lateGrants) provider(p lock.Provider) *hookedProvider {
+	return &hookedProvider{Provider: p, listen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+		return p.Listen(ctx, inbox, func(g lock.Grant) {
+			lg.mu.Lock()
+			if lg.hold && g.Owner != "" {
+				lg.held = append(lg.held, func() { deliver(g) })
+				lg.mu.Unlock()
+				return
+			}
+			lg.mu.Unlock()
+			deliver(g)
+		})
+	}}
 }
 
 // flush delivers the grants held, and holds no more.
-func (p *lateGrants) flush() int {
-	p.mu.Lock()
-	held := p.held
-	p.held, p.hold = nil, false
-	p.mu.Unlock()
+func (lg *lateGrants) flush() int {
+	lg.mu.Lock()
+	held := lg.held
+	lg.held, lg.hold = nil, false
+	lg.mu.Unlock()
 	for _, d := range held {
 		d()
 	}
@@ -800,8 +777,8 @@ func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
 	// message).
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxTimeout(t, 30*time.Second)
-		p := &lateGrants{Provider: b.replica(t)}
-		c := newClient(t, p, lock.WithPollInterval(50*time.Millisecond))
+		late := &lateGrants{}
+		c := newClient(t, late.provider(b.replica(t)), lock.WithPollInterval(50*time.Millisecond))
 		other := newClient(t, b.replica(t))
 		name := uniqueName(t)
 
@@ -821,9 +798,9 @@ func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
 			return err == nil && st.Waiters == 1
 		}, 10*time.Second, 5*time.Millisecond, "the waiter queues")
 
-		p.mu.Lock()
-		p.hold = true
-		p.mu.Unlock()
+		late.mu.Lock()
+		late.hold = true
+		late.mu.Unlock()
 		require.NoError(t, h.Release(ctx)) // hands the lock to the waiter
 		var r result
 		select {
@@ -832,7 +809,7 @@ func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
 			t.Fatal("the waiter did not find the lock its own")
 		}
 		require.NoError(t, r.err)
-		require.Equal(t, 1, p.flush(), "the grant's message was held until now")
+		require.Equal(t, 1, late.flush(), "the grant's message was held until now")
 
 		require.Never(t, func() bool {
 			st, err := other.Inspect(ctx, name)
