@@ -1,6 +1,7 @@
 // Command lockctl shows and force-releases the locks that
 // github.com/seed05627090/lock keeps in Redis or, with -postgres, in
-// PostgreSQL (the provider of github.com/seed05627090/lock/postgres).
+// PostgreSQL (the provider of github.com/seed05627090/lock/postgres), or,
+// with -etcd, in etcd (the provider of github.com/seed05627090/lock/etcd).
 //
 // Usage:
 //
@@ -13,6 +14,7 @@
 //	lockctl -prefix myapp:lock: ls
 //	lockctl -redis redis://redis.internal:6379/0 -prefix myapp:lock: ls
 //	lockctl -postgres postgres://app@db:5432/app -prefix myapp:lock: ls
+//	lockctl -etcd etcd-0:2379,etcd-1:2379,etcd-2:2379 -prefix myapp:lock: ls
 //	lockctl -prefix myapp:lock: -json show nightly-report
 //	lockctl -prefix myapp:lock: -yes release nightly-report
 //
@@ -23,7 +25,11 @@
 // redis://127.0.0.1:6379/0; a Redis Cluster is given as
 // redis+cluster://host:port?addr=host2:port2. -postgres DSN reads the
 // PostgreSQL provider's tables instead (-table-prefix, "lock_" by default,
-// as postgres.WithTablePrefix); lockctl does not create them.
+// as postgres.WithTablePrefix); lockctl does not create them. -etcd
+// host:port[,host:port...] reads the etcd provider's keys instead, under
+// -namespace ("lock/" by default, as etcd.WithNamespace); give it several
+// members' endpoints, so that it reaches one that is up. TLS and etcd's
+// authentication are not supported.
 //
 // A forced release frees the lock at once and hands it to its first waiter,
 // if any. The holder learns that it lost the lock only at its next renewal
@@ -45,11 +51,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/etcd"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -81,11 +89,15 @@ type config struct {
 	redisURL    string
 	postgresDSN string // when set, PostgreSQL instead of Redis
 	tablePrefix string // of the PostgreSQL provider's tables
-	prefix      string
-	json        bool
-	limit       int
-	timeout     time.Duration
-	yes         bool // release: really do it
+	// etcdEndpoints, when set, is etcd instead of Redis: host:port or
+	// http:// URLs, separated by commas.
+	etcdEndpoints string
+	namespace     string // of the etcd provider's keys
+	prefix        string
+	json          bool
+	limit         int
+	timeout       time.Duration
+	yes           bool // release: really do it
 
 	command string   // ls, show or release
 	args    []string // the command's arguments
@@ -161,6 +173,8 @@ func parseArgs(args []string, stdout io.Writer) (config, error) {
 	fs.StringVar(&cfg.redisURL, "redis", redisURL, "Redis `URL`: redis://, rediss://, unix:// or redis+cluster://host:port?addr=host2:port2;\n$LOCK_REDIS_URL when set")
 	fs.StringVar(&cfg.postgresDSN, "postgres", "", "PostgreSQL `DSN` (postgres://user@host:5432/db): read the locks of the PostgreSQL provider\n(github.com/seed05627090/lock/postgres) instead of Redis")
 	fs.StringVar(&cfg.tablePrefix, "table-prefix", postgres.DefaultTablePrefix, "with -postgres: the `prefix` of the provider's tables, as given to postgres.WithTablePrefix")
+	fs.StringVar(&cfg.etcdEndpoints, "etcd", "", "etcd `endpoints`, host:port[,host:port...]: read the locks of the etcd provider\n(github.com/seed05627090/lock/etcd) instead of Redis")
+	fs.StringVar(&cfg.namespace, "namespace", etcd.DefaultNamespace, "with -etcd: the `namespace` of the provider's keys, as given to etcd.WithNamespace")
 	fs.StringVar(&cfg.prefix, "prefix", lock.DefaultPrefix, "key `prefix` of the locks, as the services give it to lock.WithPrefix")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON: an array for ls, one object for show and release")
 	fs.IntVar(&cfg.limit, "limit", 1000, "list at most `N` locks (ls)")
@@ -186,10 +200,16 @@ func (cfg *config) check(pos []string, set map[string]bool) error {
 	switch {
 	case set["postgres"] && cfg.postgresDSN == "":
 		return errors.New("-postgres needs a DSN")
-	case set["postgres"] && set["redis"]:
-		return errors.New("-redis and -postgres: give one of them")
+	case set["etcd"] && cfg.etcdEndpoints == "":
+		return errors.New("-etcd needs endpoints")
+	case len(storesSet(set)) > 1:
+		return fmt.Errorf("%s: give one of them", strings.Join(storesSet(set), " and "))
 	case set["table-prefix"] && !set["postgres"]:
 		return errors.New("-table-prefix goes with -postgres")
+	case set["namespace"] && !set["etcd"]:
+		return errors.New("-namespace goes with -etcd")
+	case set["namespace"] && cfg.namespace == "":
+		return errors.New("-namespace is empty")
 	case len(pos) == 0:
 		return errors.New("no command: want ls, show or release")
 	}
@@ -213,6 +233,17 @@ func (cfg *config) check(pos []string, set map[string]bool) error {
 		return fmt.Errorf("-timeout %v is not positive", cfg.timeout)
 	}
 	return nil
+}
+
+// storesSet returns the flags of set that pick a store, in order.
+func storesSet(set map[string]bool) []string {
+	var given []string
+	for _, name := range []string{"redis", "postgres", "etcd"} {
+		if set[name] {
+			given = append(given, "-"+name)
+		}
+	}
+	return given
 }
 
 // parseInterleaved parses the flags of args wherever they are, before or
@@ -243,8 +274,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
   lockctl [flags] show NAME      show one lock in detail
   lockctl [flags] release NAME   free a lock whoever holds it (needs -yes)
 
-The locks are read from Redis (-redis), or from PostgreSQL (-postgres), under
--prefix: the prefix the services pass to lock.WithPrefix ("lock:" if none).
+The locks are read from Redis (-redis), from PostgreSQL (-postgres) or from
+etcd (-etcd), under -prefix: the prefix the services pass to lock.WithPrefix
+("lock:" if none).
 
 A forced release hands the lock to its first waiter; the holder learns that
 it lost the lock at its next renewal (within a third of its lease).

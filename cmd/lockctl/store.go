@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/etcd"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -22,20 +26,67 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 // openProvider returns the provider of the store that cfg names, Redis
-// (-redis) or PostgreSQL (-postgres), a description of where it looks for
-// use in messages ("in Redis", "in the tables public.lock_*"), and a function that closes its
-// connections, to call after the Client's Close. A URL, DSN or table prefix
-// that cannot be used is a usageError; a server that cannot be reached is
-// an error.
+// (-redis), PostgreSQL (-postgres) or etcd (-etcd), a description of where
+// it looks for use in messages ("in Redis", "in the tables
+// public.lock_*", "in etcd under the namespace \"lock/\""), and a function
+// that closes its connections, to call after the Client's Close. A URL,
+// DSN, endpoint list or table prefix that cannot be used is a usageError; a
+// server that cannot be reached is an error.
 func openProvider(ctx context.Context, cfg config) (p lock.Provider, where string, closeFn func(), err error) {
-	if cfg.postgresDSN == "" {
-		rc, err := newRedis(cfg.redisURL)
-		if err != nil {
-			return nil, "", nil, usageError{fmt.Errorf("-redis %q: %w", cfg.redisURL, err)}
-		}
-		return lock.NewRedisProvider(rc), "in Redis", func() { _ = rc.Close() }, nil
+	switch {
+	case cfg.postgresDSN != "":
+		return openPostgres(ctx, cfg.postgresDSN, cfg.tablePrefix)
+	case cfg.etcdEndpoints != "":
+		return openEtcd(ctx, cfg.etcdEndpoints, cfg.namespace)
 	}
-	return openPostgres(ctx, cfg.postgresDSN, cfg.tablePrefix)
+	rc, err := newRedis(cfg.redisURL)
+	if err != nil {
+		return nil, "", nil, usageError{fmt.Errorf("-redis %q: %w", cfg.redisURL, err)}
+	}
+	return lock.NewRedisProvider(rc), "in Redis", func() { _ = rc.Close() }, nil
+}
+
+// etcdDialTimeout bounds the connection to the first etcd member.
+const etcdDialTimeout = 5 * time.Second
+
+// openEtcd returns the etcd provider of the cluster at endpoints (a
+// comma-separated list of host:port, or of http:// URLs), with its keys
+// under namespace. The provider's set-up grants and revokes a lease of one
+// second (two writes); its session lease, which only waiting and listening
+// need, is never granted by lockctl's commands.
+func openEtcd(ctx context.Context, endpoints, namespace string) (lock.Provider, string, func(), error) {
+	var eps []string
+	for _, ep := range strings.Split(endpoints, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			return nil, "", nil, usageError{fmt.Errorf("-etcd %q: an empty endpoint", endpoints)}
+		}
+		if strings.HasPrefix(ep, "https://") || strings.HasPrefix(ep, "unixs://") {
+			return nil, "", nil, usageError{fmt.Errorf("-etcd %q: TLS is not supported", ep)}
+		}
+		eps = append(eps, ep)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            eps,
+		Context:              ctx,
+		DialTimeout:          etcdDialTimeout,
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("etcd %s: %w", strings.Join(eps, ","), err)
+	}
+	p, err := etcd.NewProvider(ctx, cli, etcd.WithNamespace(namespace))
+	if err != nil {
+		_ = cli.Close()
+		return nil, "", nil, fmt.Errorf("etcd %s: %w", strings.Join(eps, ","), err)
+	}
+	closeFn := func() {
+		_ = p.Close()
+		_ = cli.Close()
+	}
+	return p, fmt.Sprintf("in etcd under the namespace %q", namespace), closeFn, nil
 }
 
 // tablePrefixPattern is postgres.WithTablePrefix's rule, checked before
