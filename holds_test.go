@@ -1,0 +1,152 @@
+package lock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+)
+
+// TestAllNoDeadlockTenThousand: four callers, each a Client of its own, take
+// overlapping sets of locks listed in opposite orders, 10,000 times in all,
+// on the memory provider and on Redis: every attempt is granted within the
+// test's bound (no deadlock), and no lock is ever held by two at once.
+func TestAllNoDeadlockTenThousand(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.name == "miniredis" {
+			continue // its TTLs do not run; the locks are the same as Redis's
+		}
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 4*time.Minute)
+			base := uniqueName(t)
+			names := []string{base + "-a", base + "-b", base + "-c", base + "-d"}
+			sets := [][]int{{0, 1, 2}, {2, 1, 0}, {3, 1}, {1, 3, 0}}
+			const attempts = 10000
+			var held [4]atomic.Int64
+			var granted, overlaps atomic.Int64
+			var wg sync.WaitGroup
+			began := time.Now()
+			for i, set := range sets {
+				c := newClient(t, b.replica(t), lock.WithPollInterval(100*time.Millisecond))
+				list := make([]string, len(set))
+				for j, k := range set {
+					list[j] = names[k]
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := range attempts / len(sets) {
+						err := c.DoAll(ctx, list, lock.Options{Wait: true, MaxWait: time.Minute, Lease: 5 * time.Second}, func(context.Context) error {
+							for _, k := range set {
+								if held[k].Add(1) != 1 {
+									overlaps.Add(1)
+								}
+							}
+							granted.Add(1)
+							for _, k := range set {
+								held[k].Add(-1)
+							}
+							return nil
+						})
+						if !assert.NoError(t, err, "caller %d attempt %d", i, r) {
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			t.Logf("%d multi-lock attempts granted in %v", granted.Load(), time.Since(began).Round(time.Millisecond))
+			assert.Equal(t, int64(attempts), granted.Load(), "every attempt granted")
+			assert.Zero(t, overlaps.Load(), "a lock held by two callers at once")
+		})
+	}
+}
+
+// TestHoldReleaseTwice: a second Release of a Hold returns what the first
+// did, and calls nothing; Done is closed after the first.
+func TestHoldReleaseTwice(t *testing.T) {
+	c := newClient(t, lock.NewMemoryProvider())
+	ctx := ctxTimeout(t, 10*time.Second)
+	h, err := c.AcquireAll(ctx, []string{"a", "b", "a"}, lock.Options{})
+	require.NoError(t, err)
+	require.Len(t, h.Locks(), 2, "a name listed twice counts once")
+	require.NoError(t, h.Release(ctx))
+	select {
+	case <-h.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	assert.NoError(t, h.Release(ctx))
+	assert.ErrorIs(t, h.Context().Err(), context.Canceled)
+	for _, name := range []string{"a", "b"} {
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		assert.False(t, st.Held(), name)
+	}
+}
+
+// TestHoldBadInput: bad arguments fail at once with ErrInvalidArgument.
+func TestHoldBadInput(t *testing.T) {
+	c := newClient(t, lock.NewMemoryProvider())
+	ctx := ctxTimeout(t, 10*time.Second)
+	_, err := c.AcquireAll(ctx, nil, lock.Options{})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "no names")
+	_, err = c.AcquireAll(ctx, []string{"a", ""}, lock.Options{})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty name")
+	_, err = c.AcquireAll(ctx, []string{"a"}, lock.Options{Lease: -time.Second})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative lease")
+	_, err = c.RWMutex("m", 0)
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "no readers")
+	_, err = c.Semaphore("s", lock.MaxPermits+1)
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "too many permits")
+	m, err := c.RWMutex("m", 2)
+	require.NoError(t, err)
+	_, err = m.Lock(ctx, lock.Options{OncePer: time.Minute})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "OncePer on a write hold")
+	assert.ErrorIs(t, m.Do(ctx, lock.Options{}, nil), lock.ErrInvalidArgument, "a nil function")
+	h, err := c.AcquireAll(ctx, []string{"x"}, lock.Options{})
+	require.NoError(t, err)
+	assert.ErrorIs(t, h.Downgrade(ctx), lock.ErrInvalidArgument, "Downgrade of a multi-lock")
+	require.NoError(t, h.Release(ctx))
+}
+
+// TestSemaphoreInspect: Inspect shows each permit held, and the caller at
+// the gate with the callers queued behind it.
+func TestSemaphoreInspect(t *testing.T) {
+	p := lock.NewMemoryProvider()
+	c := newClient(t, p)
+	ctx := ctxTimeout(t, 10*time.Second)
+	sem, err := c.Semaphore("pool", 2)
+	require.NoError(t, err)
+	h, err := sem.Acquire(ctx, 2, lock.Options{})
+	require.NoError(t, err)
+	st, err := sem.Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Held, 2)
+	assert.Equal(t, "pool#0", st.Held[0].Name)
+	assert.Empty(t, st.Gate.Owner, "nobody at the gate")
+	assert.False(t, st.Writing)
+	tokens := []uint64{h.Locks()[0].Token(), h.Locks()[1].Token()}
+	assert.NotZero(t, tokens[0], "each permit has a token of its own")
+
+	waiting := make(chan error, 1)
+	go func() {
+		h2, err := sem.Acquire(ctx, 1, lock.Options{Wait: true, MaxWait: 5 * time.Second})
+		if err == nil {
+			err = h2.Release(ctx)
+		}
+		waiting <- err
+	}()
+	require.Eventually(t, func() bool {
+		st, err := sem.Inspect(ctx)
+		return err == nil && st.Gate.Owner != ""
+	}, 5*time.Second, time.Millisecond, "the waiter is at the gate")
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, <-waiting)
+}
