@@ -7,6 +7,7 @@
 //	go run . -addr 127.0.0.1:6379   # uses an existing Redis
 //	go run . -quick                 # 1 s per scenario
 //	go run . -run 'c/'              # only scenario c
+//	go run . -holds                 # semaphores, read-write locks, multi-locks
 package main
 
 import (
@@ -52,6 +53,7 @@ func mainCode() int {
 	dur := flag.Duration("d", 5*time.Second, "how long each scenario runs for each library")
 	only := flag.String("run", "", "run only the cells whose \"scenario/library\" matches this regular expression, e.g. 'c/lock$'")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process to this file")
+	holds := flag.Bool("holds", false, "run the holds table instead (a semaphore, a read-write lock, a multi-lock, each beside a by-hand one)")
 	flag.Parse()
 	match, err := regexp.Compile(*only)
 	if err != nil {
@@ -82,6 +84,13 @@ func mainCode() int {
 		return 1
 	}
 	fmt.Println(m.line())
+	if *holds {
+		if err := holdsMain(ctx, os.Stdout, serverAddr, *dur); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	fmt.Printf("each scenario runs %v per library; about %v in all\n\n", *dur, estimate(*dur, match).Round(time.Second))
 
 	var out *json.Encoder
