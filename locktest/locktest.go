@@ -104,7 +104,7 @@ func Run(t *testing.T, b Backend) {
 	if b.New == nil {
 		t.Fatal("locktest: Backend.New is nil")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	t.Cleanup(cancel)
 	s := &suite{b: b, p: b.New(t), ctx: ctx}
 	s.runRecords(t)
