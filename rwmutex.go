@@ -95,7 +95,7 @@ func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
 // (failing when one does), otherwise when each held slot was released or
 // expired. The writer holds the gate: no reader can enter meanwhile.
 func (m *RWMutex) drain(ctx context.Context, o Options) error {
-	recs, err := m.readers.inspect(ctx, m.c)
+	recs, err := m.readers.inspect(ctx, m.c, m.readers.all())
 	if err != nil {
 		return err
 	}

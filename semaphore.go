@@ -201,38 +201,69 @@ type slots struct {
 	next  atomic.Uint32 // where the next scan starts
 }
 
-// take takes weight free slots. Without o.Wait it fails when fewer are
-// free; with it, it waits for held ones, all at once, until it has weight
-// of them, for as long as ctx lives. Nothing is held when it fails.
+// take takes weight free slots. It tries one (a different one each
+// call); when that is not enough, it reads the others at once and takes
+// free ones. Without o.Wait it fails when fewer are free; with it, it
+// waits for held ones, all at once, until it has weight of them, for as
+// long as ctx lives. Nothing is held when it fails.
 func (sl *slots) take(ctx context.Context, c *Client, weight int, o Options) ([]*Lock, error) {
 	po := Options{Lease: o.Lease, MaxDuration: o.MaxDuration}
 	var (
 		got  []*Lock
 		busy []int
-		held *NotAcquiredError
+		held *NotAcquiredError // of the first busy slot
 	)
 	fail := func(err error) ([]*Lock, error) {
 		_ = releaseLocks(ctx, got, nil)
 		return nil, err
 	}
-	start := int(sl.next.Add(1)) % sl.n
-	for j := 0; j < sl.n && len(got) < weight; j++ {
-		i := (start + j) % sl.n
+	// seen notes slot i held by owner, or fails for a holder of another N.
+	seen := func(i int, owner string, ttl time.Duration) error {
+		if err := sl.check(owner); err != nil {
+			return err
+		}
+		busy = append(busy, i)
+		if held == nil {
+			held = &NotAcquiredError{Key: sl.keys[i], Reason: ErrHeld, RetryAfter: ttl, Holder: owner}
+		}
+		return nil
+	}
+	// try takes slot i if it is free.
+	try := func(i int) error {
 		l, err := c.acquireAs(ctx, sl.keys[i], c.newOwner()+sl.tag, po)
 		var na *NotAcquiredError
 		switch {
 		case err == nil:
 			got = append(got, l)
+			return nil
 		case errors.As(err, &na) && (na.Reason == ErrHeld || na.Reason == ErrGracePeriod):
-			if err := sl.check(na.Holder); err != nil {
-				return fail(err)
-			}
-			busy = append(busy, i)
-			if held == nil {
-				held = na
-			}
-		default:
+			return seen(i, na.Holder, na.RetryAfter)
+		}
+		return err
+	}
+	start := int(sl.next.Add(1)) % sl.n
+	if err := try(start); err != nil {
+		return fail(err)
+	}
+	if len(got) < weight && sl.n > 1 {
+		others := make([]int, 0, sl.n-1)
+		for j := 1; j < sl.n; j++ {
+			others = append(others, (start+j)%sl.n)
+		}
+		recs, err := sl.inspect(ctx, c, others)
+		if err != nil {
 			return fail(err)
+		}
+		for k, i := range others {
+			if recs[k].Owner != "" {
+				if err := seen(i, recs[k].Owner, recs[k].TTL); err != nil {
+					return fail(err)
+				}
+			} else if len(got) < weight {
+				if err := try(i); err != nil {
+					return fail(err)
+				}
+			}
 		}
 	}
 	if len(got) == weight {
@@ -310,27 +341,38 @@ func (sl *slots) check(owner string) error {
 	return invalidf("%q: a slot is held by %q, which is not one of its holders (a plain lock of the same name?)", sl.name, owner)
 }
 
-// inspect reads every slot, a few at a time.
-func (sl *slots) inspect(ctx context.Context, c *Client) ([]Record, error) {
-	recs := make([]Record, sl.n)
-	errs := make([]error, sl.n)
+// inspect reads the slots idx, a few at a time, and returns their records
+// in the order of idx.
+func (sl *slots) inspect(ctx context.Context, c *Client, idx []int) ([]Record, error) {
+	recs := make([]Record, len(idx))
+	errs := make([]error, len(idx))
 	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range min(sl.n, 16) {
+	var next atomic.Int64
+	for range min(len(idx), 16) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < sl.n; i = int(next.Add(1) - 1) {
-				rec, err := c.provider.Inspect(ctx, sl.keys[i])
+			for k := int(next.Add(1) - 1); k < len(idx); k = int(next.Add(1) - 1) {
+				key := sl.keys[idx[k]]
+				rec, err := c.provider.Inspect(ctx, key)
 				if err != nil {
-					errs[i] = c.failed(ctx, "inspect", sl.keys[i], err)
+					errs[k] = c.failed(ctx, "inspect", key, err)
 				}
-				recs[i] = rec
+				recs[k] = rec
 			}
 		}()
 	}
 	wg.Wait()
 	return recs, errors.Join(errs...)
+}
+
+// all returns the numbers of every slot.
+func (sl *slots) all() []int {
+	idx := make([]int, sl.n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
 }
 
 // inspectGated returns the GateStatus of the semaphore or read-write lock
@@ -343,7 +385,7 @@ func (c *Client) inspectGated(ctx context.Context, name, gate string, sl *slots)
 	}
 	st.Gate = status(name+"#gate", gate, rec, time.Now())
 	st.Writing = strings.HasSuffix(rec.Owner, "~w"+strconv.Itoa(sl.n))
-	recs, err := sl.inspect(ctx, c)
+	recs, err := sl.inspect(ctx, c, sl.all())
 	if err != nil {
 		return st, err
 	}
