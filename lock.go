@@ -14,6 +14,10 @@
 // (renewal fails, the record is gone, MaxDuration is reached) the holder is
 // told: its context is cancelled with an error matching ErrLost. Every grant
 // carries a fencing token that the protected resource can check.
+//
+// Made of locks, on every provider: leader election (Client.Lead,
+// Client.Campaign), semaphores (Client.Semaphore), read-write locks
+// (Client.RWMutex) and all-or-nothing multi-locks (Client.AcquireAll).
 package lock
 
 import (
