@@ -72,27 +72,27 @@ type SQLFence struct {
 // collide. The table can also be made by a migration of the application's:
 // Advance needs only those two columns.
 func (f SQLFence) CreateTable(ctx context.Context, db *sql.DB) (err error) {
-	q, err := fenceQueries(f.Table)
+	q, err := f.Statements()
 	if err != nil {
 		return err
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+		return fmt.Errorf("lock: create fence table %s: %w", q.Table, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback()
 		}
 	}()
-	if _, err = tx.ExecContext(ctx, q.advisory, q.table); err != nil {
-		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+	if _, err = tx.ExecContext(ctx, q.Advisory, q.Table); err != nil {
+		return fmt.Errorf("lock: create fence table %s: %w", q.Table, err)
 	}
-	if _, err = tx.ExecContext(ctx, q.create); err != nil {
-		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+	if _, err = tx.ExecContext(ctx, q.Create); err != nil {
+		return fmt.Errorf("lock: create fence table %s: %w", q.Table, err)
 	}
 	if err = tx.Commit(); err != nil {
-		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+		return fmt.Errorf("lock: create fence table %s: %w", q.Table, err)
 	}
 	return nil
 }
@@ -106,14 +106,14 @@ func (f SQLFence) CreateTable(ctx context.Context, db *sql.DB) (err error) {
 // name, match ErrInvalidArgument, and nothing is sent. Other errors are the
 // database's (after which PostgreSQL has aborted tx).
 func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token uint64) error {
-	q, err := fenceQueries(f.Table)
+	q, err := f.Statements()
 	if err == nil {
-		err = checkFenceRow(name, token)
+		err = CheckFence(name, token)
 	}
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, q.advance, name, int64(token))
+	res, err := tx.ExecContext(ctx, q.Advance, name, int64(token))
 	if err != nil {
 		return fmt.Errorf("lock: advance fence %q: %w", name, err)
 	}
@@ -125,7 +125,7 @@ func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token ui
 		return nil
 	}
 	var mark int64
-	if err := tx.QueryRowContext(ctx, q.mark, name).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := tx.QueryRowContext(ctx, q.Mark, name).Scan(&mark); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("lock: advance fence %q: stale token %d, and reading its mark: %w", name, token, err)
 	}
 	return &StaleTokenError{Fence: name, Token: token, Mark: uint64(mark)}
@@ -135,32 +135,57 @@ func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token ui
 // name, unquoted.
 var fenceTableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
-// sqlFenceQueries are the statements of an SQLFence on its table.
-type sqlFenceQueries struct {
-	table, advisory, create, advance, mark string
+// SQLFenceStatements are the statements of the fences on one table, in
+// PostgreSQL's dialect with $1-style parameters. SQLFence sends them through
+// database/sql, and the postgres module's Fence through pgx: one definition,
+// so that both keep sharing their tables. A fence on another driver sends
+// them as SQLFence.CreateTable and SQLFence.Advance do.
+type SQLFenceStatements struct {
+	// Table is the fence table: SQLFence.Table, or DefaultFenceTable when
+	// that is empty.
+	Table string
+	// Advisory takes the transaction's advisory lock on creating the table
+	// named by its parameter $1 (Table).
+	Advisory string
+	// Create makes Table, "(name text PRIMARY KEY, token bigint NOT NULL)",
+	// unless it exists.
+	Create string
+	// Advance sets the mark of the fence $1 to the token $2 when the token
+	// is not below it, and makes the row of a fence that has none: one row
+	// affected then. A row whose mark is greater is left as it is, but
+	// locked, as an update would: zero rows affected is a stale token.
+	Advance string
+	// Mark reads the mark of the fence $1.
+	Mark string
 }
 
-func fenceQueries(table string) (sqlFenceQueries, error) {
+// Statements returns the statements of f's table. A Table that is not a name
+// (see SQLFence.Table) yields an error matching ErrInvalidArgument, and the
+// zero SQLFenceStatements.
+func (f SQLFence) Statements() (SQLFenceStatements, error) {
+	table := f.Table
 	if table == "" {
 		table = DefaultFenceTable
 	}
 	if !fenceTableName.MatchString(table) || len(table) > 127 {
-		return sqlFenceQueries{}, fmt.Errorf("%w: fence table %q: want a name of letters, digits and underscores, optionally after a schema and a dot", ErrInvalidArgument, table)
+		return SQLFenceStatements{}, fmt.Errorf("%w: fence table %q: want a name of letters, digits and underscores, optionally after a schema and a dot", ErrInvalidArgument, table)
 	}
-	return sqlFenceQueries{
-		table:    table,
-		advisory: `SELECT pg_advisory_xact_lock(hashtext('lock fence table'), hashtext($1))`,
-		create:   `CREATE TABLE IF NOT EXISTS ` + table + ` (name text PRIMARY KEY, token bigint NOT NULL)`,
-		// ON CONFLICT ... WHERE leaves a row whose mark is greater alone, but
-		// locked, as an update would: zero rows affected is a stale token.
-		advance: `INSERT INTO ` + table + ` AS f (name, token) VALUES ($1, $2) ` +
+	return SQLFenceStatements{
+		Table:    table,
+		Advisory: `SELECT pg_advisory_xact_lock(hashtext('lock fence table'), hashtext($1))`,
+		Create:   `CREATE TABLE IF NOT EXISTS ` + table + ` (name text PRIMARY KEY, token bigint NOT NULL)`,
+		Advance: `INSERT INTO ` + table + ` AS f (name, token) VALUES ($1, $2) ` +
 			`ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token`,
-		mark: `SELECT token FROM ` + table + ` WHERE name = $1`,
+		Mark: `SELECT token FROM ` + table + ` WHERE name = $1`,
 	}, nil
 }
 
-// checkFenceRow checks Advance's name and token.
-func checkFenceRow(name string, token uint64) error {
+// CheckFence checks the name and token of an advance of a fence (see
+// SQLFence.Advance): it returns an error matching ErrInvalidArgument for an
+// empty name, a name that is not valid UTF-8 or holds a NUL byte, and a
+// token of 0 or above math.MaxInt64 (the column is a bigint); nil
+// otherwise.
+func CheckFence(name string, token uint64) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty fence name", ErrInvalidArgument)

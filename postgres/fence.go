@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"regexp"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,19 +52,19 @@ type Fence struct {
 func (f Fence) CreateTable(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }) error {
-	q, err := fenceQueries(f.Table)
+	q, err := f.statements()
 	if err != nil {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, q.advisory, q.table); err != nil {
+		if _, err := tx.Exec(ctx, q.Advisory, q.Table); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, q.create)
+		_, err := tx.Exec(ctx, q.Create)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("lock: create fence table %s: %w", q.table, err)
+		return fmt.Errorf("lock: create fence table %s: %w", q.Table, err)
 	}
 	return nil
 }
@@ -83,14 +79,14 @@ func (f Fence) CreateTable(ctx context.Context, db interface {
 // sent. Other errors are the database's (after which PostgreSQL has aborted
 // tx).
 func (f Fence) Advance(ctx context.Context, tx pgx.Tx, name string, token uint64) error {
-	q, err := fenceQueries(f.Table)
+	q, err := f.statements()
 	if err == nil {
-		err = checkFenceRow(name, token)
+		err = lock.CheckFence(name, token)
 	}
 	if err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, q.advance, name, int64(token))
+	tag, err := tx.Exec(ctx, q.Advance, name, int64(token))
 	if err != nil {
 		return fmt.Errorf("lock: advance fence %q: %w", name, err)
 	}
@@ -98,50 +94,14 @@ func (f Fence) Advance(ctx context.Context, tx pgx.Tx, name string, token uint64
 		return nil
 	}
 	var mark int64
-	if err := tx.QueryRow(ctx, q.mark, name).Scan(&mark); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := tx.QueryRow(ctx, q.Mark, name).Scan(&mark); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("lock: advance fence %q: stale token %d, and reading its mark: %w", name, token, err)
 	}
 	return &lock.StaleTokenError{Fence: name, Token: token, Mark: uint64(mark)}
 }
 
-// The statements below are lock.SQLFence's (fence_sql.go in the root
-// module), word for word: the two share their tables.
-
-var fenceTableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
-
-type fenceStatements struct {
-	table, advisory, create, advance, mark string
-}
-
-func fenceQueries(table string) (fenceStatements, error) {
-	if table == "" {
-		table = lock.DefaultFenceTable
-	}
-	if !fenceTableName.MatchString(table) || len(table) > 127 {
-		return fenceStatements{}, fmt.Errorf("%w: fence table %q: want a name of letters, digits and underscores, optionally after a schema and a dot", lock.ErrInvalidArgument, table)
-	}
-	return fenceStatements{
-		table:    table,
-		advisory: `SELECT pg_advisory_xact_lock(hashtext('lock fence table'), hashtext($1))`,
-		create:   `CREATE TABLE IF NOT EXISTS ` + table + ` (name text PRIMARY KEY, token bigint NOT NULL)`,
-		// ON CONFLICT ... WHERE leaves a row whose mark is greater alone, but
-		// locked, as an update would: zero rows affected is a stale token.
-		advance: `INSERT INTO ` + table + ` AS f (name, token) VALUES ($1, $2) ` +
-			`ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token`,
-		mark: `SELECT token FROM ` + table + ` WHERE name = $1`,
-	}, nil
-}
-
-func checkFenceRow(name string, token uint64) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty fence name", lock.ErrInvalidArgument)
-	case !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("%w: fence name %q is not valid UTF-8 without NUL bytes", lock.ErrInvalidArgument, name)
-	case token == 0:
-		return fmt.Errorf("%w: fencing token 0 (no grant has it)", lock.ErrInvalidArgument)
-	case token > math.MaxInt64:
-		return fmt.Errorf("%w: fencing token %d is above the bigint column's maximum", lock.ErrInvalidArgument, token)
-	}
-	return nil
+// statements returns the statements of f's table: lock.SQLFence's, so that
+// the two share their tables.
+func (f Fence) statements() (lock.SQLFenceStatements, error) {
+	return lock.SQLFence{Table: f.Table}.Statements()
 }
