@@ -505,7 +505,7 @@ func (s *suite) rwNoUpgrade(t *testing.T) {
 func (s *suite) allNoDeadlock(t *testing.T) {
 	rounds := 250
 	if s.b.Remote {
-		rounds = 30
+		rounds = 20
 	}
 	base := uniqueName(t)
 	names := []string{base + "-a", base + "-b", base + "-c", base + "-d"}
