@@ -8,6 +8,7 @@
 //	go run . -quick                 # 1 s per scenario
 //	go run . -run 'c/'              # only scenario c
 //	go run . -holds                 # semaphores, read-write locks, multi-locks
+//	go run . -election              # a leader's death or Resign to its successor running
 package main
 
 import (
@@ -42,6 +43,9 @@ var manyWaiters = []int{16, 256} // scenario e
 var spreadWaiters = []int{16, 256, 4096, 10000}
 
 func main() {
+	if os.Getenv(electionChildEnv) != "" {
+		os.Exit(electionChild()) // the leader of an -election round
+	}
 	os.Exit(mainCode())
 }
 
@@ -54,6 +58,10 @@ func mainCode() int {
 	only := flag.String("run", "", "run only the cells whose \"scenario/library\" matches this regular expression, e.g. 'c/lock$'")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process to this file")
 	holds := flag.Bool("holds", false, "run the holds table instead (a semaphore, a read-write lock, a multi-lock, each beside a by-hand one)")
+	election := flag.Bool("election", false, "run the election table instead: from a leader's death (SIGKILL of its process) or Resign to its successor's function running")
+	rounds := flag.Int("rounds", 20, "with -election: rounds of each kind")
+	lease := flag.Duration("lease", time.Second, "with -election: the leader's lease")
+	poll := flag.Duration("poll", time.Second, "with -election: the successor's poll interval (WithPollInterval)")
 	flag.Parse()
 	match, err := regexp.Compile(*only)
 	if err != nil {
@@ -86,6 +94,13 @@ func mainCode() int {
 	fmt.Println(m.line())
 	if *holds {
 		if err := holdsMain(ctx, os.Stdout, serverAddr, *dur); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if *election {
+		if err := electionMain(ctx, os.Stdout, serverAddr, electionConfig{rounds: max(*rounds, 1), lease: *lease, poll: *poll}); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
