@@ -177,10 +177,7 @@ func recordKey(key string) (string, error) {
 
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := p.check(); err != nil {
-		return Record{}, err
-	}
-	if err := checkArgs(key, owner, ttl); err != nil {
+	if err := p.ready(checkArgs(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	r, err := recordKey(key) // acquire.lua needs no queue
@@ -208,32 +205,22 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 
 // Queue implements Provider.
 func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	if err := p.check(); err != nil {
-		return Record{}, err
-	}
-	if err := checkWaiter(key, w); err != nil {
-		return Record{}, err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.publishingKeys(ctx, key, checkWaiter(key, w))
 	if err != nil {
 		return Record{}, err
 	}
-	pub, prefix, err := p.publishing(ctx, r)
-	if err != nil {
-		return Record{}, err
-	}
-	ch := channel(w.Inbox, prefix)
-	if prefix != "" {
+	ch := channel(w.Inbox, k.prefix)
+	if k.prefix != "" {
 		if err := p.queueShard(ctx, w.Inbox, ch, w.Owner); err != nil {
 			return Record{}, err
 		}
 	}
 	mode := lookModes[w.Look]
-	res, acked, err := p.run(ctx, queueScript, 3, r, f, q, w.Owner, w.TTL.Milliseconds(),
-		entry(w, ch), mode, queueTTLArg, key, pub, now())
+	res, acked, err := p.run(ctx, queueScript, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
+		entry(w, ch), mode, queueTTLArg, key, k.pub, now())
 	reply, _ := res.([]any)
 	rec, err := p.record(ctx, "queue", key, reply, err)
-	if prefix != "" && err == nil && !rec.Queued {
+	if k.prefix != "" && err == nil && !rec.Queued {
 		p.unqueueShard(w.Inbox, w.Owner) // no grant will come on ch
 	}
 	if err == nil {
@@ -256,65 +243,39 @@ func entry(w Waiter, ch string) string {
 
 // Leave implements Provider.
 func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	if err := p.check(); err != nil {
-		return err
-	}
-	if err := checkWaiter(key, w); err != nil {
-		return err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.publishingKeys(ctx, key, checkWaiter(key, w))
 	if err != nil {
 		return err
 	}
-	pub, prefix, err := p.publishing(ctx, r)
-	if err != nil {
-		return err
-	}
-	if prefix != "" {
+	if k.prefix != "" {
 		p.unqueueShard(w.Inbox, w.Owner)
 	}
-	_, err = p.eval(ctx, leaveScript, 3, r, f, q, w.Owner, entry(w, channel(w.Inbox, prefix)), key, pub, now())
+	_, err = p.eval(ctx, leaveScript, 3, k.record, k.fence, k.queue, w.Owner, entry(w, channel(w.Inbox, k.prefix)), key, k.pub, now())
 	return p.wrap(key, err)
 }
 
 // Release implements Provider.
 func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
-	if err := p.check(); err != nil {
-		return err
-	}
-	if err := checkKeyOwner(key, owner); err != nil {
-		return err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.publishingKeys(ctx, key, checkKeyOwner(key, owner))
 	if err != nil {
 		return err
 	}
-	pub, _, err := p.publishing(ctx, r)
-	if err != nil {
-		return err
-	}
-	rarg := any(r) // key itself, when it has a hash tag: one argument boxed for both
+	rarg := any(k.record) // key itself, when it has a hash tag: one argument boxed for both
 	karg := rarg
-	if r != key {
+	if k.record != key {
 		karg = key
 	}
-	res, err := p.eval(ctx, releaseScript, 3, rarg, f, q, owner, karg, pub, now())
+	res, err := p.eval(ctx, releaseScript, 3, rarg, k.fence, k.queue, owner, karg, k.pub, now())
 	return p.result("release", key, res, err)
 }
 
 // Renew implements Provider.
 func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if err := p.check(); err != nil {
-		return err
-	}
-	if err := checkArgs(key, owner, ttl); err != nil {
-		return err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.keys(key, checkArgs(key, owner, ttl))
 	if err != nil {
 		return err
 	}
-	res, acked, err := p.run(ctx, renewScript, 3, r, f, q, owner, ttl.Milliseconds())
+	res, acked, err := p.run(ctx, renewScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
 	if err = p.result("renew", key, res, err); err != nil {
 		return err
 	}
@@ -323,21 +284,11 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 
 // Finish implements Provider.
 func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if err := p.check(); err != nil {
-		return err
-	}
-	if err := checkArgs(key, owner, ttl); err != nil {
-		return err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.publishingKeys(ctx, key, checkArgs(key, owner, ttl))
 	if err != nil {
 		return err
 	}
-	pub, _, err := p.publishing(ctx, r)
-	if err != nil {
-		return err
-	}
-	res, acked, err := p.run(ctx, finishScript, 3, r, f, q, owner, ttl.Milliseconds(), key, pub)
+	res, acked, err := p.run(ctx, finishScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
 	if err = p.result("finish", key, res, err); err != nil {
 		return err
 	}
@@ -400,17 +351,11 @@ func (p *RedisProvider) replicated(key string, acked int64) error {
 
 // Inspect implements Provider, in one script that writes nothing.
 func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error) {
-	if err := p.check(); err != nil {
-		return Record{}, err
-	}
-	if err := CheckKey(key); err != nil {
-		return Record{}, err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.keys(key, CheckKey(key))
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := p.eval(ctx, inspectScript, 3, r, f, q)
+	res, err := p.eval(ctx, inspectScript, 3, k.record, k.fence, k.queue)
 	return p.inspected(key, res, err)
 }
 
@@ -569,21 +514,11 @@ func globEscape(s string) string {
 
 // ForceRelease implements Provider.
 func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
-	if err := p.check(); err != nil {
-		return Record{}, err
-	}
-	if err := CheckKey(key); err != nil {
-		return Record{}, err
-	}
-	r, f, q, err := RedisKeys(key)
+	k, err := p.publishingKeys(ctx, key, CheckKey(key))
 	if err != nil {
 		return Record{}, err
 	}
-	pub, _, err := p.publishing(ctx, r)
-	if err != nil {
-		return Record{}, err
-	}
-	reply, err := p.eval(ctx, forceReleaseScript, 3, r, f, q, key, pub, now())
+	reply, err := p.eval(ctx, forceReleaseScript, 3, k.record, k.fence, k.queue, key, k.pub, now())
 	res, _ := reply.([]any)
 	if err != nil {
 		return Record{}, p.wrap(key, err)
@@ -632,10 +567,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 // the Cluster's slots are loaded again). stop closes every subscription of
 // the Listen.
 func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
-	if err := p.check(); err != nil {
-		return nil, err
-	}
-	if err := CheckInbox(inbox); err != nil {
+	if err := p.ready(CheckInbox(inbox)); err != nil {
 		return nil, err
 	}
 	if deliver == nil {
@@ -790,6 +722,44 @@ func (p *RedisProvider) check() error {
 		return invalidf("WaitForReplicas timeout %v is less than 1ms", p.replicaTimeout)
 	}
 	return nil
+}
+
+// ready begins every method: it checks the provider, then the method's
+// arguments (args is the result of their check), and returns the first
+// error.
+func (p *RedisProvider) ready(args error) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	return args
+}
+
+// scriptKeys are what the scripts of a method on one lock take: the lock's
+// Redis keys (see RedisKeys) and, from publishingKeys, how a script that
+// may hand the lock on or tell its waiters publishes (see publishing).
+type scriptKeys struct {
+	record, fence, queue string
+	pub                  any    // the scripts' publish argument
+	prefix               string // of the lock's shard channels; "" when grants are not sharded
+}
+
+// keys begins a method on key, as ready does, and returns key's Redis keys.
+func (p *RedisProvider) keys(key string, args error) (scriptKeys, error) {
+	if err := p.ready(args); err != nil {
+		return scriptKeys{}, err
+	}
+	r, f, q, err := RedisKeys(key)
+	return scriptKeys{record: r, fence: f, queue: q}, err
+}
+
+// publishingKeys is keys for a method whose script publishes: it adds the
+// publish argument and the shard channel prefix of key's record.
+func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args error) (scriptKeys, error) {
+	k, err := p.keys(key, args)
+	if err == nil {
+		k.pub, k.prefix, err = p.publishing(ctx, k.record)
+	}
+	return k, err
 }
 
 // record turns an acquire or queue script's reply into a Record.
