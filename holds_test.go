@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,4 +150,42 @@ func TestSemaphoreInspect(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the waiter is at the gate")
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, <-waiting)
+}
+
+// TestStatusSaysWhatALockIsPartOf: Inspect and List say which locks are a
+// Semaphore's permits, an RWMutex's readers and writer, and their gates.
+func TestStatusSaysWhatALockIsPartOf(t *testing.T) {
+	c := newClient(t, lock.NewMemoryProvider())
+	ctx := ctxTimeout(t, 10*time.Second)
+	sem, err := c.Semaphore("pool", 3)
+	require.NoError(t, err)
+	p, err := sem.Acquire(ctx, 1, lock.Options{})
+	require.NoError(t, err)
+	m, err := c.RWMutex("doc", 4)
+	require.NoError(t, err)
+	r, err := m.RLock(ctx, lock.Options{})
+	require.NoError(t, err)
+	plain, err := c.Acquire(ctx, "job#1", lock.Options{})
+	require.NoError(t, err)
+	locks, _, err := c.List(ctx, 10)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, s := range locks {
+		got[s.Name] = s.Kind + " " + s.Of + " " + strconv.Itoa(s.Limit)
+	}
+	assert.Equal(t, map[string]string{
+		p.Locks()[0].Key()[len("lock:{") : len(p.Locks()[0].Key())-1]: "permit pool 3",
+		r.Locks()[0].Key()[len("lock:{") : len(r.Locks()[0].Key())-1]: "reader doc 4",
+		"job#1": "  0",
+	}, got)
+	require.NoError(t, r.Release(ctx))
+	w, err := m.Lock(ctx, lock.Options{})
+	require.NoError(t, err)
+	st, err := c.Inspect(ctx, "doc#gate")
+	require.NoError(t, err)
+	assert.Equal(t, "writer", st.Kind)
+	assert.Equal(t, "doc", st.Of)
+	require.NoError(t, w.Release(ctx))
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, plain.Release(ctx))
 }

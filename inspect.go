@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -31,6 +32,17 @@ type Status struct {
 	GracePeriod bool `json:"grace_period,omitempty"`
 	// Waiters is the number of acquisitions queued for the lock.
 	Waiters int `json:"waiters,omitempty"`
+	// Kind says what the lock is part of, when it is one of the locks a
+	// Semaphore or an RWMutex is made of (its holder's owner says so):
+	// "permit" (a Semaphore's), "reader" (a reader's share of an RWMutex),
+	// "writer" (an RWMutex's writer, at its gate: writing, or waiting for
+	// the readers to leave), "gate" (a caller entering: taking permits or a
+	// reader's share, or waiting for them). Empty for a plain lock, and for
+	// a free one. Of is then the name of the Semaphore or RWMutex, and Limit
+	// its number of permits or of readers.
+	Kind  string `json:"kind,omitempty"`
+	Of    string `json:"of,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 	// Err is set by List alone, for a key that holds something other than a
 	// record: a *RecordError. The other fields but Name and Key are then
 	// empty.
@@ -129,5 +141,39 @@ func status(name, key string, rec Record, now time.Time) Status {
 	if rec.TTL > 0 {
 		s.Until = now.Add(rec.TTL)
 	}
+	s.Kind, s.Of, s.Limit = partOf(name, rec.Owner)
 	return s
+}
+
+// partOf returns what the lock called name, held by owner, is part of: see
+// Status.Kind. The owners of a Semaphore's and an RWMutex's locks end with
+// ~n<N> (a semaphore's), ~r<N> (a reader's) or ~w<N> (a writer's).
+func partOf(name, owner string) (kind, of string, limit int) {
+	i := strings.LastIndexByte(owner, '~')
+	j := strings.LastIndexByte(name, '#')
+	if i < 0 || j <= 0 || len(owner) < i+3 {
+		return "", "", 0
+	}
+	n, err := strconv.Atoi(owner[i+2:])
+	if err != nil || n < 1 {
+		return "", "", 0
+	}
+	of, slot := name[:j], name[j+1:]
+	switch tag := owner[i+1]; {
+	case slot == "gate" && tag == 'w':
+		return "writer", of, n
+	case slot == "gate" && (tag == 'n' || tag == 'r'):
+		return "gate", of, n
+	case tag == 'n' && isSlot(slot, n):
+		return "permit", of, n
+	case tag == 'r' && len(slot) > 1 && slot[0] == 'r' && isSlot(slot[1:], n):
+		return "reader", of, n
+	}
+	return "", "", 0
+}
+
+// isSlot reports whether s is a slot's number below n.
+func isSlot(s string, n int) bool {
+	k, err := strconv.Atoi(s)
+	return err == nil && k >= 0 && k < n && strconv.Itoa(k) == s
 }

@@ -47,15 +47,27 @@ func (c command) list(ctx context.Context, limit int) error {
 			c.prefix, c.where, c.client.Key("NAME"))
 		return err
 	}
+	parts := false // a column for what locks are part of, when some are
+	for _, s := range locks {
+		parts = parts || s.Kind != ""
+	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tSINCE\tEXPIRES\tSTATE\tWAITERS")
+	head := "NAME\tOWNER\tTOKEN\tSINCE\tEXPIRES\tSTATE\tWAITERS"
+	if parts {
+		head += "\tPART"
+	}
+	fmt.Fprintln(tw, head)
 	for _, s := range locks {
 		if s.Err != nil {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\t-\n", s.Name, state(s))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d",
 			s.Name, holder(s), s.Token, age(s.Since, now), left(s.Until, now), state(s), s.Waiters)
+		if parts {
+			fmt.Fprintf(tw, "\t%s", partOf(s))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -85,6 +97,9 @@ func (c command) show(ctx context.Context, name string) error {
 	fmt.Fprintf(tw, "until:\t%s\n", timestamp(s.Until))
 	fmt.Fprintf(tw, "time left:\t%s\n", left(s.Until, now))
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	if s.Kind != "" {
+		fmt.Fprintf(tw, "part of:\t%s\n", partOf(s))
+	}
 	return tw.Flush()
 }
 
@@ -138,6 +153,24 @@ type lockJSON struct {
 	Waiters     *int   `json:"waiters,omitempty"`  // nil for release
 	Error       string `json:"error,omitempty"`    // for a corrupt entry
 	Released    *bool  `json:"released,omitempty"` // set by release alone
+	Kind        string `json:"kind,omitempty"`     // permit, reader, writer or gate: see lock.Status.Kind
+	Of          string `json:"of,omitempty"`
+	Limit       int    `json:"limit,omitempty"`
+}
+
+// partOf says what s is part of: "permit of pool (3 permits)", "reader of
+// doc (at most 16 readers)", "writer of doc", "gate of pool"; "-" for a
+// plain lock.
+func partOf(s lock.Status) string {
+	switch s.Kind {
+	case "":
+		return "-"
+	case "permit":
+		return fmt.Sprintf("permit of %s (%d permits)", s.Of, s.Limit)
+	case "reader":
+		return fmt.Sprintf("reader of %s (at most %d readers)", s.Of, s.Limit)
+	}
+	return s.Kind + " of " + s.Of
 }
 
 // toJSON returns s as -json prints it, with its waiters when withWaiters.
@@ -152,6 +185,9 @@ func toJSON(s lock.Status, withWaiters bool) lockJSON {
 		Since:       jsonTime(s.Since),
 		Until:       jsonTime(s.Until),
 		GracePeriod: s.GracePeriod,
+		Kind:        s.Kind,
+		Of:          s.Of,
+		Limit:       s.Limit,
 	}
 	switch {
 	case s.Err != nil:
