@@ -308,4 +308,3 @@ func twoOf(n int) (int, int) {
 	}
 	return a, b
 }
-
