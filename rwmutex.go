@@ -61,7 +61,7 @@ func (m *RWMutex) RLock(ctx context.Context, o Options) (*Hold, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.c.throughGate(ctx, m.gate, m.readers.tag, o, func(ctx context.Context, g *Lock) (*Hold, error) {
+	return m.c.throughGate(ctx, m.gate, m.readers.tag, min(o.Lease, GateLease), o, func(ctx context.Context, g *Lock) (*Hold, error) {
 		locks, err := m.readers.take(ctx, m.c, 1, o)
 		if err != nil {
 			return nil, err
@@ -81,7 +81,7 @@ func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.c.throughGate(ctx, m.gate, m.writer, o, func(ctx context.Context, g *Lock) (*Hold, error) {
+	return m.c.throughGate(ctx, m.gate, m.writer, o.Lease, o, func(ctx context.Context, g *Lock) (*Hold, error) {
 		if err := m.drain(ctx, o); err != nil {
 			return nil, err
 		}

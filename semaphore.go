@@ -30,7 +30,8 @@ const MaxPermits = 1024
 // and Inspect, List, ForceRelease, lockctl and events show each permit as
 // a lock. Callers pass through a gate, the lock name#gate, in its fair
 // queue: acquisitions are served in arrival order (FIFO), and a large
-// request at the head is not overtaken by smaller ones behind it.
+// request at the head is not overtaken by smaller ones behind it. A caller
+// that dies at the head stalls the queue for up to GateLease.
 //
 // N is a property of the name: every caller must give the same N. A caller
 // that finds a permit held by a caller with another N fails with
@@ -73,7 +74,7 @@ func (s *Semaphore) Acquire(ctx context.Context, weight int, o Options) (*Hold, 
 	if err != nil {
 		return nil, err
 	}
-	return s.c.throughGate(ctx, s.gate, s.slots.tag, o, func(ctx context.Context, g *Lock) (*Hold, error) {
+	return s.c.throughGate(ctx, s.gate, s.slots.tag, min(o.Lease, GateLease), o, func(ctx context.Context, g *Lock) (*Hold, error) {
 		locks, err := s.slots.take(ctx, s.c, weight, o)
 		if err != nil {
 			return nil, err
@@ -147,18 +148,25 @@ func (c *Client) gated(name, prefix, kind string, n int) (string, *slots, error)
 	return gate, sl, nil
 }
 
+// GateLease is the lease of a gate held by a caller that enters a
+// Semaphore or an RWMutex as a reader (taking permits or a reader's share,
+// or waiting for them), when Options.Lease is longer: a caller that dies at
+// the gate stalls the callers behind it for at most this long. A writer
+// holds the gate with its Lease: the gate is its hold.
+const GateLease = 3 * time.Second
+
 // throughGate takes the gate under key in its fair queue, waiting as o
-// says (up to o.MaxWait in all), calls enter while holding it, and
-// releases it, which lets the next caller in: enter's hold is returned.
-// enter may keep the gate in its hold (a writer): it is released then only
-// if enter fails.
-func (c *Client) throughGate(ctx context.Context, key, tag string, o Options, enter func(ctx context.Context, g *Lock) (*Hold, error)) (*Hold, error) {
+// says (up to o.MaxWait in all), holding it with lease, calls enter while
+// holding it, and releases it, which lets the next caller in: enter's hold
+// is returned. enter may keep the gate in its hold (a writer): it is
+// released then only if enter fails.
+func (c *Client) throughGate(ctx context.Context, key, tag string, lease time.Duration, o Options, enter func(ctx context.Context, g *Lock) (*Hold, error)) (*Hold, error) {
 	if o.Wait {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, o.MaxWait, ErrTimeout)
 		defer cancel()
 	}
-	g, err := c.acquireAs(ctx, key, c.newOwner()+tag, Options{Wait: o.Wait, Fair: true, MaxWait: o.MaxWait, Lease: o.Lease, MaxDuration: o.MaxDuration})
+	g, err := c.acquireAs(ctx, key, c.newOwner()+tag, Options{Wait: o.Wait, Fair: true, MaxWait: o.MaxWait, Lease: lease, MaxDuration: o.MaxDuration})
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ func (s *suite) runHolds(t *testing.T) {
 	t.Run("SemaphoreLargeRequestAtHeadIsNotOvertaken", s.semaphoreNoBarging)
 	t.Run("SemaphoreCancelledHeadDoesNotStallQueue", s.semaphoreCancelledHead)
 	t.Run("SemaphoreDeadHoldersPermitComesBack", s.semaphoreDeadHolder)
+	t.Run("SemaphoreDeadHeadStallsAtMostGateLease", s.semaphoreDeadHead)
 	t.Run("SemaphoreRefusesAnotherN", s.semaphoreRefusesAnotherN)
 	t.Run("RWReadersOverlapWritersExcludeEveryone", s.rwExclusion)
 	t.Run("RWWriterIsNotStarvedByReaders", s.rwWriterNotStarved)
@@ -228,6 +229,20 @@ func (p *silenced) Renew(ctx context.Context, key, owner string, ttl time.Durati
 	return p.Provider.Renew(ctx, key, owner, ttl)
 }
 
+func (p *silenced) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	if p.dead.Load() {
+		return lock.Record{}, errDead
+	}
+	return p.Provider.Queue(ctx, key, w)
+}
+
+func (p *silenced) Leave(ctx context.Context, key string, w lock.Waiter) error {
+	if p.dead.Load() {
+		return errDead
+	}
+	return p.Provider.Leave(ctx, key, w)
+}
+
 func (p *silenced) Release(ctx context.Context, key, owner string) error {
 	if p.dead.Load() {
 		return errDead
@@ -259,6 +274,46 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 	took := time.Since(died)
 	t.Logf("permit back %v after its holder died (lease %v)", took, lease)
 	assert.Less(t, took, lease+s.b.TTLGranularity+5*time.Second, "within the lease and a margin")
+	assert.NoError(t, h.Release(s.ctx))
+}
+
+// semaphoreDeadHead: the caller at the head of the queue, holding the gate
+// and one of two permits while it waits for the other, dies; the other
+// permit is released. The caller behind it is granted a permit once the
+// dead one's gate expires: within GateLease (and the claim window of the
+// permit handed to the dead one), not the dead one's lease.
+func (s *suite) semaphoreDeadHead(t *testing.T) {
+	if !s.expires(t) {
+		return
+	}
+	name := uniqueName(t)
+	dying := &silenced{Provider: s.b.New(t)}
+	cd := newClient(t, dying, lock.WithPollInterval(100*time.Millisecond))
+	cs := s.callers(t, 2)
+	semD, err := cd.Semaphore(name, 2)
+	require.NoError(t, err)
+	semA, err := cs[0].Semaphore(name, 2)
+	require.NoError(t, err)
+	semB, err := cs[1].Semaphore(name, 2)
+	require.NoError(t, err)
+	a, err := semA.Acquire(s.ctx, 1, lock.Options{Lease: 20 * time.Second})
+	require.NoError(t, err)
+	go func() {
+		h, err := semD.Acquire(s.ctx, 2, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 20 * time.Second})
+		if err == nil {
+			_ = h.Release(s.ctx)
+		}
+	}()
+	gateTaken(t, s.ctx, semA.Inspect)
+	time.Sleep(100 * time.Millisecond) // it holds one permit and waits for the other
+	dying.dead.Store(true)
+	died := time.Now()
+	require.NoError(t, a.Release(s.ctx))
+	h, err := semB.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
+	require.NoError(t, err, "the caller behind a dead head is served")
+	took := time.Since(died)
+	t.Logf("served %v after the head died (GateLease %v, the dead one's lease 20s)", took, lock.GateLease)
+	assert.Less(t, took, lock.GateLease+s.b.TTLGranularity+5*time.Second, "within GateLease and a margin, not the dead one's lease")
 	assert.NoError(t, h.Release(s.ctx))
 }
 
