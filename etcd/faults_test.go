@@ -67,10 +67,12 @@ func runMember(spec string) int {
 }
 
 // The fault tests' cluster: 3 members, a 50ms heartbeat and a 500ms
-// election timeout (so a minimum lease of 1s).
+// election timeout (so a minimum lease of 1s); its clients' providers ask
+// their watches for progress every second.
 const (
 	faultTick     = 50
 	faultElection = 500 * time.Millisecond
+	faultProgress = time.Second
 )
 
 // cluster is 3 etcd members, each in a child process of its own, so that
@@ -257,6 +259,7 @@ type span struct {
 	token      uint64
 	start, end time.Time
 	lost       bool // it ended because its holder was told of a loss
+	void       bool // its context had ended before it began: it held nothing
 }
 
 // fenced is a fenced write to a lock's resource and what became of it.
@@ -283,6 +286,7 @@ type event struct {
 	Start int64  `json:"s,omitempty"` // Unix ns, by the machine's clock, which the processes share
 	End   int64  `json:"e,omitempty"`
 	Lost  bool   `json:"lost,omitempty"` // a span that ended with a loss
+	Void  bool   `json:"void,omitempty"` // a span whose context had ended before it began
 	Late  bool   `json:"late,omitempty"` // a write made after its holder's loss
 	Rev   int64  `json:"r,omitempty"`
 	Mark  uint64 `json:"m,omitempty"`
@@ -311,6 +315,7 @@ func (r *reporter) report(ev event) {
 func hold(ctx context.Context, cli *clientv3.Client, ns, name string, report func(event)) error {
 	l, _ := lock.FromContext(ctx)
 	token, start := l.Token(), time.Now()
+	void := ctx.Err() != nil // lost before fn ran: the Client told it at once
 	var ended atomic.Int64
 	stop := context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
 	report(event{Kind: "grant", Lock: name, Token: token, Start: start.UnixNano()})
@@ -321,7 +326,7 @@ func hold(ctx context.Context, cli *clientv3.Client, ns, name string, report fun
 		end = e
 	}
 	lost := errors.Is(context.Cause(ctx), lock.ErrLost)
-	report(event{Kind: "span", Lock: name, Token: token, Start: start.UnixNano(), End: end, Lost: lost})
+	report(event{Kind: "span", Lock: name, Token: token, Start: start.UnixNano(), End: end, Lost: lost, Void: void})
 	if lost {
 		time.Sleep(rand.N(4 * time.Second))
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -401,7 +406,7 @@ func runClient(spec string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(s.NS), etcd.WithProgressInterval(time.Second),
+	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(s.NS), etcd.WithProgressInterval(faultProgress),
 		etcd.WithRequestTimeout(time.Second))
 	pcancel()
 	if err != nil {
@@ -455,7 +460,7 @@ func (h *history) add(ev event) {
 		i, _ := slices.BinarySearchFunc(g, at, func(a, b time.Time) int { return a.Compare(b) })
 		h.grants[ev.Lock] = slices.Insert(g, i, at)
 	case "span":
-		h.spans[ev.Lock] = append(h.spans[ev.Lock], span{ev.Token, time.Unix(0, ev.Start), time.Unix(0, ev.End), ev.Lost})
+		h.spans[ev.Lock] = append(h.spans[ev.Lock], span{ev.Token, time.Unix(0, ev.Start), time.Unix(0, ev.End), ev.Lost, ev.Void})
 	case "accepted", "refused", "unknown":
 		h.writes[ev.Lock] = append(h.writes[ev.Lock], fenced{outcome: ev.Kind, token: ev.Token, late: ev.Late, rev: ev.Rev, mark: ev.Mark})
 	case "error":
@@ -509,17 +514,30 @@ func spawnClient(t *testing.T, spec clientSpec, h *history) (stop func()) {
 
 // checkSpans asserts that no two holders held a lock at once, and returns,
 // for each holder told of a loss whose lock was granted again, how long
-// before that grant it was told (its margin).
-func (h *history) checkSpans(t *testing.T) (overlaps int, margins []time.Duration) {
+// before that grant it was told (its margin), and the number of void
+// spans: holders whose function began with its context already ended (the
+// Client found the lock lost before it ran: they held nothing, and are
+// left out).
+func (h *history) checkSpans(t *testing.T) (overlaps int, margins []time.Duration, void int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for name, spans := range h.spans {
+	for name, all := range h.spans {
+		var spans []span
+		for _, s := range all {
+			if s.void {
+				void++
+				t.Logf("lock %s: token %d's function began at %v with its context ended", name, s.token, s.start.Format("15:04:05.000"))
+				continue
+			}
+			spans = append(spans, s)
+		}
 		slices.SortFunc(spans, func(a, b span) int { return a.start.Compare(b.start) })
 		for i := 1; i < len(spans); i++ {
 			if spans[i].start.Before(spans[i-1].end) {
 				overlaps++
-				t.Errorf("lock %s: token %d granted at %v while token %d held it until %v",
-					name, spans[i].token, spans[i].start.Format("15:04:05.000"), spans[i-1].token, spans[i-1].end.Format("15:04:05.000"))
+				t.Errorf("lock %s: token %d held it from %v (until %v, lost %v) while token %d held it from %v until %v (lost %v)",
+					name, spans[i].token, spans[i].start.Format("15:04:05.000"), spans[i].end.Format("15:04:05.000"), spans[i].lost,
+					spans[i-1].token, spans[i-1].start.Format("15:04:05.000"), spans[i-1].end.Format("15:04:05.000"), spans[i-1].lost)
 			}
 			if spans[i-1].lost {
 				margins = append(margins, spans[i].start.Sub(spans[i-1].end))
@@ -527,7 +545,7 @@ func (h *history) checkSpans(t *testing.T) (overlaps int, margins []time.Duratio
 		}
 	}
 	slices.Sort(margins)
-	return overlaps, margins
+	return overlaps, margins, void
 }
 
 // fenceCounts are the fenced writes by outcome, and how checkFences judged
@@ -611,6 +629,7 @@ func (h *history) regranted(locks []string, at time.Time) (longest time.Duration
 // restarted; the leader SIGSTOPped for 3 election timeouts; the leader's
 // outbound peer traffic cut for 3 election timeouts (it still receives;
 // its client port stays up); the leader cut off from its peers both ways
+// for 3 election timeouts, or until a holder on it is told of its loss
 // (see split); a follower SIGKILLed and restarted. 10 faults (50 with
 // LOCK_LONG_FAULTS=1). The workload: 4 client processes (the test binary
 // again, each with an etcd client, a provider and a lock.Client of its own;
@@ -622,7 +641,9 @@ func (h *history) regranted(locks []string, at time.Time) (longest time.Duration
 // twice, every fenced write refused that was stale and no other (with at
 // least one refused: split makes one), each lock granted again within 3
 // election timeouts plus the lease plus 1s of each fault's start, and what
-// split asserts of the minority side.
+// split asserts of the minority side. A holder whose function began with its context
+// already ended (the Client found its lock lost first) held nothing, and
+// is counted apart (void).
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the fault test starts 3 etcd processes")
@@ -677,7 +698,7 @@ func TestFaults(t *testing.T) {
 			sleep(ctx, stall)
 			c.net.heal()
 		case "partition-leader":
-			s := c.split(ctx, t, leader, ns, lease, "split-"+strconv.Itoa(i), h)
+			s := c.split(ctx, t, leader, ns, lease, stall, "split-"+strconv.Itoa(i), h)
 			t.Logf("fault %d (%s): the cut-off holder told of its loss %v after the cut, %v before the majority's grant; the majority granted a free lock %v after the cut; the minority tried it %d times, granted 0",
 				i, kind, s.told.Round(time.Millisecond), s.margin.Round(time.Millisecond), s.majority.Round(time.Millisecond), s.tries)
 			splits = append(splits, s)
@@ -697,15 +718,15 @@ func TestFaults(t *testing.T) {
 		stop()
 	}
 
-	overlaps, margins := h.checkSpans(t)
+	overlaps, margins, void := h.checkSpans(t)
 	f := h.checkFences(t)
 	assert.Positive(t, f.staleRefused, "stale writes were made, and refused")
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	assert.Zero(t, h.repeats, "no token granted twice")
-	t.Logf("etcd faults: faults=%d grants=%d overlaps=%d repeated_tokens=%d longest_regrant=%v lost=%d loss_margin_min=%v loss_margin_median=%v %v"+
+	t.Logf("etcd faults: faults=%d grants=%d void=%d overlaps=%d repeated_tokens=%d longest_regrant=%v lost=%d loss_margin_min=%v loss_margin_median=%v %v"+
 		" fenced_accepted=%d fenced_refused=%d refused_stale=%d fenced_unknown=%d late_writes=%d bad_accepts=%d bad_refusals=%d errors=%v",
-		n, len(h.tokens), overlaps, h.repeats, longest.Round(time.Millisecond), len(margins), percentile(margins, 0), percentile(margins, 50), summarizeSplits(splits),
+		n, len(h.tokens), void, overlaps, h.repeats, longest.Round(time.Millisecond), len(margins), percentile(margins, 0), percentile(margins, 50), summarizeSplits(splits),
 		f.accepted, f.refused, f.staleRefused, f.unknown, f.late, f.badAccepts, f.badRefusals, h.errs)
 }
 

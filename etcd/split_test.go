@@ -23,19 +23,20 @@ type splitResult struct {
 }
 
 // split cuts the leader off from its peers, both ways, while its client
-// port stays up, with two lock.Clients in this process: the minority's,
-// whose etcd client knows only the leader's endpoint, and the majority's,
-// which knows the others'. Before the cut, the minority takes the lock
-// name+"/held". During it, the minority tries to take name+"/free", again
-// and again, while the majority takes it, and then takes the held lock
-// once the minority's lease is over on etcd; the majority makes a fenced
-// write to the held lock's resource. Then the partition heals, and the
-// minority's holder, told of its loss, writes with its old token. It asserts
-// that the minority got no lock, that its holder was told of its loss
-// within its lease (plus 1s for a loaded machine) and before the majority's
-// grant, and that its late write was refused; the grants, holds and writes
-// go to h, for the test's checks.
-func (c *cluster) split(ctx context.Context, t *testing.T, leader int, ns string, lease time.Duration, name string, h *history) (r splitResult) {
+// port stays up, for stall or until the minority's holder is told of its
+// loss, whichever is longer, with two lock.Clients in this process: the
+// minority's, whose etcd client knows only the leader's endpoint, and the
+// majority's, which knows the others'. Before the cut, the minority takes
+// the lock name+"/held". During it, the minority tries to take
+// name+"/free", again and again, while the majority takes it. After it,
+// the majority takes the held lock (once the minority's record is gone) and
+// makes a fenced write to its resource, and then the minority's holder,
+// told of its loss, writes with its old token. It asserts that the minority
+// got no lock, that its holder was told of its loss within its lease (plus
+// 1s for a loaded machine) and before the majority's grant, and that its
+// late write was refused; the grants, holds and writes go to h, for the
+// test's checks.
+func (c *cluster) split(ctx context.Context, t *testing.T, leader int, ns string, lease, stall time.Duration, name string, h *history) (r splitResult) {
 	t.Helper()
 	others := slices.Delete(slices.Clone(c.endpoints), leader, leader+1)
 	minority := newSide(ctx, t, ns, "minority", c.endpoints[leader])
@@ -63,22 +64,23 @@ func (c *cluster) split(ctx context.Context, t *testing.T, leader int, ns string
 
 	fl := majority.take(ctx, t, free, lease, true, h)
 	r.majority = time.Since(cut)
-	hl := majority.take(ctx, t, held, lease, true, h)
-	heldAt := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, fencedWrite(wctx, majority.cli, ns, held, hl.Token(), false, h.add), "the majority's write")
-	c.net.heal()
-	close(stop)
-	r.tries = <-tries
-	assert.Zero(t, <-grants, "no grant on the minority side: its tries at %s while the majority held it", free)
-
 	var toldAt time.Time
 	select {
 	case toldAt = <-told:
 	case <-time.After(10 * time.Second):
 		require.Fail(t, "the cut-off holder is told of its loss")
 	}
+	sleep(ctx, time.Until(cut.Add(stall)))
+	c.net.heal()
+	close(stop)
+	r.tries = <-tries
+	assert.Zero(t, <-grants, "no grant on the minority side: its tries at %s while the majority held it", free)
+
+	hl := majority.take(ctx, t, held, lease, true, h)
+	heldAt := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, fencedWrite(wctx, majority.cli, ns, held, hl.Token(), false, h.add), "the majority's write")
 	h.add(event{Kind: "span", Lock: held, Token: ml.Token(), Start: ml.start.UnixNano(), End: toldAt.UnixNano(), Lost: true})
 	r.told, r.margin = toldAt.Sub(cut), heldAt.Sub(toldAt)
 	assert.ErrorIs(t, ml.Err(), lock.ErrLost, "the cut-off holder's lock ends as lost")
@@ -103,7 +105,7 @@ func newSide(ctx context.Context, t *testing.T, ns, identity string, endpoints .
 	cli := newFaultClient(t, endpoints...)
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(ns), etcd.WithProgressInterval(time.Second),
+	p, err := etcd.NewProvider(pctx, cli, etcd.WithNamespace(ns), etcd.WithProgressInterval(faultProgress),
 		etcd.WithRequestTimeout(time.Second))
 	require.NoError(t, err)
 	lc, err := lock.NewClient(p, lock.WithIdentity(identity))
