@@ -189,3 +189,24 @@ func TestStatusSaysWhatALockIsPartOf(t *testing.T) {
 	require.NoError(t, p.Release(ctx))
 	require.NoError(t, plain.Release(ctx))
 }
+
+// TestPartOf: PartOf tells an event's lock as Status.Kind does.
+func TestPartOf(t *testing.T) {
+	for _, tc := range []struct {
+		key, owner, kind, of string
+		limit                int
+	}{
+		{"lock:{pool#2}", "web-1/ab-7~n4", "permit", "pool", 4},
+		{"lock:{pool#4}", "web-1/ab-7~n4", "", "", 0}, // not a permit of 4
+		{"lock:{pool#gate}", "ab-7~n4", "gate", "pool", 4},
+		{"lock:{doc#gate}", "ab-7~w16", "writer", "doc", 16},
+		{"lock:{doc#r15}", "ab-7~r16", "reader", "doc", 16},
+		{"lock:{doc#r01}", "ab-7~r16", "", "", 0},
+		{"lock:{job}", "ab-7", "", "", 0},
+		{"lock:{job#1}", "ab-7", "", "", 0},
+		{"x", "ab~n2", "", "", 0},
+	} {
+		kind, of, limit := lock.PartOf(tc.key, tc.owner)
+		assert.Equal(t, []any{tc.kind, tc.of, tc.limit}, []any{kind, of, limit}, "%s %s", tc.key, tc.owner)
+	}
+}

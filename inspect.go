@@ -145,6 +145,22 @@ func status(name, key string, rec Record, now time.Time) Status {
 	return s
 }
 
+// PartOf returns what the lock under key, held (or asked for) by owner, is
+// part of, as Status.Kind, Of and Limit say: "permit", "reader", "writer" or
+// "gate", with the name of the Semaphore or RWMutex and its number of
+// permits or readers; empty for a plain lock. It reads the name between
+// the key's braces (see Client.Key) and the owner's last characters, so
+// that an Event (Key, Owner) can be told apart as a Status can; it calls
+// nothing.
+func PartOf(key, owner string) (kind, of string, limit int) {
+	i := strings.IndexByte(key, '{')
+	j := strings.LastIndexByte(key, '}')
+	if i < 0 || j < i {
+		return "", "", 0
+	}
+	return partOf(key[i+1:j], owner)
+}
+
 // partOf returns what the lock called name, held by owner, is part of: see
 // Status.Kind. The owners of a Semaphore's and an RWMutex's locks end with
 // ~n<N> (a semaphore's), ~r<N> (a reader's) or ~w<N> (a writer's).
