@@ -176,3 +176,26 @@ func TestDoHandlerReleasesItsLock(t *testing.T) {
 	})
 	assert.NoError(t, err)
 }
+
+// TestDoDoesNotRunOnALockLostBeforeItsGrantArrived: the provider answers
+// an acquisition after the lease it asked for has run out: the record may
+// have expired and been granted to another. Do must not run the function
+// under that lock; it returns the *LostError.
+func TestDoDoesNotRunOnALockLostBeforeItsGrantArrived(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	slow := &hookedProvider{Provider: mem, acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		rec, err := mem.Acquire(ctx, key, owner, ttl)
+		time.Sleep(3 * ttl) // the reply arrives after the lease ran out
+		return rec, err
+	}}
+	c := newClient(t, slow)
+	ran := false
+	err := c.Do(ctxTimeout(t, 10*time.Second), uniqueName(t), lock.Options{Lease: 20 * time.Millisecond}, func(ctx context.Context) error {
+		ran = true
+		return nil
+	})
+	assert.False(t, ran, "the function ran under a lock whose lease had run out before it was granted")
+	var lost *lock.LostError
+	require.ErrorAs(t, err, &lost)
+	assert.Equal(t, lock.LostLeaseRanOut, lost.Reason)
+}

@@ -204,6 +204,18 @@ func (l *Lock) lose(e *LostError) error {
 	return e
 }
 
+// lostAlready returns the loss of l when it is lost, or when its lease
+// has run out already (it then declares the loss), and nil otherwise.
+func (l *Lock) lostAlready() error {
+	l.mu.Lock()
+	err, end := l.heldErrLocked(), l.leaseEnd
+	l.mu.Unlock()
+	if err == nil && !time.Now().Before(end) {
+		return l.lose(l.lostError(LostLeaseRanOut, nil))
+	}
+	return err
+}
+
 // lostError returns the LostError of a loss of l for reason.
 func (l *Lock) lostError(reason LostReason, cause error) *LostError {
 	return &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}

@@ -15,7 +15,10 @@ import (
 // period, or the wait ended (its Reason is then the context's cause:
 // ErrTimeout at MaxWait, ErrClosed when the Client is closed), and the
 // provider's error, naming the operation and the key, otherwise; after a
-// failure nothing of the caller's is left stored. Acquiring, with Wait, a
+// failure nothing of the caller's is left stored. A grant that reaches the
+// caller after the lease it asked for ran out (a slow answer, a paused
+// process) is not a hold: Acquire releases it and returns a *LostError
+// (LostLeaseRanOut). Acquiring, with Wait, a
 // lock that ctx's call chain already holds (see FromContext) would wait for
 // itself: it fails at once with ErrInvalidArgument.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
@@ -74,11 +77,20 @@ type acquisition struct {
 }
 
 // unlessClosed returns l and err, unless the Client was closed meanwhile:
-// then it releases l, so that no acquisition succeeds after Close.
+// then it releases l, so that no acquisition succeeds after Close; or
+// unless l's lease ran out before its grant reached the caller (a slow
+// answer, a paused process): then the record may have expired and been
+// granted to another, and it returns l's *LostError.
 func (a *acquisition) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, error) {
 	if l != nil && a.c.closing.Err() != nil {
 		_ = l.Release(ctx)
 		return nil, a.notAcquired(ctx, ErrClosed, "", 0)
+	}
+	if l != nil {
+		if lerr := l.lostAlready(); lerr != nil {
+			_ = l.Release(ctx)
+			return nil, lerr
+		}
 	}
 	return l, err
 }
