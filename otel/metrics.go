@@ -15,6 +15,7 @@ const (
 	keyAttr     = attribute.Key("lock.key")
 	outcomeAttr = attribute.Key("lock.outcome")
 	ownerAttr   = attribute.Key("lock.owner")
+	partAttr    = attribute.Key("lock.part")
 	tokenAttr   = attribute.Key("lock.token")
 )
 
@@ -34,6 +35,14 @@ const (
 	outcomeRenewed = "renewed"
 )
 
+// parts are the values of lock.part that lock.PartOf returns, and "" for a
+// plain lock (no lock.part).
+var parts = []string{"", "permit", "reader", "writer", "gate"}
+
+// outcomes are the values of lock.outcome, and "" for none.
+var outcomes = []string{"", outcomeAcquired, outcomeHeld, outcomeGracePeriod, outcomeTimeout,
+	outcomeCanceled, outcomeClosed, outcomeError, outcomeReleased, outcomeLost, outcomeRenewed}
+
 // durationBuckets are the histograms' bounds in seconds: from an uncontended
 // acquisition (well under a millisecond in memory, about one on a network)
 // to a nightly job's hold (DefaultMaxDuration is an hour).
@@ -42,8 +51,8 @@ var durationBuckets = []float64{
 	1, 2.5, 5, 10, 30, 60, 300, 900, 3600,
 }
 
-// metrics are the instruments, and the attribute sets of the outcomes when
-// the key is left out.
+// metrics are the instruments, and the attribute sets of every part and
+// outcome, made once, for when the key is left out.
 type metrics struct {
 	acquisitions metric.Int64Counter
 	contended    metric.Int64Counter
@@ -54,12 +63,15 @@ type metrics struct {
 	hold         metric.Float64Histogram
 
 	keys bool
-	sets map[string]metric.MeasurementOption // by outcome; "" for none
+	sets map[partOutcome]metric.MeasurementOption
 }
+
+// partOutcome are the attributes of a measurement but the key; "" for none.
+type partOutcome struct{ part, outcome string }
 
 func newMetrics(m metric.Meter, keys bool) (*metrics, error) {
 	var errs [7]error
-	ms := &metrics{keys: keys, sets: map[string]metric.MeasurementOption{"": metric.WithAttributeSet(attribute.NewSet())}}
+	ms := &metrics{keys: keys, sets: map[partOutcome]metric.MeasurementOption{}}
 	ms.acquisitions, errs[0] = m.Int64Counter("lock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions that ended, by outcome (lock.outcome): acquired, held, grace_period, timeout, canceled, closed, error."))
 	ms.contended, errs[1] = m.Int64Counter("lock.contended", metric.WithUnit("{acquisition}"),
@@ -79,51 +91,66 @@ func newMetrics(m metric.Meter, keys bool) (*metrics, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
-	for _, o := range []string{outcomeAcquired, outcomeHeld, outcomeGracePeriod, outcomeTimeout,
-		outcomeCanceled, outcomeClosed, outcomeError, outcomeReleased, outcomeLost, outcomeRenewed} {
-		ms.sets[o] = metric.WithAttributeSet(attribute.NewSet(outcomeAttr.String(o)))
+	for _, p := range parts {
+		for _, o := range outcomes {
+			ms.sets[partOutcome{p, o}] = metric.WithAttributeSet(attribute.NewSet(attributes(p, o)...))
+		}
 	}
 	return ms, nil
 }
 
-// record adds event e to the metrics.
-func (m *metrics) record(e lock.Event) {
+// record adds event e to the metrics; part is what its lock is part of
+// (lock.PartOf), "" for a plain lock.
+func (m *metrics) record(e lock.Event, part string) {
 	ctx := context.Background() // events carry no context
 	switch e.Kind {
 	case lock.EventContended:
-		m.contended.Add(ctx, 1, m.attrs(e, ""))
+		m.contended.Add(ctx, 1, m.attrs(e, part, ""))
 	case lock.EventAcquired, lock.EventSkipped:
-		attrs := m.attrs(e, acquisitionOutcome(e))
+		attrs := m.attrs(e, part, acquisitionOutcome(e))
 		m.acquisitions.Add(ctx, 1, attrs)
 		m.wait.Record(ctx, e.Waited.Seconds(), attrs)
 	case lock.EventReleased, lock.EventLost:
 		outcome := holdOutcome(e)
-		m.hold.Record(ctx, e.Held.Seconds(), m.attrs(e, outcome))
+		m.hold.Record(ctx, e.Held.Seconds(), m.attrs(e, part, outcome))
 		if outcome == outcomeLost {
-			m.losses.Add(ctx, 1, m.attrs(e, ""))
+			m.losses.Add(ctx, 1, m.attrs(e, part, ""))
 		} else {
-			m.releases.Add(ctx, 1, m.attrs(e, outcome))
+			m.releases.Add(ctx, 1, m.attrs(e, part, outcome))
 		}
 	case lock.EventRenewed:
 		outcome := outcomeRenewed
 		if e.Err != nil {
 			outcome = outcomeError
 		}
-		m.renewals.Add(ctx, 1, m.attrs(e, outcome))
+		m.renewals.Add(ctx, 1, m.attrs(e, part, outcome))
 	}
 }
 
-// attrs returns the attributes of a measurement of e: its outcome, if any,
-// and its key when asked for.
-func (m *metrics) attrs(e lock.Event, outcome string) metric.MeasurementOption {
-	if !m.keys {
-		return m.sets[outcome]
+// attrs returns the attributes of a measurement of e: its part and its
+// outcome, if any, and its key when asked for.
+func (m *metrics) attrs(e lock.Event, part, outcome string) metric.MeasurementOption {
+	set, ok := m.sets[partOutcome{part, outcome}]
+	if ok && !m.keys {
+		return set
 	}
-	kv := []attribute.KeyValue{keyAttr.String(e.Key)}
+	kv := attributes(part, outcome)
+	if m.keys {
+		kv = append(kv, keyAttr.String(e.Key))
+	}
+	return metric.WithAttributes(kv...)
+}
+
+// attributes returns lock.part and lock.outcome, each when it is not empty.
+func attributes(part, outcome string) []attribute.KeyValue {
+	var kv []attribute.KeyValue
+	if part != "" {
+		kv = append(kv, partAttr.String(part))
+	}
 	if outcome != "" {
 		kv = append(kv, outcomeAttr.String(outcome))
 	}
-	return metric.WithAttributes(kv...)
+	return kv
 }
 
 // acquisitionOutcome says how the acquisition of an Acquired or Skipped

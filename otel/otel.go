@@ -70,8 +70,8 @@ func WithKeyAttribute() Option {
 // locks. It fails only when the meter refuses to create an instrument; the
 // option is then nil. The option may be given to several Clients.
 //
-// Metrics (attribute lock.outcome where said; lock.key with
-// WithKeyAttribute):
+// Metrics (attribute lock.outcome where said; lock.part on the locks a
+// Semaphore or an RWMutex is made of; lock.key with WithKeyAttribute):
 //
 //   - lock.acquisitions, counter: acquisitions that ended, by outcome:
 //     acquired, held, grace_period, timeout, canceled, closed, error;
@@ -84,10 +84,17 @@ func WithKeyAttribute() Option {
 //   - lock.losses, counter: locks lost before their release;
 //   - lock.renewals, counter: lease renewals, by outcome: renewed, error.
 //
+// The attribute lock.part says which piece of a Semaphore or an RWMutex a
+// lock is, as lock.PartOf does: permit, reader, writer or gate. A plain
+// lock has none. It holds the kind alone (not the Semaphore's name nor its
+// size), so that a metric has at most five times the series it would have
+// without it.
+//
 // Spans: each acquisition's "lock.wait", the root of a trace of its own,
 // and a granted lock's "lock.hold", its child, from the grant to the
-// release or loss. They are built from the events' timestamps, and are not
-// children of the caller's span: events carry no context.
+// release or loss, with lock.part as the metrics have it. They are built
+// from the events' timestamps, and are not children of the caller's span:
+// events carry no context.
 //
 // The hook does no I/O and does not wait: it records measurements and
 // starts and ends spans on the goroutine that caused the event, and keeps
@@ -103,7 +110,8 @@ func Events(opts ...Option) (lock.ClientOption, error) {
 	}
 	s := &spans{tracer: cfg.tracers.Tracer(ScopeName)}
 	return lock.WithEvents(func(e lock.Event) {
-		m.record(e)
-		s.record(e)
+		part, _, _ := lock.PartOf(e.Key, e.Owner)
+		m.record(e, part)
+		s.record(e, part)
 	}), nil
 }

@@ -524,3 +524,96 @@ func attr(s sdktrace.ReadOnlySpan, key attribute.Key) attribute.Value {
 	}
 	return attribute.Value{}
 }
+
+// TestParts checks lock.part on the metrics and spans of the locks a
+// Semaphore and an RWMutex are made of: a permit, a reader's share, a
+// writer's gate, and the gate that a semaphore's caller and a reader pass;
+// a plain lock has none. With the key attribute or without.
+func TestParts(t *testing.T) {
+	for name, opts := range map[string][]lockotel.Option{"without key": nil, "with key": {lockotel.WithKeyAttribute()}} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			tm := newTelemetry(t, opts...)
+			c := newClient(t, lock.NewMemoryProvider(), tm.events(t))
+			want := map[string]string{} // the part of each hold, by owner
+			sem, err := c.Semaphore("pool", 2)
+			require.NoError(t, err)
+			permit, err := sem.Acquire(ctx, 1, lock.Options{})
+			require.NoError(t, err)
+			rw, err := c.RWMutex("doc", 4)
+			require.NoError(t, err)
+			reader, err := rw.RLock(ctx, lock.Options{})
+			require.NoError(t, err)
+			require.Len(t, permit.Locks(), 1)
+			want[permit.Locks()[0].Owner()] = "permit"
+			require.NoError(t, permit.Release(ctx))
+			require.Len(t, reader.Locks(), 1)
+			want[reader.Locks()[0].Owner()] = "reader"
+			require.NoError(t, reader.Release(ctx))
+			writer, err := rw.Lock(ctx, lock.Options{})
+			require.NoError(t, err)
+			require.Len(t, writer.Locks(), 1)
+			want[writer.Locks()[0].Owner()] = "writer"
+			require.NoError(t, writer.Release(ctx))
+			plain, err := c.Acquire(ctx, "job", lock.Options{})
+			require.NoError(t, err)
+			want[plain.Owner()] = ""
+			require.NoError(t, plain.Release(ctx))
+
+			rm := tm.collect(t)
+			// The semaphore's caller and the reader passed a gate each.
+			assert.Equal(t, map[string]int64{"permit acquired": 1, "reader acquired": 1, "writer acquired": 1, "gate acquired": 2, "none acquired": 1},
+				partCounts(t, rm, "lock.acquisitions"))
+			assert.Equal(t, map[string]int64{"permit acquired": 1, "reader acquired": 1, "writer acquired": 1, "gate acquired": 2, "none acquired": 1},
+				partCounts(t, rm, "lock.wait.duration"))
+			assert.Equal(t, map[string]int64{"permit released": 1, "reader released": 1, "writer released": 1, "gate released": 2, "none released": 1},
+				partCounts(t, rm, "lock.releases"))
+			assert.Equal(t, map[string]int64{"permit released": 1, "reader released": 1, "writer released": 1, "gate released": 2, "none released": 1},
+				partCounts(t, rm, "lock.hold.duration"))
+
+			spans := tm.spans.Ended()
+			assert.Len(t, spans, 2*6, "a wait and a hold for each lock")
+			for _, s := range spans {
+				key, owner := attr(s, "lock.key").AsString(), attr(s, "lock.owner").AsString()
+				part, ok := want[owner]
+				if !ok {
+					part = "gate"
+					assert.Contains(t, []string{c.Key("pool#gate"), c.Key("doc#gate")}, key, "a lock other than the holds' is a gate")
+				}
+				got := attr(s, "lock.part")
+				if part == "" {
+					assert.Equal(t, attribute.EMPTY, got.Type(), "%s of %s: no lock.part on a plain lock", s.Name(), key)
+				} else {
+					assert.Equal(t, part, got.AsString(), "%s of %s: lock.part", s.Name(), key)
+				}
+			}
+		})
+	}
+}
+
+// partCounts returns the values of counter name, or the counts of
+// histogram name, by "part outcome": part "none" for no lock.part.
+func partCounts(t *testing.T, rm metricdata.ResourceMetrics, name string) map[string]int64 {
+	t.Helper()
+	m, ok := find(rm, name)
+	require.True(t, ok, "%s recorded", name)
+	out := map[string]int64{}
+	add := func(s attribute.Set, n int64) {
+		part := "none"
+		if v, ok := s.Value("lock.part"); ok {
+			part = v.AsString()
+		}
+		out[part+" "+outcomeOf(s)] += n
+	}
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			add(p.Attributes, p.Value)
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			add(p.Attributes, int64(p.Count))
+		}
+	}
+	return out
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/seed05627090/lock"
@@ -21,12 +22,13 @@ import (
 // readmeMetric is a row of README.md's table of metrics.
 type readmeMetric struct {
 	kind, unit string
+	attributes []string // the attributes it lists (lock.outcome, lock.part)
 	outcomes   []string // the lock.outcome values it lists; nil when it names none
 }
 
 // readme returns README.md's table of metrics by name, the values of the
-// outcome table, and the Prometheus names it lists.
-func readme(t *testing.T) (metrics map[string]readmeMetric, outcomes, prometheus []string) {
+// outcome table and of the part table, and the Prometheus names it lists.
+func readme(t *testing.T) (metrics map[string]readmeMetric, outcomes, parts, prometheus []string) {
 	t.Helper()
 	b, err := os.ReadFile("README.md")
 	require.NoError(t, err)
@@ -41,7 +43,7 @@ func readme(t *testing.T) (metrics map[string]readmeMetric, outcomes, prometheus
 	}
 	code := regexp.MustCompile("`([^`]*)`")
 	metrics = map[string]readmeMetric{}
-	var inOutcomes bool
+	table := "metrics" // the table being read; then lock.outcome's or lock.part's
 	for _, line := range strings.Split(section("## Metrics"), "\n") {
 		cells := strings.Split(line, "|")
 		if len(cells) < 4 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
@@ -49,15 +51,20 @@ func readme(t *testing.T) (metrics map[string]readmeMetric, outcomes, prometheus
 		}
 		first := strings.TrimSpace(cells[1])
 		switch {
-		case first == "`lock.outcome`":
-			inOutcomes = true
-		case inOutcomes && strings.HasPrefix(first, "`"):
+		case first == "`lock.outcome`" || first == "`lock.part`":
+			table = strings.Trim(first, "`")
+		case table == "lock.outcome" && strings.HasPrefix(first, "`"):
 			outcomes = append(outcomes, strings.Trim(first, "`"))
-		case strings.HasPrefix(first, "`lock."):
+		case table == "lock.part" && strings.HasPrefix(first, "`"):
+			parts = append(parts, strings.Trim(first, "`"))
+		case table == "metrics" && strings.HasPrefix(first, "`lock."):
 			kind, unit, _ := strings.Cut(strings.TrimSpace(cells[2]), ", ")
 			m := readmeMetric{kind: kind, unit: strings.Trim(unit, "`")}
-			if _, values, ok := strings.Cut(cells[3], ":"); ok {
-				for _, v := range code.FindAllStringSubmatch(values, -1) {
+			// "`lock.outcome`: `released`, `error`; `lock.part`"
+			for _, v := range code.FindAllStringSubmatch(cells[3], -1) {
+				if strings.HasPrefix(v[1], "lock.") {
+					m.attributes = append(m.attributes, v[1])
+				} else {
 					m.outcomes = append(m.outcomes, v[1])
 				}
 			}
@@ -68,18 +75,20 @@ func readme(t *testing.T) (metrics map[string]readmeMetric, outcomes, prometheus
 	require.True(t, ok, "README.md has no Prometheus names")
 	prom, _, _ = strings.Cut(prom, "```")
 	for _, v := range code.FindAllStringSubmatch(prom, -1) {
-		if strings.HasPrefix(v[1], "lock_") && v[1] != "lock_outcome" {
+		if strings.HasPrefix(v[1], "lock_") && v[1] != "lock_outcome" && v[1] != "lock_part" {
 			prometheus = append(prometheus, v[1])
 		}
 	}
-	return metrics, outcomes, prometheus
+	return metrics, outcomes, parts, prometheus
 }
 
 // TestREADMEMetrics checks README.md's table of metrics and its list of
 // Prometheus names against what the module records when a Client takes,
-// renews, releases and loses locks, is refused one, and meets a provider
-// that fails: the same names, kinds, units and outcomes (issue 22: the
-// README said no renewal was measured while lock.renewals was).
+// renews, releases and loses locks, is refused one, takes a semaphore's
+// permits and is refused one, takes a read-write lock to read and to write,
+// and meets a provider that fails: the same names, kinds, units,
+// attributes, outcomes and parts (issue 22: the README said no renewal was
+// measured while lock.renewals was).
 func TestREADMEMetrics(t *testing.T) {
 	ctx := context.Background()
 	mem := lock.NewMemoryProvider()
@@ -105,38 +114,62 @@ func TestREADMEMetrics(t *testing.T) {
 		t.Fatal("the renewal did not notice the record was gone")
 	}
 
+	sem, err := c.Semaphore("pool", 2)
+	require.NoError(t, err)
+	full, err := sem.Acquire(ctx, 2, lock.Options{})
+	require.NoError(t, err)
+	_, err = sem.Acquire(ctx, 1, lock.Options{}) // finds the permits held
+	require.ErrorIs(t, err, lock.ErrHeld)
+	require.NoError(t, full.Release(ctx))
+	rw, err := c.RWMutex("doc", 4)
+	require.NoError(t, err)
+	require.NoError(t, rw.RDo(ctx, lock.Options{}, func(context.Context) error { return nil }))
+	require.NoError(t, rw.Do(ctx, lock.Options{}, func(context.Context) error { return nil }))
+
 	p.fail.Store(true)
 	_, err = c.Acquire(ctx, "down", lock.Options{})
 	require.Error(t, err)
 
 	type recorded struct {
 		kind, unit string
+		attributes []string
 		outcomes   []string
 	}
 	got := map[string]recorded{}
+	var gotParts []string
 	for _, sm := range tm.collect(t).ScopeMetrics {
 		for _, m := range sm.Metrics {
 			r := recorded{unit: m.Unit}
+			var sets []attribute.Set
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				require.True(t, d.IsMonotonic, "%s", m.Name)
 				r.kind = "counter"
 				for _, dp := range d.DataPoints {
-					r.outcomes = append(r.outcomes, outcomeOf(dp.Attributes))
+					sets = append(sets, dp.Attributes)
 				}
 			case metricdata.Histogram[float64]:
 				r.kind = "histogram"
 				for _, dp := range d.DataPoints {
-					r.outcomes = append(r.outcomes, outcomeOf(dp.Attributes))
+					sets = append(sets, dp.Attributes)
 				}
 			default:
 				t.Fatalf("%s is a %T: add its kind to this test", m.Name, m.Data)
+			}
+			for _, s := range sets {
+				r.outcomes = append(r.outcomes, outcomeOf(s))
+				for _, kv := range s.ToSlice() {
+					r.attributes = append(r.attributes, string(kv.Key))
+				}
+				if v, ok := s.Value("lock.part"); ok && !slices.Contains(gotParts, v.AsString()) {
+					gotParts = append(gotParts, v.AsString())
+				}
 			}
 			got[m.Name] = r
 		}
 	}
 
-	doc, outcomes, prometheus := readme(t)
+	doc, outcomes, parts, prometheus := readme(t)
 	var gotNames, docNames, wantProm []string
 	for name, r := range got {
 		gotNames = append(gotNames, name)
@@ -172,7 +205,11 @@ func TestREADMEMetrics(t *testing.T) {
 				assert.Contains(t, listed, o, "README.md should list the outcome %q of %s", o, name)
 			}
 		}
+		for _, a := range r.attributes {
+			assert.Contains(t, d.attributes, a, "README.md should list the attribute %s of %s", a, name)
+		}
 	}
+	assert.ElementsMatch(t, parts, gotParts, "README.md's table of lock.part should list the parts recorded")
 	assert.Contains(t, got["lock.acquisitions"].outcomes, "error", "a provider's failure is counted as an error")
 	assert.Contains(t, got["lock.renewals"].outcomes, "renewed")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,18 +22,19 @@ type spans struct {
 	holds  sync.Map // owner -> the trace.Span of its hold, until it ends
 }
 
-// record adds event e to the spans.
-func (s *spans) record(e lock.Event) {
+// record adds event e to the spans; part is what its lock is part of
+// (lock.PartOf), "" for a plain lock.
+func (s *spans) record(e lock.Event, part string) {
 	switch e.Kind {
 	case lock.EventAcquired:
-		ctx := s.wait(e)
+		ctx := s.wait(e, part)
 		_, hold := s.tracer.Start(ctx, "lock.hold", trace.WithTimestamp(e.Time), trace.WithAttributes(
-			keyAttr.String(e.Key), ownerAttr.String(e.Owner), tokenAttr.Int64(int64(e.Token))))
+			withPart(part, keyAttr.String(e.Key), ownerAttr.String(e.Owner), tokenAttr.Int64(int64(e.Token)))...))
 		if hold.IsRecording() { // a span not sampled needs no end
 			s.holds.Store(e.Owner, hold)
 		}
 	case lock.EventSkipped:
-		s.wait(e)
+		s.wait(e, part)
 	case lock.EventReleased, lock.EventLost:
 		v, ok := s.holds.LoadAndDelete(e.Owner)
 		if !ok {
@@ -54,11 +56,11 @@ func (s *spans) record(e lock.Event) {
 // wait that its caller or Close ended is no fault of the lock: their spans
 // carry the error as an event, but only a timeout or a failure marks the
 // span as an error.
-func (s *spans) wait(e lock.Event) context.Context {
+func (s *spans) wait(e lock.Event, part string) context.Context {
 	outcome := acquisitionOutcome(e)
 	ctx, span := s.tracer.Start(context.Background(), "lock.wait",
 		trace.WithTimestamp(e.Time.Add(-e.Waited)),
-		trace.WithAttributes(keyAttr.String(e.Key), ownerAttr.String(e.Owner), outcomeAttr.String(outcome)))
+		trace.WithAttributes(withPart(part, keyAttr.String(e.Key), ownerAttr.String(e.Owner), outcomeAttr.String(outcome))...))
 	if e.Err != nil {
 		span.RecordError(e.Err, trace.WithTimestamp(e.Time))
 		if outcome == outcomeTimeout || outcome == outcomeError {
@@ -67,4 +69,12 @@ func (s *spans) wait(e lock.Event) context.Context {
 	}
 	span.End(trace.WithTimestamp(e.Time))
 	return ctx
+}
+
+// withPart returns kv and lock.part, when part is not empty.
+func withPart(part string, kv ...attribute.KeyValue) []attribute.KeyValue {
+	if part != "" {
+		kv = append(kv, partAttr.String(part))
+	}
+	return kv
 }
