@@ -210,3 +210,16 @@ func TestPartOf(t *testing.T) {
 		assert.Equal(t, []any{tc.kind, tc.of, tc.limit}, []any{kind, of, limit}, "%s %s", tc.key, tc.owner)
 	}
 }
+
+// TestPartOfDoesNotAllocate: otel calls PartOf for every event.
+func TestPartOfDoesNotAllocate(t *testing.T) {
+	for _, tc := range [][2]string{
+		{"lock:{pool#102}", "ab-7~n400"},
+		{"lock:{a#b}", "id~x/ab-7"},
+		{"lock:{job}", "ab-7"},
+		{"lock:{doc#r3}", "ab-7~r16"},
+	} {
+		allocs := testing.AllocsPerRun(100, func() { lock.PartOf(tc[0], tc[1]) })
+		assert.Zero(t, allocs, "%v", tc)
+	}
+}

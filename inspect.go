@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -163,15 +162,16 @@ func PartOf(key, owner string) (kind, of string, limit int) {
 
 // partOf returns what the lock called name, held by owner, is part of: see
 // Status.Kind. The owners of a Semaphore's and an RWMutex's locks end with
-// ~n<N> (a semaphore's), ~r<N> (a reader's) or ~w<N> (a writer's).
+// ~n<N> (a semaphore's), ~r<N> (a reader's) or ~w<N> (a writer's). It does
+// not allocate.
 func partOf(name, owner string) (kind, of string, limit int) {
 	i := strings.LastIndexByte(owner, '~')
 	j := strings.LastIndexByte(name, '#')
 	if i < 0 || j <= 0 || len(owner) < i+3 {
 		return "", "", 0
 	}
-	n, err := strconv.Atoi(owner[i+2:])
-	if err != nil || n < 1 {
+	n, ok := number(owner[i+2:])
+	if !ok || n < 1 {
 		return "", "", 0
 	}
 	of, slot := name[:j], name[j+1:]
@@ -188,8 +188,25 @@ func partOf(name, owner string) (kind, of string, limit int) {
 	return "", "", 0
 }
 
-// isSlot reports whether s is a slot's number below n.
+// isSlot reports whether s is a slot's number below n, written as
+// strconv.Itoa writes it.
 func isSlot(s string, n int) bool {
-	k, err := strconv.Atoi(s)
-	return err == nil && k >= 0 && k < n && strconv.Itoa(k) == s
+	k, ok := number(s)
+	return ok && k < n && (s[0] != '0' || len(s) == 1)
+}
+
+// number returns the value of s, decimal digits only (at most 9 of them),
+// and whether it is one.
+func number(s string) (int, bool) {
+	if s == "" || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
 }
