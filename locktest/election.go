@@ -2,6 +2,7 @@ package locktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -256,7 +257,9 @@ func (stalledRenewals) Renew(ctx context.Context, _, _ string, _ time.Duration) 
 // end (with the loss) within a few seconds, and another round is run, up to
 // maxRounds. A candidate elected before the leader's lease could have run
 // out (the record removed by something else, or a backend whose TTLs are
-// short) always fails the check.
+// short) always fails the check. So does a Campaign that returns the loss
+// of its grant (ErrLost), unless the process was held up for 450 ms or
+// more: then the round is logged as saying nothing, as above.
 func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 	if !s.expires(t) {
 		return
@@ -275,8 +278,12 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 	defer stall.start()()
 	checked := 0
 	for round := 0; checked < conclude && round < maxRounds; round++ {
+		stall.reset()
 		before := time.Now()
 		leader, err := cut.Campaign(ctx, role, lock.ElectionOptions{Lease: lease})
+		if lostHeldUp(t, err, stall.longest(), round, "the leader") {
+			continue
+		}
 		require.NoError(t, err)
 		elected := time.Now()
 		var ended atomic.Int64 // since elected, when the leader's context ended
@@ -287,6 +294,10 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 		won := time.Now()
 		got := won.Sub(elected)
 		held := stall.longest()
+		if lostHeldUp(t, err, held, round, "the successor") {
+			_ = leader.Resign(ctx)
+			continue
+		}
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, won.Sub(before), lease-margin,
 			"round %d: the candidate was elected before the leader's lease could have run out: the record was removed (by another client?) or expired early", round)
@@ -314,6 +325,21 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 	if checked < conclude {
 		t.Logf("the order was checked in %d rounds of %d: the process was held up longer than the margin in the others", checked, maxRounds)
 	}
+}
+
+// lostHeldUp reports whether err, a Campaign's, is the loss of a grant
+// that the process was held up long enough to lose before Campaign
+// returned (a grant is taken with half its TTL left at least: 500 ms of a
+// waiter's one-second claim window, 600 ms of the leader's lease), and
+// logs it: the round says nothing. Such a loss without a hold-up of 450 ms
+// fails the check later, at the NoError.
+func lostHeldUp(t *testing.T, err error, held time.Duration, round int, who string) bool {
+	t.Helper()
+	if !errors.Is(err, lock.ErrLost) || held < 450*time.Millisecond {
+		return false
+	}
+	t.Logf("round %d: %s's grant was lost before its Campaign returned (%v), the process held up for %v: the round says nothing", round, who, err, held.Round(time.Millisecond))
+	return true
 }
 
 // canary measures how long this process's goroutines wait to be run: a
