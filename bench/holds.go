@@ -40,7 +40,6 @@ type holdRow struct {
 // holdResult is what a row measured.
 type holdResult struct {
 	ops        int64
-	perSec     float64
 	waits      map[string][]time.Duration // by kind: "", "read", "write"
 	commands   float64                    // Redis commands per operation
 	violations int64
