@@ -74,7 +74,7 @@ func backends(t *testing.T) []backend {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		pattern := "*" + strings.ReplaceAll(t.Name(), "/", ":") + "*"
+		pattern := testenv.Pattern(t) // this run's keys only: another run's are live
 		iter := real.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			_ = real.Del(ctx, iter.Val()).Err()

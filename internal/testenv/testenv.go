@@ -128,10 +128,21 @@ func Postgres(t testing.TB, connect func(ctx context.Context, dsn string) error)
 }
 
 // Name returns a name no other test uses, so that tests can share a server:
-// the test's name (with ":" for "/"), so that what a run leaves behind can be
-// found by it, and a random part.
+// this run's id (see run), the test's name (with ":" for "/"), so that what
+// a run leaves behind can be found by it, and a random part.
 func Name(t testing.TB) string {
-	return strings.ReplaceAll(t.Name(), "/", ":") + ":" + RandomHex(4)
+	return run + ":" + strings.ReplaceAll(t.Name(), "/", ":") + ":" + RandomHex(4)
+}
+
+// run tells this process's names from those of another run of the same
+// tests at the same time on the same server, so that one run's clean-up
+// (Pattern) never deletes the keys of another.
+var run = RandomHex(3)
+
+// Pattern returns a SCAN pattern that matches every key holding a name
+// that Name made for t or its subtests in this process.
+func Pattern(t testing.TB) string {
+	return "*" + run + ":" + strings.ReplaceAll(t.Name(), "/", ":") + "*"
 }
 
 // NewOwner returns a new lock owner: 34 bytes, no comma or white space.
