@@ -819,3 +819,103 @@ func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
 		require.NoError(t, r.l.Release(ctx))
 	})
 }
+
+// TestLateGrantAfterANewerLookIsNotTaken: a grant reaches a waiter late (its
+// process was stopped, or the message was slow), after the record it
+// announced expired and another owner took the lock, and after the waiter
+// looked again and was told to keep waiting. The waiter must not take the
+// late grant as fresh (its last look is newer than the grant): it waits
+// until the lock is free, and its token is above the other owner's.
+func TestLateGrantAfterANewerLookIsNotTaken(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		if !canExpire(t, b) {
+			return // the claim window must run out
+		}
+		lateGrantAfterANewerLook(t, b)
+	})
+}
+
+func lateGrantAfterANewerLook(t *testing.T, b backend) {
+	mem := b.replica(t)
+	var (
+		mu      sync.Mutex
+		held    []lock.Grant
+		hold    = true
+		deliver func(lock.Grant)
+	)
+	resume := make(chan struct{}) // closed when the waiter's process continues
+	var stopped atomic.Bool
+	slowInbox := &hookedProvider{Provider: mem, queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		if stopped.Load() {
+			<-resume // a look made while the process is stopped is sent when it continues
+		}
+		return mem.Queue(ctx, key, w)
+	}, listen: func(ctx context.Context, inbox string, d func(lock.Grant)) (func(), error) {
+		mu.Lock()
+		deliver = d
+		mu.Unlock()
+		return mem.Listen(ctx, inbox, func(g lock.Grant) {
+			mu.Lock()
+			defer mu.Unlock()
+			if hold && g.Owner != "" {
+				held = append(held, g) // the message is late
+				return
+			}
+			d(g)
+		})
+	}}
+	ctx := ctxTimeout(t, 20*time.Second)
+	name := uniqueName(t)
+	holder := newClient(t, b.replica(t))
+	other := newClient(t, b.replica(t))
+	waiterC := newClient(t, slowInbox, lock.WithClaimWindow(50*time.Millisecond), lock.WithPollInterval(30*time.Millisecond))
+
+	first, err := holder.Acquire(ctx, name, lock.Options{Lease: 10 * time.Second})
+	require.NoError(t, err)
+	got := make(chan *lock.Lock, 1)
+	go func() {
+		l, err := waiterC.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 15 * time.Second, Lease: 10 * time.Second})
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.Eventually(t, func() bool {
+		st, err := holder.Inspect(ctx, name)
+		return err == nil && st.Waiters == 1
+	}, 5*time.Second, time.Millisecond, "the waiter queues")
+	// The waiter's process stops: the handoff's grant is held back, its
+	// looks wait; its record expires at the end of its claim window; the
+	// other owner takes the lock.
+	stopped.Store(true)
+	require.NoError(t, first.Release(ctx))
+	var second *lock.Lock
+	require.Eventually(t, func() bool {
+		second, err = other.Acquire(ctx, name, lock.Options{Lease: 10 * time.Second})
+		return err == nil
+	}, 5*time.Second, 5*time.Millisecond, "the other owner takes the lock after the claim window")
+	stopped.Store(false)
+	close(resume)                      // the process continues: its look is sent first
+	time.Sleep(100 * time.Millisecond) // the waiter looks again, and is told to wait
+	mu.Lock()
+	hold = false
+	late := held
+	d := deliver
+	mu.Unlock()
+	require.NotEmpty(t, late, "the handoff's grant was held back")
+	for _, g := range late {
+		d(g) // now it arrives
+	}
+	select {
+	case l := <-got:
+		t.Fatalf("the waiter took a late grant (token %d) while the other owner holds the lock (token %d)", l.Token(), second.Token())
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, second.Release(ctx))
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		assert.Greater(t, l.Token(), second.Token())
+		assert.NoError(t, l.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the lock once it was free")
+	}
+}

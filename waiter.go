@@ -36,6 +36,13 @@ type waiter struct {
 	seenTTL    time.Duration // the holder's TTL in the last reply; 0 if unknown
 	place      int           // its place in the queue in the last reply
 	contended  bool          // EventContended was emitted
+	// seenToken is the greatest token of another holder that a reply
+	// leaving w queued showed: a grant with a token not above it was made
+	// before that reply (had its record been w's then, the reply would have
+	// granted it), so its record is gone. blindAgain: a later look left w
+	// queued without showing the holder's token.
+	seenToken  uint64
+	blindAgain bool
 }
 
 type waiterState int
@@ -119,6 +126,9 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	}
 	if rec.Owner != "" {
 		w.holder = rec.Owner
+		w.seenToken = max(w.seenToken, rec.Token)
+	} else if w.req.Look == LookAgain {
+		w.blindAgain = true
 	}
 	if !w.contended {
 		w.contended = true
@@ -131,13 +141,20 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	return nil, nil
 }
 
-// take turns a grant from the queue into the lock. The provider stored the
+// take turns a grant from the queue into the lock. A grant made before a
+// later look of w's that left it queued (a message that came late: a stalled
+// process, a slow connection) is stale: its record expired, and another
+// owner may hold the lock; w looks again. Otherwise the provider stored the
 // record after w's last request was sent, so the lease counts from then;
-// when little of it is left, w renews it before it relies on it, and looks
-// again if the record is gone meanwhile.
+// when little of it is left, or when w cannot tell the grant's age (a later
+// look did not show the holder's token), w renews it before it relies on
+// it, and looks again if the record is gone meanwhile.
 func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
+	if g.Token <= w.seenToken {
+		return nil, nil
+	}
 	rec := Record{Owner: g.Owner, Token: g.Token, TTL: g.TTL}
-	if time.Until(leaseEnd(w.asked, g.TTL)) > g.TTL/2 {
+	if !w.blindAgain && time.Until(leaseEnd(w.asked, g.TTL)) > g.TTL/2 {
 		return w.grant(rec, w.asked), nil
 	}
 	if ctx.Err() != nil {
