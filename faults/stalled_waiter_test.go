@@ -101,7 +101,7 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 	require.Equal(t, "held", word, "the child's report")
 	childToken := atou(t, f["token"])
 	childAt := time.Unix(0, atoi(t, f["at"]))
-	require.NoError(t, ch.wait(ctx))
+	require.NoError(t, ch.wait(ctx), "the child failed; its output:\n%s", ch.out.String())
 	stats.grants.Add(int64(len(grants)) + 1)
 
 	sort.Slice(grants, func(i, j int) bool { return grants[i].got.Before(grants[j].got) })
