@@ -9,6 +9,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 )
 
@@ -27,10 +28,12 @@ type Hold struct {
 
 	rw *RWMutex // of a write hold, for Downgrade
 
-	mu      sync.Mutex
-	locks   []*Lock
-	lostErr *LostError
-	write   bool // a write hold of rw, until Downgrade
+	mu       sync.Mutex
+	locks    []*Lock
+	lostErr  *LostError
+	write    bool // a write hold of rw, until Downgrade
+	released bool // Release was called
+	moving   bool // a Downgrade is under way
 
 	relOnce sync.Once
 	relErr  error
@@ -38,32 +41,41 @@ type Hold struct {
 }
 
 // newHold returns the hold of locks, whose token is token, and watches the
-// members for a loss.
-func newHold(c *Client, token uint64, locks []*Lock) *Hold {
+// members for a loss. A member lost already (its lease ran out while the
+// others were taken: a paused process, a slow answer) fails it: the locks
+// are released and the loss returned.
+func newHold(ctx context.Context, c *Client, token uint64, locks []*Lock) (*Hold, error) {
+	for _, l := range locks {
+		if err := l.lostAlready(); err != nil {
+			_ = releaseLocks(ctx, locks, nil)
+			return nil, err
+		}
+	}
 	h := &Hold{c: c, token: token, locks: locks, done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	for _, l := range locks {
 		h.watch(l)
 	}
-	return h
+	return h, nil
 }
 
-// watch ends h when l is lost.
+// watch ends h when l is lost while it is a member.
 func (h *Hold) watch(l *Lock) {
 	l.onLoss(func(err error) {
 		var e *LostError
 		if !errors.As(err, &e) {
 			e = l.lostError(LostCorrupt, err)
 		}
-		h.lose(e)
+		h.lose(l, e)
 	})
 }
 
-// lose ends h for the loss e of a member: the context first, then the other
+// lose ends h for the loss e of l, if l is a member (a write hold's gate is
+// not, once Downgrade has left it): the context first, then the other
 // members are released.
-func (h *Hold) lose(e *LostError) {
+func (h *Hold) lose(l *Lock, e *LostError) {
 	h.mu.Lock()
-	first := h.lostErr == nil
+	first := h.lostErr == nil && slices.Contains(h.locks, l)
 	if first {
 		h.lostErr = e
 	}
@@ -117,6 +129,9 @@ func (h *Hold) Err() error {
 // the *LostError of the first member lost, and the provider's errors
 // otherwise (joined). Release after Release returns the same.
 func (h *Hold) Release(ctx context.Context) error {
+	h.mu.Lock()
+	h.released = true
+	h.mu.Unlock()
 	h.cancel(context.Canceled)
 	h.releaseAll(ctx)
 	if err := h.Err(); err != nil {

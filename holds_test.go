@@ -2,7 +2,9 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,4 +224,189 @@ func TestPartOfDoesNotAllocate(t *testing.T) {
 		allocs := testing.AllocsPerRun(100, func() { lock.PartOf(tc[0], tc[1]) })
 		assert.Zero(t, allocs, "%v", tc)
 	}
+}
+
+// stallingProvider fails the renewals of the gate key and holds back the
+// first acquisition of a key containing slot until release is closed: a
+// caller whose gate lease runs out while it takes its slot (a paused
+// process, a slow answer).
+type stallingProvider struct {
+	lock.Provider
+	gate, slot string
+	once       sync.Once
+	release    chan struct{}
+}
+
+func (p *stallingProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if key == p.gate {
+		return errors.New("partitioned")
+	}
+	return p.Provider.Renew(ctx, key, owner, ttl)
+}
+
+func (p *stallingProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	if strings.Contains(key, p.slot) {
+		p.once.Do(func() { <-p.release })
+	}
+	return p.Provider.Acquire(ctx, key, owner, ttl)
+}
+
+// TestReaderWhoseGateRanOutDoesNotReadBesideAWriter: a reader's gate lease
+// runs out while it takes its slot, a writer passes the gate and holds; the
+// reader's slot is granted after that. The reader must fail (its gate was
+// lost), not read beside the writer.
+func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	mem := lock.NewMemoryProvider()
+	cw := newClient(t, mem, lock.WithPollInterval(50*time.Millisecond))
+	sp := &stallingProvider{Provider: mem, release: make(chan struct{})}
+	cr := newClient(t, sp, lock.WithPollInterval(50*time.Millisecond))
+	sp.gate, sp.slot = cr.Key("rw#gate"), "rw#r"
+	mr, err := cr.RWMutex("rw", 2)
+	require.NoError(t, err)
+	mw, err := cw.RWMutex("rw", 2)
+	require.NoError(t, err)
+	read := make(chan error, 1)
+	go func() {
+		h, err := mr.RLock(ctx, lock.Options{Lease: 5 * time.Second})
+		if err == nil {
+			_ = h.Release(ctx)
+		}
+		read <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the reader holds the gate; its slot request waits
+	w, err := mw.Lock(ctx, lock.Options{Wait: true, MaxWait: 10 * time.Second})
+	require.NoError(t, err, "the writer passes the gate once the reader's lease ran out")
+	close(sp.release)
+	assert.ErrorIs(t, <-read, lock.ErrLost, "the reader whose gate was lost does not read")
+	st, err := mw.Inspect(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, st.Held, "no reader holds beside the writer")
+	require.NoError(t, w.Release(ctx))
+}
+
+// TestDowngradeOfAReleasedHold: Downgrade after Release, during Release,
+// or twice at once takes no reader's slot that nobody releases.
+func TestDowngradeOfAReleasedHold(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	mem := lock.NewMemoryProvider()
+	slowSlots := &hookedProvider{Provider: mem, acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		if strings.Contains(key, "#r") {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return mem.Acquire(ctx, key, owner, ttl)
+	}}
+	c := newClient(t, slowSlots)
+	other := newClient(t, mem)
+	m, err := c.RWMutex("rw", 4)
+	require.NoError(t, err)
+	readers := func() int {
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		return len(st.Held)
+	}
+
+	h, err := m.Lock(ctx, lock.Options{})
+	require.NoError(t, err)
+	require.NoError(t, h.Release(ctx))
+	assert.ErrorIs(t, h.Downgrade(ctx), lock.ErrInvalidArgument, "after Release")
+	assert.Zero(t, readers(), "after Release")
+
+	h, err = m.Lock(ctx, lock.Options{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- h.Downgrade(ctx) }()
+	time.Sleep(10 * time.Millisecond) // the slot's acquisition is under way
+	require.NoError(t, h.Release(ctx))
+	assert.Error(t, <-done, "Downgrade during Release")
+	assert.Zero(t, readers(), "during Release")
+
+	h, err = m.Lock(ctx, lock.Options{})
+	require.NoError(t, err)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- h.Downgrade(ctx) }()
+	}
+	e1, e2 := <-errs, <-errs
+	assert.True(t, (e1 == nil) != (e2 == nil), "one of two Downgrades at once succeeds: %v, %v", e1, e2)
+	assert.Equal(t, 1, readers(), "one reader's slot")
+	require.NoError(t, h.Release(ctx))
+	assert.Zero(t, readers(), "released")
+	w, err := other.RWMutex("rw", 4)
+	require.NoError(t, err)
+	wh, err := w.Lock(ctx, lock.Options{})
+	require.NoError(t, err, "a writer after all that")
+	require.NoError(t, wh.Release(ctx))
+}
+
+// TestSemaphoreDoesNotReturnALostPermit: a permit taken while the head
+// waits for its second is removed meanwhile; Acquire fails with the loss
+// rather than returning a hold whose context has ended.
+func TestSemaphoreDoesNotReturnALostPermit(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	p := lock.NewMemoryProvider()
+	cx, cy, cz := newClient(t, p), newClient(t, p), newClient(t, p)
+	sx, err := cx.Semaphore("s", 2)
+	require.NoError(t, err)
+	sy, err := cy.Semaphore("s", 2)
+	require.NoError(t, err)
+	hx, err := sx.Acquire(ctx, 1, lock.Options{})
+	require.NoError(t, err)
+	xkey := hx.Locks()[0].Key()
+	got := make(chan error, 1)
+	go func() {
+		h, err := sy.Acquire(ctx, 2, lock.Options{Wait: true, MaxWait: 10 * time.Second, Lease: 600 * time.Millisecond})
+		if err == nil {
+			_ = h.Release(ctx)
+		}
+		got <- err
+	}()
+	var yname string
+	require.Eventually(t, func() bool {
+		st, err := sx.Inspect(ctx)
+		require.NoError(t, err)
+		for _, s := range st.Held {
+			if s.Key != xkey {
+				yname = s.Name
+			}
+		}
+		return yname != ""
+	}, 5*time.Second, 5*time.Millisecond, "the head holds one permit")
+	_, err = cz.ForceRelease(ctx, yname)
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // the head's renewal finds it gone
+	require.NoError(t, hx.Release(ctx))
+	assert.ErrorIs(t, <-got, lock.ErrLost, "the head's permit was lost before it had both")
+}
+
+// TestNoUpgradeWithAWriterQueued: a write lock asked for from a read hold
+// fails at once, also when another writer waits at the gate.
+func TestNoUpgradeWithAWriterQueued(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	p := lock.NewMemoryProvider()
+	c1, c2 := newClient(t, p), newClient(t, p)
+	m1, err := c1.RWMutex("rw", 4)
+	require.NoError(t, err)
+	m2, err := c2.RWMutex("rw", 4)
+	require.NoError(t, err)
+	wait := lock.Options{Wait: true, MaxWait: 5 * time.Second}
+	err = m1.RDo(ctx, wait, func(ctx context.Context) error {
+		go func() {
+			if h, err := m2.Lock(context.Background(), wait); err == nil {
+				_ = h.Release(context.Background())
+			}
+		}()
+		require.Eventually(t, func() bool {
+			st, err := m2.Inspect(ctx)
+			return err == nil && st.Writing
+		}, 5*time.Second, 5*time.Millisecond, "the other writer is at the gate")
+		began := time.Now()
+		_, err := m1.Lock(ctx, wait)
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "no upgrade")
+		_, err = m1.RLock(ctx, wait)
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "no second read hold from a read hold's context")
+		assert.Less(t, time.Since(began), 2*time.Second, "at once")
+		return nil
+	})
+	require.NoError(t, err)
 }

@@ -57,7 +57,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, o Options) (*Ho
 		case err != nil:
 			return nil, err
 		case busy == nil:
-			return newHold(c, 0, locks), nil
+			return newHold(ctx, c, 0, locks)
 		case !o.Wait:
 			return nil, busy
 		}

@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
 )
 
@@ -23,10 +25,11 @@ import (
 // gate's, strictly increasing over readers and writers in the order they
 // entered.
 //
-// There is no upgrade from a read hold to a write hold: a writer that waits
-// from the context of a read hold's RDo (for a slot its own call chain
-// holds) fails at once with ErrInvalidArgument. Downgrade turns a write hold
-// into a read hold.
+// There is no upgrade from a read hold to a write hold, and no hold within
+// a hold: RLock or Lock asked for from the context of an RDo or Do of the
+// same lock fails at once with ErrInvalidArgument (it would wait for
+// itself, as a second read hold would once a writer queues between them).
+// Downgrade turns a write hold into a read hold.
 type RWMutex struct {
 	c       *Client
 	name    string
@@ -61,12 +64,15 @@ func (m *RWMutex) RLock(ctx context.Context, o Options) (*Hold, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := m.notInChain(ctx, "read"); err != nil {
+		return nil, err
+	}
 	return m.c.throughGate(ctx, m.gate, m.readers.tag, min(o.Lease, GateLease), o, func(ctx context.Context, g *Lock) (*Hold, error) {
 		locks, err := m.readers.take(ctx, m.c, 1, o)
 		if err != nil {
 			return nil, err
 		}
-		return newHold(m.c, g.Token(), locks), nil
+		return newHold(ctx, m.c, g.Token(), locks)
 	})
 }
 
@@ -81,14 +87,37 @@ func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := m.notInChain(ctx, "write"); err != nil {
+		return nil, err
+	}
 	return m.c.throughGate(ctx, m.gate, m.writer, o.Lease, o, func(ctx context.Context, g *Lock) (*Hold, error) {
 		if err := m.drain(ctx, o); err != nil {
 			return nil, err
 		}
-		h := newHold(m.c, g.Token(), []*Lock{g})
+		h, err := newHold(ctx, m.c, g.Token(), []*Lock{g})
+		if err != nil {
+			return nil, err
+		}
 		h.rw, h.write = m, true
 		return h, nil
 	})
+}
+
+// notInChain fails when ctx's call chain (RDo, Do) holds m already: a
+// write hold asked for from a read hold would wait for itself (there is no
+// upgrade), and so would any hold asked for from a write hold, or a read
+// hold asked for from a read hold once a writer queues between them.
+func (m *RWMutex) notInChain(ctx context.Context, want string) error {
+	for l, _ := FromContext(ctx); l != nil; l = l.outer {
+		if l.c != m.c || (l.key != m.gate && !slices.Contains(m.readers.keys, l.key)) {
+			continue
+		}
+		if want == "write" && l.key != m.gate {
+			return invalidf("read-write lock %q: a read hold cannot be upgraded to a write hold (this call chain reads)", m.name)
+		}
+		return invalidf("read-write lock %q: this call chain holds it already: a %s hold would wait for itself", m.name, want)
+	}
+	return nil
 }
 
 // drain returns once no reader holds a slot: at once without o.Wait
@@ -106,9 +135,6 @@ func (m *RWMutex) drain(ctx context.Context, o Options) error {
 		}
 		if err := m.readers.check(r.Owner); err != nil {
 			return err
-		}
-		if heldBy(ctx, m.c, m.readers.keys[i]) {
-			return invalidf("read-write lock %q: a read hold cannot be upgraded to a write hold (this call chain reads)", m.name)
 		}
 		if !o.Wait {
 			return &NotAcquiredError{Key: m.readers.keys[i], Reason: ErrHeld, RetryAfter: r.TTL, Holder: r.Owner}
@@ -168,23 +194,28 @@ func (m *RWMutex) Inspect(ctx context.Context) (GateStatus, error) {
 // held.
 func (h *Hold) Downgrade(ctx context.Context) error {
 	h.mu.Lock()
-	if !h.write {
+	if !h.write || h.moving || h.released {
 		h.mu.Unlock()
-		return invalidf("Downgrade of a hold that is not a write hold")
+		return invalidf("Downgrade of a hold that is not a write hold (or one released, or being downgraded)")
 	}
 	if h.lostErr != nil {
 		defer h.mu.Unlock()
 		return h.lostErr
 	}
+	h.moving = true
 	g := h.locks[0]
 	h.mu.Unlock()
-	locks, err := h.rw.readers.take(ctx, h.c, 1, Options{Lease: g.opts.Lease, MaxDuration: g.opts.MaxDuration})
-	if err != nil {
-		return err
-	}
+	locks, err := h.downgrade(ctx, g)
 	h.mu.Lock()
-	if h.lostErr != nil {
-		err := h.lostErr
+	h.moving = false
+	switch {
+	case err != nil:
+	case h.lostErr != nil:
+		err = h.lostErr
+	case h.released:
+		err = &releasedError{op: "downgrade", key: g.key}
+	}
+	if err != nil {
 		h.mu.Unlock()
 		_ = releaseLocks(ctx, locks, nil)
 		return err
@@ -194,4 +225,24 @@ func (h *Hold) Downgrade(ctx context.Context) error {
 	h.watch(locks[0])
 	_ = g.Release(ctx) // lets the next caller in
 	return nil
+}
+
+// downgrade takes a reader's slot for h, whose gate g is still held (it
+// checks that before and after).
+func (h *Hold) downgrade(ctx context.Context, g *Lock) ([]*Lock, error) {
+	if err := g.lostAlready(); err != nil {
+		if errors.Is(err, ErrReleased) {
+			err = &releasedError{op: "downgrade", key: g.key}
+		}
+		return nil, err
+	}
+	locks, err := h.rw.readers.take(ctx, h.c, 1, Options{Lease: g.opts.Lease, MaxDuration: g.opts.MaxDuration})
+	if err != nil {
+		return nil, err
+	}
+	if err := g.lostAlready(); err != nil {
+		_ = releaseLocks(ctx, locks, nil)
+		return nil, err
+	}
+	return locks, nil
 }

@@ -79,7 +79,7 @@ func (s *Semaphore) Acquire(ctx context.Context, weight int, o Options) (*Hold, 
 		if err != nil {
 			return nil, err
 		}
-		return newHold(s.c, g.Token(), locks), nil
+		return newHold(ctx, s.c, g.Token(), locks)
 	})
 }
 
@@ -171,20 +171,31 @@ func (c *Client) throughGate(ctx context.Context, key, tag string, lease time.Du
 		return nil, err
 	}
 	h, err := enter(ctx, g)
-	if err == nil && !h.kept(g) {
-		err = g.Release(ctx) // hands the gate to the next caller
-		if errors.Is(err, ErrLost) {
-			err = nil // the gate's lease ran out as the caller entered: its hold is sound
-		}
+	if err == nil {
+		// The gate must still be held now that enter has its locks: then
+		// nobody else was past it meanwhile (a caller paused past the
+		// gate's lease would otherwise hold beside a writer, or beside the
+		// next head of the queue).
+		err = g.lostAlready()
 		if err != nil {
 			_ = h.Release(ctx)
-			return nil, err
 		}
 	}
 	if err != nil {
 		_ = g.Release(ctx)
 		return nil, err
 	}
+	if h.kept(g) {
+		return h, nil
+	}
+	if err := g.Release(ctx); errors.Is(err, ErrLost) {
+		// The gate was removed (ForceRelease) while enter ran: another
+		// caller may have passed it.
+		_ = h.Release(ctx)
+		return nil, err
+	}
+	// Any other failure of the gate's release leaves h sound: the gate
+	// expires within its lease and lets the next caller in then.
 	return h, nil
 }
 
