@@ -88,8 +88,8 @@ func (h *Hold) lose(l *Lock, e *LostError) {
 }
 
 // Locks returns the members of the hold, in the order of their keys for
-// AcquireAll and of their permits for a Semaphore: each has its key and its
-// own fencing token (Lock.Token).
+// AcquireAll, in the order they were taken for a Semaphore: each has its
+// key and its own fencing token (Lock.Token).
 func (h *Hold) Locks() []*Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -40,7 +40,9 @@ type RWMutex struct {
 
 // RWMutex returns the read-write lock called name, for at most maxReaders
 // readers at once (1 to MaxPermits; a reader beyond them waits). Like a
-// Semaphore's N, maxReaders is a property of the name. A write lock reads
+// Semaphore's N, maxReaders is a property of the name: a writer waits only
+// for the slots its own maxReaders counts, so every caller must give the
+// same one. A write lock reads
 // every reader's slot: keep maxReaders to the readers you expect. It
 // stores nothing until a hold is taken.
 func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
