@@ -196,10 +196,15 @@ func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
 
 // run calls fn under h, with a context that ends on a loss (cause: the
 // *LostError) or when ctx ends, and releases h. FromContext finds h's first
-// member in it, so that a wait for that member from fn fails at once.
+// member in it, and the call chain (Lock.outer) every member, so that a wait
+// for any of them from fn fails at once rather than wait for itself.
 func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
-	first := h.Locks()[0]
-	first.outer, _ = FromContext(ctx)
+	locks := h.Locks()
+	outer, _ := FromContext(ctx)
+	for i := len(locks) - 1; i >= 0; i-- {
+		locks[i].outer, outer = outer, locks[i]
+	}
+	first := locks[0]
 	first.scope = scope{Context: ctx, l: first}
 	hctx, cancel := context.WithCancelCause(&first.scope)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })

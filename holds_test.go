@@ -410,3 +410,21 @@ func TestNoUpgradeWithAWriterQueued(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// TestNestedWaitForAMemberFailsAtOnce: inside DoAll, a wait for any of its
+// locks (not only the first) fails at once instead of waiting for itself.
+func TestNestedWaitForAMemberFailsAtOnce(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := newClient(t, lock.NewMemoryProvider())
+	wait := lock.Options{Wait: true, MaxWait: 5 * time.Second}
+	err := c.DoAll(ctx, []string{"a", "b", "c"}, wait, func(ctx context.Context) error {
+		for _, name := range []string{"a", "b", "c"} {
+			began := time.Now()
+			err := c.Do(ctx, name, wait, func(context.Context) error { return nil })
+			assert.ErrorIs(t, err, lock.ErrInvalidArgument, name)
+			assert.Less(t, time.Since(began), 2*time.Second, "%s: at once", name)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
