@@ -401,15 +401,26 @@ func FuzzOptions(f *testing.F) {
 			require.Zero(t, p.Len(), "invalid options stored a record")
 			return
 		}
-		require.NoError(t, err, "Acquire with %+v", o)
-		require.NotZero(t, l.Token())
-		require.True(t, ran, "Do did not run its handler with %+v", o)
+		// A lease of a few milliseconds can run out before the grant reaches
+		// the caller (a loaded machine, the race detector): Acquire then
+		// returns the loss and holds nothing, and Do does not run.
+		if errors.Is(err, lock.ErrLost) {
+			require.Nil(t, l)
+		} else {
+			require.NoError(t, err, "Acquire with %+v", o)
+			require.NotZero(t, l.Token())
+		}
+		if !ran {
+			require.ErrorIs(t, doErr, lock.ErrLost, "Do did not run its handler with %+v", o)
+		}
 		// A very short MaxDuration may end the hold before the release.
 		if doErr != nil && !errors.Is(doErr, lock.ErrLost) {
 			t.Fatalf("Do with %+v returned %v, want nil or ErrLost", o, doErr)
 		}
-		if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
-			t.Fatalf("Release with %+v returned %v, want nil or ErrLost", o, err)
+		if l != nil {
+			if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("Release with %+v returned %v, want nil or ErrLost", o, err)
+			}
 		}
 		if o.GracePeriod == 0 {
 			require.Zero(t, p.Len(), "a record is left after the release with %+v", o)
