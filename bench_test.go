@@ -2,9 +2,7 @@ package lock_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/locktest"
 )
 
 // The benchmarks below measure the library's own overhead on the memory
@@ -238,146 +237,12 @@ func redisCPU(b *testing.B, rc *redis.Client) time.Duration {
 }
 
 // BenchmarkElectionFailover measures, on the memory provider, how long a role
-// is without a running leader: from the leader's death (its renewals stop
-// getting through, at a random point of its renewal cycle; its record is
-// left to expire) or from the start of its Resign, until the function of a
-// Lead waiting behind it runs. One op is one round; the figures are the
-// metrics (the rounds' p50, p99 and max, and the max against the lease plus
-// the successor's poll interval), not ns/op, which counts each round's
-// set-up. Lease 1 s; the successor's Client polls every second (the
-// default). Run it with a bounded count:
+// is without a running leader, from the leader's death or from its Resign to
+// the function of a Lead waiting behind it running (see
+// locktest.ElectionFailover). Run it with a bounded count:
 //
 //	go test -run '^$' -bench ElectionFailover -benchtime 20x .
 func BenchmarkElectionFailover(b *testing.B) {
-	const lease, poll = time.Second, time.Second
-	for _, death := range []bool{false, true} {
-		name := "resign"
-		if death {
-			name = "death"
-		}
-		b.Run(name, func(b *testing.B) {
-			mem := lock.NewMemoryProvider()
-			next, err := lock.NewClient(mem, lock.WithPollInterval(poll))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = next.Close() })
-			var took []time.Duration
-			for round := range b.N {
-				role := "failover:" + strconv.Itoa(round)
-				dying := &stoppedRenewals{Provider: mem}
-				lc, err := lock.NewClient(dying)
-				if err != nil {
-					b.Fatal(err)
-				}
-				leader, err := lc.Campaign(context.Background(), role, lock.ElectionOptions{Lease: lease})
-				if err != nil {
-					b.Fatal(err)
-				}
-				s := startSuccessor(b, next, role)
-				var from time.Time
-				if death {
-					time.Sleep(time.Duration(rand.Int64N(int64(lease / 3)))) // anywhere in the renewal cycle
-					dying.stopped.Store(true)
-					from = time.Now()
-				} else {
-					from = time.Now()
-					if err := leader.Resign(context.Background()); err != nil {
-						b.Fatal(err)
-					}
-				}
-				took = append(took, s.ran(b, 3*(lease+poll)).Sub(from))
-				s.end(b)
-				_ = lc.Close()
-			}
-			reportFailover(b, took, lease+poll)
-		})
-	}
-}
-
-// stoppedRenewals is a provider whose renewals stop getting through once
-// stopped is set: the leader's process is gone, as far as the store can tell.
-type stoppedRenewals struct {
-	lock.Provider
-	stopped atomic.Bool
-}
-
-func (p *stoppedRenewals) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.stopped.Load() {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return p.Provider.Renew(ctx, key, owner, ttl)
-}
-
-// benchSuccessor is a Lead of a role that waits behind its leader: started
-// receives when its function starts.
-type benchSuccessor struct {
-	started chan time.Time
-	stop    context.CancelFunc
-	done    chan error
-}
-
-// startSuccessor starts a Lead of role on c and returns once it waits in the
-// role's queue.
-func startSuccessor(b *testing.B, c *lock.Client, role string) *benchSuccessor {
-	b.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	s := &benchSuccessor{started: make(chan time.Time, 1), stop: stop, done: make(chan error, 1)}
-	go func() {
-		s.done <- c.Lead(ctx, role, func(ctx context.Context) error {
-			s.started <- time.Now()
-			<-ctx.Done()
-			return nil
-		}, lock.LeadOptions{})
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		st, err := c.Inspect(context.Background(), role)
-		if err == nil && st.Waiters == 1 {
-			return s
-		}
-		if time.Now().After(deadline) {
-			stop()
-			b.Fatalf("the successor does not wait for %q: %+v, %v", role, st, err)
-		}
-	}
-}
-
-// ran returns when the successor's function started, failing b after within.
-func (s *benchSuccessor) ran(b *testing.B, within time.Duration) time.Time {
-	b.Helper()
-	select {
-	case at := <-s.started:
-		return at
-	case <-time.After(within):
-		s.stop()
-		b.Fatalf("the successor did not run within %v", within)
-	}
-	return time.Time{}
-}
-
-// end stops the successor's Lead (it resigns) and waits for it.
-func (s *benchSuccessor) end(b *testing.B) {
-	b.Helper()
-	s.stop()
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		b.Fatal("the successor's Lead did not return")
-	}
-}
-
-// reportFailover reports the p50, p99 and max of took, in ms, and the max
-// against bound (the lease plus the successor's poll interval).
-func reportFailover(b *testing.B, took []time.Duration, bound time.Duration) {
-	if len(took) == 0 {
-		return
-	}
-	slices.Sort(took)
-	at := func(q float64) time.Duration { return took[min(len(took)-1, int(q*float64(len(took))))] }
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(at(0.5)), "p50-ms")
-	b.ReportMetric(ms(at(0.99)), "p99-ms")
-	b.ReportMetric(ms(took[len(took)-1]), "max-ms")
-	b.ReportMetric(float64(took[len(took)-1])/float64(bound), "max/(lease+poll)")
+	mem := lock.NewMemoryProvider()
+	locktest.ElectionFailover(b, locktest.Backend{New: func(testing.TB) lock.Provider { return mem }})
 }
