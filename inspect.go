@@ -161,28 +161,23 @@ func PartOf(key, owner string) (kind, of string, limit int) {
 }
 
 // partOf returns what the lock called name, held by owner, is part of: see
-// Status.Kind. The owners of a Semaphore's and an RWMutex's locks end with
-// ~n<N> (a semaphore's), ~r<N> (a reader's) or ~w<N> (a writer's). It does
-// not allocate.
+// Status.Kind, from the tag that ends the holder's owner (see parseTag). It
+// does not allocate.
 func partOf(name, owner string) (kind, of string, limit int) {
-	i := strings.LastIndexByte(owner, '~')
 	j := strings.LastIndexByte(name, '#')
-	if i < 0 || j <= 0 || len(owner) < i+3 {
-		return "", "", 0
-	}
-	n, ok := number(owner[i+2:])
-	if !ok || n < 1 {
+	tag, n, ok := parseTag(owner)
+	if j <= 0 || !ok {
 		return "", "", 0
 	}
 	of, slot := name[:j], name[j+1:]
-	switch tag := owner[i+1]; {
-	case slot == "gate" && tag == 'w':
+	switch {
+	case slot == "gate" && tag == tagWriter:
 		return "writer", of, n
-	case slot == "gate" && (tag == 'n' || tag == 'r'):
+	case slot == "gate" && (tag == tagPermit || tag == tagReader):
 		return "gate", of, n
-	case tag == 'n' && isSlot(slot, n):
+	case tag == tagPermit && isSlot(slot, n):
 		return "permit", of, n
-	case tag == 'r' && len(slot) > 1 && slot[0] == 'r' && isSlot(slot[1:], n):
+	case tag == tagReader && len(slot) > 1 && slot[0] == 'r' && isSlot(slot[1:], n):
 		return "reader", of, n
 	}
 	return "", "", 0

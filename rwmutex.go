@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 )
 
 // RWMutex is a read-write lock across processes: many readers at once, or
@@ -49,11 +48,11 @@ func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
 	if maxReaders < 1 || maxReaders > MaxPermits {
 		return nil, invalidf("read-write lock %q: %d readers, not between 1 and %d", name, maxReaders, MaxPermits)
 	}
-	gate, sl, err := c.gated(name, "r", "r", maxReaders)
+	gate, sl, err := c.gated(name, "r", tagReader, maxReaders)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{c: c, name: name, gate: gate, readers: sl, writer: "~w" + strconv.Itoa(maxReaders)}, nil
+	return &RWMutex{c: c, name: name, gate: gate, readers: sl, writer: ownerTag(tagWriter, maxReaders)}, nil
 }
 
 // RLock takes a read hold. Without o.Wait it fails at once, with a

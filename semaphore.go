@@ -12,6 +12,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,7 +51,7 @@ func (c *Client) Semaphore(name string, n int) (*Semaphore, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, invalidf("semaphore %q: %d permits, not between 1 and %d", name, n, MaxPermits)
 	}
-	gate, sl, err := c.gated(name, "", "n", n)
+	gate, sl, err := c.gated(name, "", tagPermit, n)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +131,7 @@ func (o Options) holdOptions() (Options, error) {
 
 // gated returns the gate's key and the slots of a semaphore or read-write
 // lock called name: the slots name#<prefix>0 … owned with tag ~<kind><n>.
-func (c *Client) gated(name, prefix, kind string, n int) (string, *slots, error) {
+func (c *Client) gated(name, prefix string, kind byte, n int) (string, *slots, error) {
 	if name == "" {
 		return "", nil, invalidf("empty lock name")
 	}
@@ -138,7 +139,7 @@ func (c *Client) gated(name, prefix, kind string, n int) (string, *slots, error)
 	if err != nil {
 		return "", nil, err
 	}
-	sl := &slots{name: name, n: n, kind: kind, tag: "~" + kind + strconv.Itoa(n), names: make([]string, n), keys: make([]string, n)}
+	sl := &slots{name: name, n: n, kind: kind, tag: ownerTag(kind, n), names: make([]string, n), keys: make([]string, n)}
 	for i := range sl.keys {
 		sl.names[i] = name + "#" + prefix + strconv.Itoa(i)
 		if sl.keys[i], err = c.checkName(sl.names[i]); err != nil {
@@ -213,7 +214,7 @@ func (h *Hold) kept(l *Lock) bool {
 type slots struct {
 	name  string
 	n     int
-	kind  string // n: a semaphore's permits, r: readers
+	kind  byte   // tagPermit or tagReader
 	tag   string // the end of every owner of a slot or of the gate: ~<kind><n>
 	names []string
 	keys  []string
@@ -348,16 +349,44 @@ func (sl *slots) check(owner string) error {
 	if owner == "" || strings.HasSuffix(owner, sl.tag) {
 		return nil
 	}
-	what := map[string]string{"n": "a semaphore of %d permits", "r": "a read-write lock of %d readers"}
-	i := strings.LastIndexByte(owner, '~')
-	if i >= 0 && len(owner) > i+2 {
-		if n, err := strconv.Atoi(owner[i+2:]); err == nil {
-			if f, ok := what[owner[i+1:i+2]]; ok {
-				return invalidf("%q is in use as "+f+", not as "+what[sl.kind], sl.name, n, sl.n)
-			}
+	what := func(kind byte, n int) string {
+		if kind == tagReader {
+			return fmt.Sprintf("a read-write lock of %d readers", n)
 		}
+		return fmt.Sprintf("a semaphore of %d permits", n)
+	}
+	if kind, n, ok := parseTag(owner); ok && (kind == tagPermit || kind == tagReader) {
+		return invalidf("%q is in use as %s, not as %s", sl.name, what(kind, n), what(sl.kind, sl.n))
 	}
 	return invalidf("%q: a slot is held by %q, which is not one of its holders (a plain lock of the same name?)", sl.name, owner)
+}
+
+// The tags that end the owners of a Semaphore's and an RWMutex's locks,
+// ~<kind><n> (see Status.Kind): a semaphore's permits and the callers at
+// its gate; an RWMutex's readers and the readers at its gate; its writer.
+const (
+	tagPermit byte = 'n'
+	tagReader byte = 'r'
+	tagWriter byte = 'w'
+)
+
+// ownerTag returns the tag of kind for n slots: "~n4".
+func ownerTag(kind byte, n int) string {
+	return "~" + string(rune(kind)) + strconv.Itoa(n)
+}
+
+// parseTag returns the kind and number of slots of the tag that ends
+// owner, and whether it ends with one. It does not allocate.
+func parseTag(owner string) (kind byte, n int, ok bool) {
+	i := strings.LastIndexByte(owner, '~')
+	if i < 0 || len(owner) < i+3 {
+		return 0, 0, false
+	}
+	n, ok = number(owner[i+2:])
+	if !ok || n < 1 {
+		return 0, 0, false
+	}
+	return owner[i+1], n, true
 }
 
 // inspect reads the slots idx, a few at a time, and returns their records
@@ -403,7 +432,7 @@ func (c *Client) inspectGated(ctx context.Context, name, gate string, sl *slots)
 		return st, c.failed(ctx, "inspect", gate, err)
 	}
 	st.Gate = status(name+"#gate", gate, rec, time.Now())
-	st.Writing = strings.HasSuffix(rec.Owner, "~w"+strconv.Itoa(sl.n))
+	st.Writing = st.Gate.Kind == "writer"
 	recs, err := sl.inspect(ctx, c, sl.all())
 	if err != nil {
 		return st, err
