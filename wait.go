@@ -51,7 +51,7 @@ func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*
 		// that is free while others queue for it (its holder died).
 		l, err := a.try(ctx)
 		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) {
-			return a.unlessClosed(ctx, l, err)
+			return a.finish(ctx, l, err)
 		}
 	}
 	if !c.enter() {
@@ -63,7 +63,7 @@ func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*
 	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
 	defer stop()
 	l, err := a.wait(ctx)
-	return a.unlessClosed(ctx, l, err)
+	return a.finish(ctx, l, err)
 }
 
 // acquisition is one call of Acquire: the key, a fresh owner, the options,
@@ -76,12 +76,12 @@ type acquisition struct {
 	began time.Time
 }
 
-// unlessClosed returns l and err, unless the Client was closed meanwhile:
-// then it releases l, so that no acquisition succeeds after Close; or
-// unless l's lease ran out before its grant reached the caller (a slow
+// finish returns the acquisition's outcome, l and err, unless the Client
+// was closed meanwhile: then it releases l, so that no acquisition succeeds
+// after Close; or unless l's lease ran out before its grant reached the caller (a slow
 // answer, a paused process): then the record may have expired and been
 // granted to another, and it returns l's *LostError.
-func (a *acquisition) unlessClosed(ctx context.Context, l *Lock, err error) (*Lock, error) {
+func (a *acquisition) finish(ctx context.Context, l *Lock, err error) (*Lock, error) {
 	if l != nil && a.c.closing.Err() != nil {
 		_ = l.Release(ctx)
 		return nil, a.notAcquired(ctx, ErrClosed, "", 0)
