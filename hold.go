@@ -165,19 +165,7 @@ func (h *Hold) releaseAll(ctx context.Context) {
 // lost may be nil.
 func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
 	errs := make([]error, len(locks))
-	if len(locks) == 1 {
-		errs[0] = locks[0].Release(ctx)
-	} else {
-		var wg sync.WaitGroup
-		for i, l := range locks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = l.Release(ctx)
-			}()
-		}
-		wg.Wait()
-	}
+	together(len(locks), func(i int) { errs[i] = locks[i].Release(ctx) })
 	var rest []error
 	for _, err := range errs {
 		var e *LostError
@@ -218,4 +206,22 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 		err = errors.Join(err, rerr)
 	}()
 	return fn(hctx)
+}
+
+// together calls fn(0) … fn(n-1) at once, each on a goroutine of its own
+// (but for a single call), and returns when every call has returned.
+func together(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }

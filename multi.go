@@ -94,20 +94,7 @@ func (c *Client) tryAll(ctx context.Context, keys []string, o Options, first *Lo
 		}
 		locks[i], errs[i] = c.acquire(ctx, keys[i], o)
 	}
-	if len(keys) == 1 {
-		try(0)
-	} else {
-		done := make(chan struct{}, len(keys))
-		for i := range keys {
-			go func() {
-				try(i)
-				done <- struct{}{}
-			}()
-		}
-		for range keys {
-			<-done
-		}
-	}
+	together(len(keys), try)
 	var busy *NotAcquiredError
 	var failed error
 	for _, err := range errs {
