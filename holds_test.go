@@ -226,31 +226,6 @@ func TestPartOfDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// stallingProvider fails the renewals of the gate key and holds back the
-// first acquisition of a key containing slot until release is closed: a
-// caller whose gate lease runs out while it takes its slot (a paused
-// process, a slow answer).
-type stallingProvider struct {
-	lock.Provider
-	gate, slot string
-	once       sync.Once
-	release    chan struct{}
-}
-
-func (p *stallingProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if key == p.gate {
-		return errors.New("partitioned")
-	}
-	return p.Provider.Renew(ctx, key, owner, ttl)
-}
-
-func (p *stallingProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if strings.Contains(key, p.slot) {
-		p.once.Do(func() { <-p.release })
-	}
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
 // TestReaderWhoseGateRanOutDoesNotReadBesideAWriter: a reader's gate lease
 // runs out while it takes its slot, a writer passes the gate and holds; the
 // reader's slot is granted after that. The reader must fail (its gate was
@@ -259,9 +234,27 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	mem := lock.NewMemoryProvider()
 	cw := newClient(t, mem, lock.WithPollInterval(50*time.Millisecond))
-	sp := &stallingProvider{Provider: mem, release: make(chan struct{})}
-	cr := newClient(t, sp, lock.WithPollInterval(50*time.Millisecond))
-	sp.gate, sp.slot = cr.Key("rw#gate"), "rw#r"
+	// The reader's renewals of its gate fail, and its first slot request
+	// waits for release: a caller whose gate lease runs out while it takes
+	// its slot (a paused process, a slow answer).
+	gate := cw.Key("rw#gate")
+	release := make(chan struct{})
+	var once sync.Once
+	stalling := &hookedProvider{Provider: mem,
+		renew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+			if key == gate {
+				return errors.New("partitioned")
+			}
+			return mem.Renew(ctx, key, owner, ttl)
+		},
+		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			if strings.Contains(key, "rw#r") {
+				once.Do(func() { <-release })
+			}
+			return mem.Acquire(ctx, key, owner, ttl)
+		},
+	}
+	cr := newClient(t, stalling, lock.WithPollInterval(50*time.Millisecond))
 	mr, err := cr.RWMutex("rw", 2)
 	require.NoError(t, err)
 	mw, err := cw.RWMutex("rw", 2)
@@ -277,7 +270,7 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the reader holds the gate; its slot request waits
 	w, err := mw.Lock(ctx, lock.Options{Wait: true, MaxWait: 10 * time.Second})
 	require.NoError(t, err, "the writer passes the gate once the reader's lease ran out")
-	close(sp.release)
+	close(release)
 	assert.ErrorIs(t, <-read, lock.ErrLost, "the reader whose gate was lost does not read")
 	st, err := mw.Inspect(ctx)
 	require.NoError(t, err)
