@@ -278,10 +278,14 @@ func (p *RedisProvider) listenShards(inbox string, deliver func(Grant)) *shardLi
 // ensure subscribes l to ch unless it is, counts owner as queued with it,
 // and waits until Redis confirmed the subscription. A subscription that
 // Redis refused because the slot moved (MOVED: the cluster state was old)
-// is tried once more after the state is loaded again. A stopped listener
-// subscribes to nothing.
+// is tried again after the state is loaded again, up to movedTries times in
+// all: the node that the state is loaded from may not have heard of the move
+// yet either (nodes learn of it one after another), so from the third try on
+// each waits twice as long as the one before, from movedPause. A stopped
+// listener subscribes to nothing.
 func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
-	for try := 0; ; try++ {
+	pause := movedPause
+	for try := 1; ; try++ {
 		c, err := l.join(ctx, ch, owner)
 		if c == nil || err != nil {
 			return err
@@ -291,13 +295,27 @@ func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if try == 0 && isMoved(c.err) {
-			_ = l.p.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // loads the slots again
-			continue
+		if !isMoved(c.err) || try == movedTries {
+			return c.err
 		}
-		return c.err
+		if try > 1 {
+			select {
+			case <-time.After(pause):
+				pause *= 2
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		_ = l.p.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // loads the slots again
 	}
 }
+
+// movedTries and movedPause bound ensure's tries after MOVED: 7 tries, the
+// last five after pauses of 50 ms to 800 ms (1.55 s in all).
+const (
+	movedTries = 7
+	movedPause = 50 * time.Millisecond
+)
 
 // join returns ch's subscription with owner counted in it: the one there
 // is, or a new one (SSUBSCRIBE sent) when there is none. When the one there
