@@ -57,14 +57,15 @@ type Lock struct {
 	renewAt  time.Time // monotonic: the next renewal
 	// The lease's timer fires at renewAt, or at leaseEnd while a renewal is
 	// under way; due and slot are its place in c.leases, which guards them.
-	due      time.Time
-	slot     int // in c.leases's heap; -1 when not in it
-	lostErr  *LostError
-	relErr   error         // a release that failed: said again by a later Release
+	due  time.Time
+	slot int // in c.leases's heap; -1 when not in it
+	// outcome is how the hold ended, once it did (lost or released): the
+	// *LostError of a loss, the provider's error of a release that failed,
+	// or nil after a clean release.
+	outcome  error
 	renewErr error         // the last renewal's provider error, nil after a success
 	onLost   func(error)   // told of a loss (run's context)
-	done     chan struct{} // made by the first call of Done
-	ended    bool          // Done's channel is closed, or made closed
+	done     chan struct{} // made by the first call of Done; closed when the hold ended
 }
 
 // lockState is where a Lock is in its life:
@@ -72,14 +73,15 @@ type Lock struct {
 //	held  --Release-->  releasing  --the provider's answer-->  released
 //	      --lease timer, renewal-->  lost  --Release-->  released
 //
-// Done is closed, and Err final, on entering lost, and on entering released
-// from releasing: only once the provider has said how the release ended.
+// Done is closed, and outcome final, on entering lost, and on entering
+// released from releasing: only once the provider has said how the release
+// ended.
 type lockState int
 
 const (
 	held      lockState = iota
 	releasing           // Release has asked the provider and waits for its answer
-	released            // Release has ended: lostErr or relErr say how, when not cleanly
+	released            // Release has ended: outcome says how
 	lost                // lost while held; Release not called yet
 )
 
@@ -123,7 +125,7 @@ func (l *Lock) Done() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		l.done = make(chan struct{})
-		if l.ended {
+		if l.endedLocked() {
 			close(l.done)
 		}
 	}
@@ -137,14 +139,26 @@ func (l *Lock) held() bool {
 	return l.state == held
 }
 
-// endLocked closes the channel of Done, if it was asked for, and makes the
-// channels of later calls closed. The caller holds l.mu, once, when l is no
-// longer held.
+// endLocked closes the channel of Done, if it was asked for; later calls of
+// Done return a closed channel. The caller holds l.mu, and calls it once,
+// when l moves to lost, or to released from releasing.
 func (l *Lock) endLocked() {
-	l.ended = true
 	if l.done != nil {
 		close(l.done)
 	}
+}
+
+// endedLocked reports whether the hold ended, lost or released (Done is
+// closed); the caller holds l.mu.
+func (l *Lock) endedLocked() bool {
+	return l.state == lost || l.state == released
+}
+
+// lossLocked returns the *LostError of the hold's loss, or nil; the caller
+// holds l.mu.
+func (l *Lock) lossLocked() *LostError {
+	e, _ := l.outcome.(*LostError)
+	return e
 }
 
 // Err returns nil while the lock is held (and while a Release waits for the
@@ -156,8 +170,8 @@ func (l *Lock) endLocked() {
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lostErr != nil {
-		return l.lostErr
+	if e := l.lossLocked(); e != nil {
+		return e
 	}
 	return nil
 }
@@ -167,7 +181,7 @@ func (l *Lock) Err() error {
 func (l *Lock) onLoss(fn func(error)) {
 	l.mu.Lock()
 	if l.state == lost {
-		err := l.lostErr
+		err := l.outcome
 		l.mu.Unlock()
 		fn(err)
 		return
@@ -187,7 +201,7 @@ func (l *Lock) lose(e *LostError) error {
 	}
 	l.state = lost
 	l.stopTimersLocked()
-	l.lostErr = e
+	l.outcome = e
 	onLost := l.onLost
 	l.onLost = nil
 	l.mu.Unlock()
@@ -275,10 +289,10 @@ func (l *Lock) heldErr() error {
 // heldErrLocked is heldErr; the caller holds l.mu. A released lock's error
 // names Extend, the one call that returns it.
 func (l *Lock) heldErrLocked() error {
-	switch {
-	case l.lostErr != nil:
-		return l.lostErr
-	case l.state == releasing || l.state == released:
+	if e := l.lossLocked(); e != nil {
+		return e
+	}
+	if l.state == releasing || l.state == released {
 		return &releasedError{op: "extend", key: l.key}
 	}
 	return nil
@@ -352,7 +366,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			heldFor = time.Since(l.start)
 		}
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, GracePeriod: closed})
-		l.end(nil, nil)
+		l.end(nil)
 		return nil
 	case errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord):
 		e := l.lostError(LostCorrupt, err)
@@ -360,27 +374,24 @@ func (l *Lock) Release(ctx context.Context) error {
 			e = l.found(rctx, err, end)
 		}
 		l.reportLoss(e)
-		l.end(e, nil)
+		l.end(e)
 		return e
 	default:
 		err = c.failed(context.Background(), "release", l.key, err) // the release's failure, whatever the caller's context
 		c.emit(Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.token, Held: time.Since(l.start), Err: err})
-		l.end(nil, err)
+		l.end(err)
 		return err
 	}
 }
 
-// end ends a release: the lock is released, lost with lostErr when that is
-// set, or with the release's failure relErr. Err says so before Done is
-// closed.
-func (l *Lock) end(lostErr *LostError, relErr error) {
+// end ends a release with its outcome: nil when clean, the *LostError when
+// the release found the lock lost, or the provider's error. Err says so
+// before Done is closed.
+func (l *Lock) end(outcome error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.state = released
-	if lostErr != nil {
-		l.lostErr = lostErr
-	}
-	l.relErr = relErr
+	l.outcome = outcome
 	l.endLocked()
 }
 
@@ -391,11 +402,8 @@ func (l *Lock) releasedAgain() error {
 	<-l.Done()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.lostErr != nil:
-		return l.lostErr
-	case l.relErr != nil:
-		return l.relErr
+	if l.outcome != nil {
+		return l.outcome
 	}
 	return &releasedError{op: "release", key: l.key}
 }
