@@ -177,7 +177,7 @@ func recordKey(key string) (string, error) {
 
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := p.ready(checkArgs(key, owner, ttl)); err != nil {
+	if err := p.ready(CheckArgs(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	r, err := recordKey(key) // acquire.lua needs no queue
@@ -205,7 +205,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 
 // Queue implements Provider.
 func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	k, err := p.publishingKeys(ctx, key, checkWaiter(key, w))
+	k, err := p.publishingKeys(ctx, key, CheckWaiter(key, w))
 	if err != nil {
 		return Record{}, err
 	}
@@ -243,7 +243,7 @@ func entry(w Waiter, ch string) string {
 
 // Leave implements Provider.
 func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	k, err := p.publishingKeys(ctx, key, checkWaiter(key, w))
+	k, err := p.publishingKeys(ctx, key, CheckWaiter(key, w))
 	if err != nil {
 		return err
 	}
@@ -256,7 +256,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 
 // Release implements Provider.
 func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
-	k, err := p.publishingKeys(ctx, key, checkKeyOwner(key, owner))
+	k, err := p.publishingKeys(ctx, key, CheckKeyOwner(key, owner))
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 
 // Renew implements Provider.
 func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.keys(key, checkArgs(key, owner, ttl))
+	k, err := p.keys(key, CheckArgs(key, owner, ttl))
 	if err != nil {
 		return err
 	}
@@ -284,7 +284,7 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 
 // Finish implements Provider.
 func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.publishingKeys(ctx, key, checkArgs(key, owner, ttl))
+	k, err := p.publishingKeys(ctx, key, CheckArgs(key, owner, ttl))
 	if err != nil {
 		return err
 	}
@@ -303,7 +303,7 @@ func (p *RedisProvider) run(ctx context.Context, s *script, nkeys int, args ...a
 		res, err := p.eval(ctx, s, nkeys, args...)
 		return res, -1, err
 	}
-	var c redis.Cmdable = p.client
+	var c redis.UniversalClient = p.client
 	if p.cluster != nil {
 		// A keyless WAIT in a Cluster pipeline could go to another node:
 		// pipeline on the key's primary itself.
@@ -313,31 +313,16 @@ func (p *RedisProvider) run(ctx context.Context, s *script, nkeys int, args ...a
 		}
 		c = node
 	}
-	for loaded := false; ; loaded = true {
-		pipe := c.Pipeline()
-		cmd := s.cmd(ctx, false, nkeys, args)
-		_ = pipe.Process(ctx, cmd)
-		acked := pipe.Do(ctx, "wait", p.replicas, p.replicaTimeout.Milliseconds())
-		_, perr := pipe.Exec(ctx) // the first error of a command, or the connection's
-		err := cmd.Err()
-		if !loaded && noScript(err) {
-			if err := c.ScriptLoad(ctx, s.src.(string)).Err(); err != nil {
-				return nil, 0, err
-			}
-			continue
-		}
-		if err == nil && cmd.Val() == nil {
-			err = perr // the pipeline failed before the script's reply was read
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		n, err := acked.Int64()
-		if err != nil {
-			return nil, 0, fmt.Errorf("wait for replicas: %w", err)
-		}
-		return cmd.Val(), n, nil
+	cl := s.call(ctx, nkeys, args)
+	acked := sendScripts(ctx, c, []*call{&cl}, []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()})
+	if err := cl.cmd.Err(); err != nil {
+		return nil, 0, err
 	}
+	n, err := acked.Int64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("wait for replicas: %w", err)
+	}
+	return cl.cmd.Val(), n, nil
 }
 
 // replicated checks that a grant or renewal of key was acknowledged by as
@@ -400,7 +385,7 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	if fn == nil {
 		return invalidf("nil list function")
 	}
-	scan := func(ctx context.Context, c redis.Cmdable) error {
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
 			found, next, err := c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result()
@@ -448,13 +433,9 @@ var errStopList = errors.New("lock: list stopped")
 
 // inspectAll inspects the records among found in one pipeline and calls fn
 // with each; it reports whether fn asked for more.
-func (p *RedisProvider) inspectAll(ctx context.Context, c redis.Cmdable, found []string, fn func(string, Record, error) bool) bool {
-	type item struct {
-		key string
-		cmd *redis.Cmd
-	}
-	var items []item
-	pipe := c.Pipeline()
+func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient, found []string, fn func(string, Record, error) bool) bool {
+	var keys []string
+	var calls []*call
 	for _, k := range found {
 		if strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":q") {
 			continue
@@ -464,21 +445,20 @@ func (p *RedisProvider) inspectAll(ctx context.Context, c redis.Cmdable, found [
 		if err != nil {
 			continue
 		}
-		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
-		cmd := inspectScript.cmd(ctx, true, 3, []any{r, f, q})
-		_ = pipe.Process(ctx, cmd)
-		items = append(items, item{key, cmd})
+		keys = append(keys, key)
+		cl := inspectScript.call(ctx, 3, []any{r, f, q})
+		calls = append(calls, &cl)
 	}
-	if len(items) == 0 {
+	if len(calls) == 0 {
 		return true
 	}
-	_, _ = pipe.Exec(ctx) // each command's error is read below
-	for _, it := range items {
-		rec, err := p.inspected(it.key, it.cmd.Val(), it.cmd.Err())
+	sendScripts(ctx, c, calls, nil)
+	for i, cl := range calls {
+		rec, err := p.inspected(keys[i], cl.cmd.Val(), cl.cmd.Err())
 		if err == nil && rec.Owner == "" {
 			continue // freed since the scan
 		}
-		if !fn(it.key, rec, err) {
+		if !fn(keys[i], rec, err) {
 			return false
 		}
 	}

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"runtime"
-	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -29,12 +28,10 @@ type batcher struct {
 
 // batched is a script call waiting in a batcher's queue.
 type batched struct {
-	ctx   context.Context
-	s     *script
-	nkeys int
-	args  []any
-	cmd   *redis.Cmd    // its command, once sent
-	done  chan struct{} // closed when cmd has its reply, or was not sent
+	ctx  context.Context
+	call call
+	sent bool          // set once its call was sent
+	done chan struct{} // closed when its call has its reply, or was not sent
 }
 
 func newBatcher(client redis.UniversalClient) *batcher {
@@ -48,20 +45,20 @@ func (b *batcher) eval(ctx context.Context, s *script, nkeys int, args ...any) (
 	if b.inFlight < b.max && len(b.queue) == 0 {
 		b.inFlight++
 		b.mu.Unlock()
-		cmd := evalOn(ctx, b.client, s, nkeys, args)
+		c := s.call(ctx, nkeys, args)
+		sendScripts(ctx, b.client, []*call{&c}, nil)
 		b.next()
-		return cmd.Result()
+		return c.cmd.Result()
 	}
-	// A copy of args: the caller's stays on its stack in the common case.
-	c := &batched{ctx: ctx, s: s, nkeys: nkeys, args: slices.Clone(args), done: make(chan struct{})}
+	c := &batched{ctx: ctx, call: s.call(ctx, nkeys, args), done: make(chan struct{})}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		if c.cmd == nil {
+		if !c.sent {
 			return nil, ctx.Err()
 		}
-		return c.cmd.Result()
+		return c.call.cmd.Result()
 	case <-ctx.Done():
 		// Sent or not, its reply is not awaited: the caller treats it as
 		// any call whose reply was lost.
@@ -84,13 +81,12 @@ func (b *batcher) next() {
 	}
 }
 
-// send runs the scripts of q in one pipeline (go-redis splits it by node on
-// a Cluster), except those whose caller gave up meanwhile, then starts the
-// next round trip.
+// send runs the scripts of q in one round trip (see sendScripts), except those
+// whose caller gave up meanwhile, then starts the next round trip.
 func (b *batcher) send(q []*batched) {
 	defer b.next()
 	var ctx context.Context
-	pipe := b.client.Pipeline()
+	calls := make([]*call, 0, len(q))
 	for _, c := range q {
 		if c.ctx.Err() != nil {
 			continue
@@ -100,41 +96,13 @@ func (b *batcher) send(q []*batched) {
 			// Its values (a trace) are the first caller's.
 			ctx = context.WithoutCancel(c.ctx)
 		}
-		c.cmd = c.s.cmd(ctx, false, c.nkeys, c.args)
-		_ = pipe.Process(ctx, c.cmd)
+		c.sent = true
+		calls = append(calls, &c.call)
 	}
-	var err error
-	if ctx != nil {
-		_, err = pipe.Exec(ctx) // each command's error is its caller's
+	if len(calls) > 0 {
+		sendScripts(ctx, b.client, calls, nil)
 	}
 	for _, c := range q {
-		if c.cmd != nil && c.cmd.Err() == nil && c.cmd.Val() == nil {
-			// The pipeline failed before this reply was read; go-redis
-			// does not always say so on the command.
-			c.cmd.SetErr(err)
-		}
-		if c.cmd != nil {
-			c.cmd = orFull(ctx, b.client, c.s, c.nkeys, c.args, c.cmd)
-		}
 		close(c.done)
 	}
-}
-
-// evalOn runs s on client: EVALSHA, and EVAL when the server does not know
-// s.
-func evalOn(ctx context.Context, client redis.UniversalClient, s *script, nkeys int, args []any) *redis.Cmd {
-	cmd := s.cmd(ctx, false, nkeys, args)
-	_ = client.Process(ctx, cmd)
-	return orFull(ctx, client, s, nkeys, args, cmd)
-}
-
-// orFull returns cmd, the EVALSHA of s, or when the server did not know s
-// (restarted, or SCRIPT FLUSH), s sent again in full with EVAL.
-func orFull(ctx context.Context, client redis.UniversalClient, s *script, nkeys int, args []any, cmd *redis.Cmd) *redis.Cmd {
-	if !noScript(cmd.Err()) {
-		return cmd
-	}
-	cmd = s.cmd(ctx, true, nkeys, args)
-	_ = client.Process(ctx, cmd)
-	return cmd
 }

@@ -24,7 +24,7 @@ type gate struct {
 	open    chan struct{}
 	held    atomic.Int64 // lone scripts held (or let through)
 	pipes   atomic.Int64 // pipelines sent
-	inPipes atomic.Int64 // scripts sent in them
+	inPipes atomic.Int64 // scripts sent in them by digest (EVALSHA; not those sent again in full)
 	maxPipe atomic.Int64 // the most scripts in one pipeline
 	// beforePipe, if set, runs before each pipeline is sent.
 	beforePipe func()
@@ -50,13 +50,16 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		n := int64(0)
+		n, scripts := int64(0), false
 		for _, c := range cmds {
 			if isScript(c) {
+				scripts = true
+			}
+			if c.Name() == "evalsha" {
 				n++
 			}
 		}
-		if n == 0 {
+		if !scripts {
 			return next(ctx, cmds) // not ours: a connection's set-up
 		}
 		g.pipes.Add(1)

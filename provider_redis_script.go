@@ -91,6 +91,96 @@ func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *red
 	return cmd
 }
 
+// call is one call of a script s, as the command cmd: an EVALSHA, and once
+// sendScripts found that the server did not know s, an EVAL of s in full.
+type call struct {
+	s   *script
+	cmd *redis.Cmd
+}
+
+// call returns the call of s with nkeys keys, the first of args, and the
+// rest of args as its arguments.
+func (s *script) call(ctx context.Context, nkeys int, args []any) call {
+	return call{s: s, cmd: s.cmd(ctx, false, nkeys, args)}
+}
+
+// sendScripts sends calls on c, and is the one place that sends the
+// provider's scripts: one call alone as one command, several in one
+// pipeline (go-redis splits it by node on a Cluster). With wait (the
+// arguments of a WAIT) it sends the calls and the WAIT in one pipeline, so
+// that the WAIT runs on the connection that wrote, and returns the WAIT's
+// command (nil without wait). Each call that the server did not know
+// (restarted, or SCRIPT FLUSH) is sent again in full, with EVAL, in the same
+// way (and the WAIT again after them): one more round trip. Each call's cmd
+// then holds its reply or its error.
+func sendScripts(ctx context.Context, c redis.UniversalClient, calls []*call, wait []any) *redis.Cmd {
+	waited := sendRound(ctx, c, calls, wait)
+	again := false
+	for _, cl := range calls {
+		if noScript(cl.cmd.Err()) {
+			args := cl.cmd.Args()
+			nkeys, _ := args[2].(int)
+			cl.cmd = cl.s.cmd(ctx, true, nkeys, args[3:])
+			again = true
+		}
+	}
+	if again {
+		waited = sendRound(ctx, c, calls, wait)
+	}
+	return waited
+}
+
+// sendRound is one round trip of sendScripts: it sends the commands of
+// calls that have no reply yet.
+func sendRound(ctx context.Context, c redis.UniversalClient, calls []*call, wait []any) *redis.Cmd {
+	var last *call
+	n := 0
+	for _, cl := range calls {
+		if unanswered(cl.cmd) {
+			last = cl
+			n++
+		}
+	}
+	if n == 1 && wait == nil {
+		_ = c.Process(ctx, last.cmd)
+		return nil
+	}
+	pipe := c.Pipeline()
+	for _, cl := range calls {
+		if unanswered(cl.cmd) {
+			_ = pipe.Process(ctx, cl.cmd)
+		}
+	}
+	var waited *redis.Cmd
+	if wait != nil {
+		waited = redis.NewCmd(ctx, wait...)
+		_ = pipe.Process(ctx, waited)
+	}
+	_, err := pipe.Exec(ctx) // each command's error is its caller's
+	for _, cl := range calls {
+		unread(cl.cmd, err)
+	}
+	if waited != nil {
+		unread(waited, err)
+	}
+	return waited
+}
+
+// unanswered reports whether cmd has neither a reply nor an error: it was
+// not sent, or its pipeline failed before its reply was read. (A nil reply
+// is the error redis.Nil.)
+func unanswered(cmd *redis.Cmd) bool {
+	return cmd.Err() == nil && cmd.Val() == nil
+}
+
+// unread gives cmd err, the pipeline's, when the pipeline failed before
+// cmd's reply was read: go-redis does not always say so on the command.
+func unread(cmd *redis.Cmd, err error) {
+	if unanswered(cmd) {
+		cmd.SetErr(err)
+	}
+}
+
 // noScript reports whether err is the server's answer to an EVALSHA of a
 // script it does not know.
 func noScript(err error) bool {

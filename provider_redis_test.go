@@ -360,7 +360,7 @@ func TestScriptsSentAgainAfterFlush(t *testing.T) {
 	}
 	t.Run("WaitForReplicas", func(t *testing.T) {
 		// The script and WAIT share a pipeline: on NOSCRIPT the script is
-		// loaded and the pipeline sent again. This server has no replica,
+		// sent again in full, with the WAIT after it. This server has no replica,
 		// so the grant is refused as not replicated: never as NOSCRIPT.
 		ctx := ctxTimeout(t, 30*time.Second)
 		rc := realRedis(t)
