@@ -210,6 +210,7 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 	var stale atomic.Bool // the waiter's client is told the map before the move
 	var staleUntil atomic.Int64
 	if lag > 0 {
+		//lint:ignore SA1019 ClusterOptions.ClusterSlots takes CLUSTER SLOTS's reply
 		before, err := cc.ClusterSlots(ctx).Result()
 		require.NoError(t, err)
 		live := newRedis(t, dst) // knows of the move once it is made
@@ -223,6 +224,7 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 				if stale.Load() || time.Now().UnixNano() < staleUntil.Load() {
 					return before, nil
 				}
+				//lint:ignore SA1019 as above
 				return live.ClusterSlots(ctx).Result()
 			},
 		})
