@@ -193,8 +193,9 @@ const (
 
 // The checks of every provider's arguments, the same for every backend: a
 // provider calls them before it sends anything, so that bad input fails
-// with ErrInvalidArgument and changes nothing. A backend may refuse more
-// (the PostgreSQL provider refuses text that is not valid UTF-8).
+// with ErrInvalidArgument and changes nothing. A backend may refuse more,
+// after these (the PostgreSQL provider refuses text that is not valid
+// UTF-8, the etcd provider a TTL longer than an etcd lease).
 
 // CheckKey checks a key: not empty, at most MaxKeyLen bytes.
 func CheckKey(key string) error {
@@ -247,25 +248,28 @@ func CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// checkKeyOwner validates the key and owner every provider method takes.
-func checkKeyOwner(key, owner string) error {
+// CheckKeyOwner checks the key and owner of Release: CheckKey, then
+// CheckOwner.
+func CheckKeyOwner(key, owner string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	return CheckOwner(owner)
 }
 
-// checkArgs validates the arguments of the provider methods that set a TTL.
-func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+// CheckArgs checks the arguments of the methods that set a TTL (Acquire,
+// Renew, Finish): CheckKeyOwner, then CheckTTL.
+func CheckArgs(key, owner string, ttl time.Duration) error {
+	if err := CheckKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return CheckTTL(ttl)
 }
 
-// checkWaiter validates the arguments of Queue and Leave.
-func checkWaiter(key string, w Waiter) error {
-	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
+// CheckWaiter checks the arguments of Queue and Leave: CheckArgs of the key
+// and the waiter's owner and TTL, then CheckInbox of its inbox.
+func CheckWaiter(key string, w Waiter) error {
+	if err := CheckArgs(key, w.Owner, w.TTL); err != nil {
 		return err
 	}
 	return CheckInbox(w.Inbox)

@@ -99,7 +99,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 
 // Acquire implements Provider.
 func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := checkArgs(key, owner, ttl); err != nil {
+	if err := CheckArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -116,7 +116,7 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 
 // Queue implements Provider.
 func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	if err := checkWaiter(key, w); err != nil {
+	if err := CheckWaiter(key, w); err != nil {
 		return Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -151,7 +151,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 
 // Leave implements Provider.
 func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	if err := checkWaiter(key, w); err != nil {
+	if err := CheckWaiter(key, w); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -202,7 +202,7 @@ func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(
 
 // Release implements Provider.
 func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+	if err := CheckKeyOwner(key, owner); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -245,7 +245,7 @@ func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time
 // update sets the deadline of owner's live record under key to ttl from now
 // and applies change to it, under m.mu; it sends the messages change returns.
 func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
-	if err := checkArgs(key, owner, ttl); err != nil {
+	if err := CheckArgs(key, owner, ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

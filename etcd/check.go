@@ -7,7 +7,7 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// The checks of the root package (lock.CheckKey and the others), and one
+// The checks of the root package (lock.CheckArgs and the others), and one
 // more: a TTL must fit an etcd lease.
 
 // maxLeaseSeconds is the longest lease etcd grants (lease.MaxLeaseTTL).
@@ -17,33 +17,26 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{lock.ErrInvalidArgument}, args...)...)
 }
 
-func checkKeyOwner(key, owner string) error {
-	if err := lock.CheckKey(key); err != nil {
-		return err
-	}
-	return lock.CheckOwner(owner)
-}
-
-func checkTTL(ttl time.Duration) error {
-	if err := lock.CheckTTL(ttl); err != nil {
-		return err
-	}
+// checkLease refuses a TTL longer than etcd's longest lease.
+func checkLease(ttl time.Duration) error {
 	if leaseSeconds(ttl) > maxLeaseSeconds {
 		return invalidf("ttl %v is longer than etcd's longest lease (%d s)", ttl, maxLeaseSeconds)
 	}
 	return nil
 }
 
+// checkArgs is lock.CheckArgs, then checkLease.
 func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+	if err := lock.CheckArgs(key, owner, ttl); err != nil {
 		return err
 	}
-	return checkTTL(ttl)
+	return checkLease(ttl)
 }
 
+// checkWaiter is lock.CheckWaiter, then checkLease of the waiter's TTL.
 func checkWaiter(key string, w lock.Waiter) error {
-	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
+	if err := lock.CheckWaiter(key, w); err != nil {
 		return err
 	}
-	return lock.CheckInbox(w.Inbox)
+	return checkLease(w.TTL)
 }

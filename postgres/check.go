@@ -11,7 +11,8 @@ import (
 
 // The checks of the root package (lock.CheckKey and the others), and one
 // more: text must be valid UTF-8 without NUL bytes, which PostgreSQL cannot
-// store in a text column.
+// store in a text column. Each check below is the root's check of the same
+// name, then checkText on the strings it took.
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{lock.ErrInvalidArgument}, args...)...)
@@ -28,6 +29,18 @@ func checkText(what, s string) error {
 	return nil
 }
 
+// checkTexts is checkText on a key, an owner and an inbox; an empty string
+// passes.
+func checkTexts(key, owner, inbox string) error {
+	if err := checkText("lock key", key); err != nil {
+		return err
+	}
+	if err := checkText("owner", owner); err != nil {
+		return err
+	}
+	return checkText("inbox", inbox)
+}
+
 func checkKey(key string) error {
 	if err := lock.CheckKey(key); err != nil {
 		return err
@@ -35,40 +48,30 @@ func checkKey(key string) error {
 	return checkText("lock key", key)
 }
 
-func checkOwner(owner string) error {
-	if err := lock.CheckOwner(owner); err != nil {
-		return err
-	}
-	return checkText("owner", owner)
-}
-
-// checkKeyOwner validates the key and owner every method but Listen takes.
-func checkKeyOwner(key, owner string) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	return checkOwner(owner)
-}
-
-// checkArgs validates the arguments of the methods that set a TTL.
-func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := checkKeyOwner(key, owner); err != nil {
-		return err
-	}
-	return lock.CheckTTL(ttl)
-}
-
-// checkWaiter validates the arguments of Queue and Leave.
-func checkWaiter(key string, w lock.Waiter) error {
-	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
-		return err
-	}
-	return checkInbox(w.Inbox)
-}
-
 func checkInbox(inbox string) error {
 	if err := lock.CheckInbox(inbox); err != nil {
 		return err
 	}
 	return checkText("inbox", inbox)
+}
+
+func checkKeyOwner(key, owner string) error {
+	if err := lock.CheckKeyOwner(key, owner); err != nil {
+		return err
+	}
+	return checkTexts(key, owner, "")
+}
+
+func checkArgs(key, owner string, ttl time.Duration) error {
+	if err := lock.CheckArgs(key, owner, ttl); err != nil {
+		return err
+	}
+	return checkTexts(key, owner, "")
+}
+
+func checkWaiter(key string, w lock.Waiter) error {
+	if err := lock.CheckWaiter(key, w); err != nil {
+		return err
+	}
+	return checkTexts(key, w.Owner, w.Inbox)
 }
