@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,24 +30,6 @@ func newClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.C
 	return c
 }
 
-// slowRelease is a provider whose releases (and grace-period writes) wait d
-// before they reach the provider, as over a slow network: a watcher of Done
-// has the time to read Err before the provider answers.
-type slowRelease struct {
-	lock.Provider
-	d time.Duration
-}
-
-func (p slowRelease) Release(ctx context.Context, key, owner string) error {
-	time.Sleep(p.d)
-	return p.Provider.Release(ctx, key, owner)
-}
-
-func (p slowRelease) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	time.Sleep(p.d)
-	return p.Provider.Finish(ctx, key, owner, ttl)
-}
-
 // releaseOfTakenLock: a lock whose record was force-released and granted to
 // another owner is released while a goroutine waits on Done: the Release
 // returns a *lock.LostError (LostTaken, naming the new holder), and the
@@ -58,7 +39,7 @@ func (p slowRelease) Finish(ctx context.Context, key, owner string, ttl time.Dur
 func (s *suite) releaseOfTakenLock(t *testing.T) {
 	ctx := s.ctx
 	for _, grace := range []time.Duration{0, time.Second} {
-		c := newClient(t, slowRelease{s.b.New(t), 50 * time.Millisecond})
+		c := newClient(t, slowRelease(s.b.New(t), 50*time.Millisecond))
 		other := newClient(t, s.b.New(t))
 		name := uniqueName(t)
 		l, err := c.Acquire(ctx, name, lock.Options{GracePeriod: grace})
@@ -136,48 +117,6 @@ func (s *suite) renewalFindsLockRemovedOrTaken(t *testing.T) {
 	}
 }
 
-// stalledGrants is a provider whose Listen holds back the grants it
-// delivers once stall is called, until resume: the grants of a process that
-// is stalled (a long GC pause, SIGSTOP) while its connection stays open.
-type stalledGrants struct {
-	lock.Provider
-	mu      sync.Mutex
-	stalled bool
-	held    []func()
-}
-
-func (p *stalledGrants) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-	return p.Provider.Listen(ctx, inbox, func(g lock.Grant) {
-		p.mu.Lock()
-		if p.stalled && g.Owner != "" {
-			p.held = append(p.held, func() { deliver(g) })
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		deliver(g)
-	})
-}
-
-func (p *stalledGrants) stall() {
-	p.mu.Lock()
-	p.stalled = true
-	p.mu.Unlock()
-}
-
-// resume delivers the grants held back, holds no more, and returns how
-// many there were.
-func (p *stalledGrants) resume() int {
-	p.mu.Lock()
-	held := p.held
-	p.held, p.stalled = nil, false
-	p.mu.Unlock()
-	for _, d := range held {
-		d()
-	}
-	return len(held)
-}
-
 // grantToStalledWaiterPassesOn: a release hands the lock to the first
 // waiter, whose process is stalled (its grants held back, its polls an hour
 // apart). The live waiter behind it gets the lock once the claim window has
@@ -196,8 +135,8 @@ func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
 	)
 	name := uniqueName(t)
 	holder := newClient(t, s.b.New(t))
-	sp := &stalledGrants{Provider: s.b.New(t)}
-	stalled := newClient(t, sp, lock.WithPollInterval(time.Hour), lock.WithClaimWindow(window))
+	var sp grantStall
+	stalled := newClient(t, sp.over(s.b.New(t)), lock.WithPollInterval(time.Hour), lock.WithClaimWindow(window))
 	live := newClient(t, s.b.New(t), lock.WithPollInterval(50*time.Millisecond), lock.WithClaimWindow(window))
 
 	h, err := holder.Acquire(ctx, name, lock.Options{})

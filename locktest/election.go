@@ -231,17 +231,6 @@ func (s *suite) endedCandidateNeverLeads(t *testing.T) {
 	require.NoError(t, leader.Resign(ctx))
 }
 
-// stalledRenewals is a provider whose renewals never come back before
-// their context ends: a leader cut off from the backend.
-type stalledRenewals struct {
-	lock.Provider
-}
-
-func (stalledRenewals) Renew(ctx context.Context, _, _ string, _ time.Duration) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
 // termEndsBeforeSuccessor: a leader whose renewals stall (cut off from the
 // backend) has its term's context ended, with a *lock.LostError as cause,
 // by its lease timer, before the candidate waiting behind it is elected
@@ -272,7 +261,7 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 		maxRounds = 8
 	)
 	role := uniqueName(t)
-	cut := newClient(t, stalledRenewals{s.b.New(t)}, lock.WithIdentity("cut-off"))
+	cut := newClient(t, stalledRenewals(s.b.New(t)), lock.WithIdentity("cut-off"))
 	next := newClient(t, s.b.New(t), lock.WithPollInterval(20*time.Millisecond))
 	var stall canary
 	defer stall.start()()

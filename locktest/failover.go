@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,8 +47,8 @@ func ElectionFailover(b *testing.B, backend Backend) {
 			lost := 0 // rounds whose leader lost its term before its Resign
 			for round := range b.N {
 				role := uniqueName(b) + ":" + strconv.Itoa(round)
-				dying := &silenced{Provider: leaders}
-				lc, err := lock.NewClient(dying)
+				var dead atomic.Bool
+				lc, err := lock.NewClient(silenced(leaders, &dead))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -59,7 +60,7 @@ func ElectionFailover(b *testing.B, backend Backend) {
 				var from time.Time
 				if death {
 					time.Sleep(time.Duration(rand.Int64N(int64(lease / 3)))) // anywhere in the renewal cycle
-					dying.dead.Store(true)
+					dead.Store(true)
 					from = time.Now()
 				} else {
 					from = time.Now()

@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -206,50 +205,6 @@ func (s *suite) semaphoreCancelledHead(t *testing.T) {
 	}
 }
 
-// silenced is a provider that stops answering when its process "dies":
-// every call fails, so its holders' records expire on the backend.
-type silenced struct {
-	lock.Provider
-	dead atomic.Bool
-}
-
-var errDead = errors.New("locktest: the process is dead")
-
-func (p *silenced) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if p.dead.Load() {
-		return lock.Record{}, errDead
-	}
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *silenced) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.dead.Load() {
-		return errDead
-	}
-	return p.Provider.Renew(ctx, key, owner, ttl)
-}
-
-func (p *silenced) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if p.dead.Load() {
-		return lock.Record{}, errDead
-	}
-	return p.Provider.Queue(ctx, key, w)
-}
-
-func (p *silenced) Leave(ctx context.Context, key string, w lock.Waiter) error {
-	if p.dead.Load() {
-		return errDead
-	}
-	return p.Provider.Leave(ctx, key, w)
-}
-
-func (p *silenced) Release(ctx context.Context, key, owner string) error {
-	if p.dead.Load() {
-		return errDead
-	}
-	return p.Provider.Release(ctx, key, owner)
-}
-
 // semaphoreDeadHolder: a holder's process dies holding the one permit; a
 // waiter gets it within the lease (plus a poll interval and margin).
 func (s *suite) semaphoreDeadHolder(t *testing.T) {
@@ -257,8 +212,8 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 		return
 	}
 	name := uniqueName(t)
-	dying := &silenced{Provider: s.b.New(t)}
-	c0 := newClient(t, dying)
+	var dead atomic.Bool
+	c0 := newClient(t, silenced(s.b.New(t), &dead))
 	c1 := s.callers(t, 1)[0]
 	lease := time.Second
 	sem0, err := c0.Semaphore(name, 1)
@@ -267,7 +222,7 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sem0.Acquire(s.ctx, 1, lock.Options{Lease: lease})
 	require.NoError(t, err)
-	dying.dead.Store(true)
+	dead.Store(true)
 	died := time.Now()
 	h, err := sem1.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
 	require.NoError(t, err, "the dead holder's permit comes back")
@@ -287,8 +242,8 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 		return
 	}
 	name := uniqueName(t)
-	dying := &silenced{Provider: s.b.New(t)}
-	cd := newClient(t, dying, lock.WithPollInterval(100*time.Millisecond))
+	var dead atomic.Bool
+	cd := newClient(t, silenced(s.b.New(t), &dead), lock.WithPollInterval(100*time.Millisecond))
 	cs := s.callers(t, 2)
 	semD, err := cd.Semaphore(name, 2)
 	require.NoError(t, err)
@@ -306,7 +261,7 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 	}()
 	gateTaken(t, s.ctx, semA.Inspect)
 	time.Sleep(100 * time.Millisecond) // it holds one permit and waits for the other
-	dying.dead.Store(true)
+	dead.Store(true)
 	died := time.Now()
 	require.NoError(t, a.Release(s.ctx))
 	h, err := semB.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
