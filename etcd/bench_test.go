@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/etcd"
+	"github.com/seed05627090/lock/locktest"
 )
 
 // The benchmarks run each measurement on etcd with 1 and 3 members
@@ -142,81 +143,18 @@ func redisProvider(b *testing.B) lock.Provider {
 }
 
 // BenchmarkAcquireRelease measures one uncontended Acquire and its Release
-// of one key, one after another.
-func BenchmarkAcquireRelease(b *testing.B) {
-	benchBackends(b, func(b *testing.B, p lock.Provider) {
-		ctx := context.Background()
-		key := "bench:" + randomHex(4)
-		for b.Loop() {
-			if _, err := p.Acquire(ctx, key, "o-1", 10*time.Second); err != nil {
-				b.Fatal(err)
-			}
-			if err := p.Release(ctx, key, "o-1"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
+// of one key, one after another (locktest.AcquireRelease).
+func BenchmarkAcquireRelease(b *testing.B) { benchBackends(b, locktest.AcquireRelease) }
 
 // BenchmarkRenew measures one renewal of a held record (on etcd: a new
 // lease, the record written on it, the old lease revoked in the
-// background).
-func BenchmarkRenew(b *testing.B) {
-	benchBackends(b, func(b *testing.B, p lock.Provider) {
-		ctx := context.Background()
-		key := "bench:" + randomHex(4)
-		if _, err := p.Acquire(ctx, key, "o-1", 10*time.Second); err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			if err := p.Renew(ctx, key, "o-1", 10*time.Second); err != nil {
-				b.Fatal(err)
-			}
-		}
-		_ = p.Release(ctx, key, "o-1")
-	})
-}
+// background; locktest.Renew).
+func BenchmarkRenew(b *testing.B) { benchBackends(b, locktest.Renew) }
 
 // BenchmarkHandOver measures a lock passed from holder to holder through
 // the queue: a waiter queues, the holder releases, and the grant reaches
-// the waiter's Listen (on etcd, through its watch).
-func BenchmarkHandOver(b *testing.B) {
-	benchBackends(b, func(b *testing.B, p lock.Provider) {
-		ctx := context.Background()
-		key := "bench:" + randomHex(4)
-		inbox := "inbox:" + randomHex(4)
-		grants := make(chan lock.Grant, 16)
-		stop, err := p.Listen(ctx, inbox, func(g lock.Grant) {
-			if g.Key != "" {
-				grants <- g
-			}
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer stop()
-		holder := "o-0"
-		if _, err := p.Acquire(ctx, key, holder, 10*time.Second); err != nil {
-			b.Fatal(err)
-		}
-		i := 0
-		for b.Loop() {
-			i++
-			w := lock.Waiter{Owner: "o-" + strconv.Itoa(i), TTL: 10 * time.Second, Inbox: inbox}
-			if _, err := p.Queue(ctx, key, w); err != nil {
-				b.Fatal(err)
-			}
-			if err := p.Release(ctx, key, holder); err != nil {
-				b.Fatal(err)
-			}
-			if g := <-grants; g.Owner != w.Owner {
-				b.Fatalf("grant to %q, want %q", g.Owner, w.Owner)
-			}
-			holder = w.Owner
-		}
-		_ = p.Release(ctx, key, holder)
-	})
-}
+// the waiter's Listen (on etcd, through its watch; locktest.HandOver).
+func BenchmarkHandOver(b *testing.B) { benchBackends(b, locktest.HandOver) }
 
 // BenchmarkElectionFailover measures how long a role goes without a
 // leader, through lock.Client's elections: a leader's term (Campaign), a

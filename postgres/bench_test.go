@@ -11,20 +11,15 @@ import (
 	"github.com/seed05627090/lock/locktest"
 )
 
+// The benchmarks of the provider's calls are locktest's (see
+// locktest.AcquireRelease):
+//
+//	go test -run '^$' -bench 'AcquireRelease|Renew|HandOver' -benchtime 3s .
+
 // BenchmarkAcquireRelease measures one uncontended Acquire and its Release,
 // two round trips to the server, one key after another.
 func BenchmarkAcquireRelease(b *testing.B) {
-	p := newProvider(b, testPrefix(b))
-	ctx := context.Background()
-	key := "bench:" + randomHex(4)
-	for b.Loop() {
-		if _, err := p.Acquire(ctx, key, "o-1", 10*time.Second); err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Release(ctx, key, "o-1"); err != nil {
-			b.Fatal(err)
-		}
-	}
+	locktest.AcquireRelease(b, newProvider(b, testPrefix(b)))
 }
 
 // BenchmarkAcquireReleaseParallel is BenchmarkAcquireRelease from several
@@ -49,55 +44,15 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkRenewal measures one renewal (Update) of a held record.
-func BenchmarkRenewal(b *testing.B) {
-	p := newProvider(b, testPrefix(b))
-	ctx := context.Background()
-	key := "bench:" + randomHex(4)
-	if _, err := p.Acquire(ctx, key, "o-1", 10*time.Second); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if err := p.Renew(ctx, key, "o-1", 10*time.Second); err != nil {
-			b.Fatal(err)
-		}
-	}
+// BenchmarkRenew measures one renewal of a held record.
+func BenchmarkRenew(b *testing.B) {
+	locktest.Renew(b, newProvider(b, testPrefix(b)))
 }
 
 // BenchmarkHandOver measures a lock passed from holder to holder through
 // the queue: Release, NOTIFY, and the next holder's grant read by Listen.
 func BenchmarkHandOver(b *testing.B) {
-	prefix := testPrefix(b)
-	p := newProvider(b, prefix)
-	ctx := context.Background()
-	key := "bench:" + randomHex(4)
-	inbox := "inbox:" + randomHex(4)
-	grants := make(chan lock.Grant, 1)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Grant) { grants <- g })
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
-	holder := "o-0"
-	if _, err := p.Acquire(ctx, key, holder, 10*time.Second); err != nil {
-		b.Fatal(err)
-	}
-	i := 0
-	for b.Loop() {
-		i++
-		w := lock.Waiter{Owner: "o-" + strconv.Itoa(i), TTL: 10 * time.Second, Inbox: inbox}
-		if _, err := p.Queue(ctx, key, w); err != nil {
-			b.Fatal(err)
-		}
-		if err := p.Release(ctx, key, holder); err != nil {
-			b.Fatal(err)
-		}
-		if g := <-grants; g.Owner != w.Owner {
-			b.Fatalf("grant to %q, want %q", g.Owner, w.Owner)
-		}
-		holder = w.Owner
-	}
-	_ = p.Release(ctx, key, holder)
+	locktest.HandOver(b, newProvider(b, testPrefix(b)))
 }
 
 // BenchmarkElectionFailover measures how long a role is without a running
