@@ -87,6 +87,13 @@ type Backend struct {
 	// the millisecond, as the memory and Redis providers keep them.
 	TTLGranularity time.Duration
 
+	// MinLease is the shortest lease the backend keeps a record for, when
+	// it raises shorter ones (etcd: the server's minimum lease,
+	// etcd.Provider.MinTTL). ElectionFailover, whose leases are 1s, bounds
+	// a failover by the longer of the two plus the poll interval. When zero,
+	// the lease asked for is kept. Run does not read it.
+	MinLease time.Duration
+
 	// Remote says that each call is a round trip to a server: the checks
 	// that take many grants in a row or at once take fewer (30 grants in a
 	// row rather than 100, 8 workers of 40 rounds rather than 16 of 200, 40
