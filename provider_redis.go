@@ -16,11 +16,16 @@ import (
 var _ Provider = (*RedisProvider)(nil)
 
 // eval runs s with nkeys keys, the first of args, and the rest of args as its
-// arguments, and returns its reply: at once, or with others in a pipeline
-// (see batcher).
-func (p *RedisProvider) eval(ctx context.Context, s *script, nkeys int, args ...any) (any, error) {
-	return p.batch.eval(ctx, s, nkeys, args...)
+// arguments (in the layout of scripts/record.lua), at once or with others in
+// a pipeline (see batcher), and decodes its reply for op on key.
+func (p *RedisProvider) eval(ctx context.Context, op, key string, s *script, nkeys int, args ...any) (reply, error) {
+	res, err := p.batch.eval(ctx, s, nkeys, args...)
+	return p.decode(op, key, res, err)
 }
+
+// skipArg is what a script is passed at a position of the arguments' layout
+// that it does not read (see scripts/record.lua).
+const skipArg = ""
 
 // now is the time a script stores as a grant's Since: this process's clock,
 // in Unix milliseconds.
@@ -180,24 +185,28 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	if err := p.ready(CheckArgs(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
-	r, err := recordKey(key) // acquire.lua needs no queue
+	rk, err := recordKey(key) // acquire.lua needs no queue
 	if err != nil {
 		return Record{}, err
 	}
 	ms := time.Now().UnixMilli() // the record's since
-	res, acked, err := p.run(ctx, acquireScript, 2, r, fenceKey(key, r), owner, ttl.Milliseconds(), ms)
-	var rec Record
-	if token, ok := res.(int64); ok && err == nil {
-		// Stored: the reply is the token alone.
-		rec = Record{Owner: owner, Token: uint64(token), TTL: ttl.Truncate(time.Millisecond), Since: time.UnixMilli(ms)}
-	} else {
-		reply, _ := res.([]any)
-		rec, err = p.record(ctx, "acquire", key, reply, err)
-		if err == nil {
-			err = checkVersion(key, rec)
-		}
+	r, acked, err := p.run(ctx, "acquire", key, acquireScript, 2, rk, fenceKey(key, rk), owner, ttl.Milliseconds(), skipArg, skipArg, ms)
+	if err != nil {
+		return Record{}, err
 	}
-	if err == nil && rec.Owner == owner && !rec.Ended {
+	rec := r.rec
+	switch r.code {
+	case replyGranted:
+		// Stored: the reply is the token alone.
+		rec = Record{Owner: owner, Token: uint64(r.n), TTL: ttl.Truncate(time.Millisecond), Since: time.UnixMilli(ms)}
+	case replyValue:
+		if err := checkVersion(key, rec); err != nil {
+			return rec, err
+		}
+	default:
+		return Record{}, r.unexpected("acquire", key)
+	}
+	if rec.Owner == owner && !rec.Ended {
 		err = p.replicated(key, acked)
 	}
 	return rec, err
@@ -216,10 +225,16 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 		}
 	}
 	mode := lookModes[w.Look]
-	res, acked, err := p.run(ctx, queueScript, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
-		entry(w, ch), mode, queueTTLArg, key, k.pub, now())
-	reply, _ := res.([]any)
-	rec, err := p.record(ctx, "queue", key, reply, err)
+	r, acked, err := p.run(ctx, "queue", key, queueScript, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
+		key, k.pub, now(), entry(w, ch), mode, queueTTLArg)
+	rec := r.rec
+	switch {
+	case err != nil:
+	case r.code == replyQueued:
+		rec.Queued, rec.Position = true, int(r.n)
+	case r.code != replyValue:
+		rec, err = Record{}, r.unexpected("queue", key)
+	}
 	if k.prefix != "" && err == nil && !rec.Queued {
 		p.unqueueShard(w.Inbox, w.Owner) // no grant will come on ch
 	}
@@ -250,8 +265,12 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if k.prefix != "" {
 		p.unqueueShard(w.Inbox, w.Owner)
 	}
-	_, err = p.eval(ctx, leaveScript, 3, k.record, k.fence, k.queue, w.Owner, entry(w, channel(w.Inbox, k.prefix)), key, k.pub, now())
-	return p.wrap(key, err)
+	r, err := p.eval(ctx, "leave", key, leaveScript, 3, k.record, k.fence, k.queue, w.Owner, skipArg, key, k.pub, now(),
+		entry(w, channel(w.Inbox, k.prefix)))
+	if err == nil && r.code != replyDone {
+		err = r.unexpected("leave", key)
+	}
+	return err
 }
 
 // Release implements Provider.
@@ -265,8 +284,8 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if k.record != key {
 		karg = key
 	}
-	res, err := p.eval(ctx, releaseScript, 3, rarg, k.fence, k.queue, owner, karg, k.pub, now())
-	return p.result("release", key, res, err)
+	r, err := p.eval(ctx, "release", key, releaseScript, 3, rarg, k.fence, k.queue, owner, skipArg, karg, k.pub, now())
+	return r.done("release", key, err)
 }
 
 // Renew implements Provider.
@@ -275,8 +294,8 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 	if err != nil {
 		return err
 	}
-	res, acked, err := p.run(ctx, renewScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
-	if err = p.result("renew", key, res, err); err != nil {
+	r, acked, err := p.run(ctx, "renew", key, renewScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
+	if err = r.done("renew", key, err); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
@@ -288,21 +307,30 @@ func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.
 	if err != nil {
 		return err
 	}
-	res, acked, err := p.run(ctx, finishScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
-	if err = p.result("finish", key, res, err); err != nil {
+	r, acked, err := p.run(ctx, "finish", key, finishScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
+	if err = r.done("finish", key, err); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
 }
 
-// run runs script, and with WaitForReplicas a WAIT after it in one
-// pipeline, on the connection of the key's primary; it returns the script's
-// reply and how many replicas acknowledged it (-1 without WaitForReplicas).
-func (p *RedisProvider) run(ctx context.Context, s *script, nkeys int, args ...any) (any, int64, error) {
+// run is eval for a call that grants or renews: with WaitForReplicas, it
+// runs s and a WAIT after it in one pipeline, on the connection of the key's
+// primary. It returns the script's reply and how many replicas acknowledged
+// it (-1 without WaitForReplicas).
+func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, nkeys int, args ...any) (reply, int64, error) {
 	if !p.waits {
-		res, err := p.eval(ctx, s, nkeys, args...)
-		return res, -1, err
+		r, err := p.eval(ctx, op, key, s, nkeys, args...)
+		return r, -1, err
 	}
+	res, acked, err := p.evalWait(ctx, s, nkeys, args)
+	r, err := p.decode(op, key, res, err)
+	return r, acked, err
+}
+
+// evalWait runs s and a WAIT for WaitForReplicas's replicas after it, and
+// returns the script's reply and the WAIT's.
+func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args []any) (any, int64, error) {
 	var c redis.UniversalClient = p.client
 	if p.cluster != nil {
 		// A keyless WAIT in a Cluster pipeline could go to another node:
@@ -340,34 +368,8 @@ func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error)
 	if err != nil {
 		return Record{}, err
 	}
-	res, err := p.eval(ctx, inspectScript, 3, k.record, k.fence, k.queue)
-	return p.inspected(key, res, err)
-}
-
-// inspected turns an inspect script's reply, {value, pttl, waiters}, into a
-// Record.
-func (p *RedisProvider) inspected(key string, reply any, err error) (Record, error) {
-	if err != nil {
-		return Record{}, p.wrap(key, err)
-	}
-	res, _ := reply.([]any)
-	if len(res) != 3 {
-		return Record{}, fmt.Errorf("lock: inspect %q: unexpected reply %v", key, res)
-	}
-	v, ok := res[0].(string)
-	if !ok {
-		return Record{}, nil
-	}
-	rec, err := parseRecord(key, v)
-	if err != nil {
-		return Record{}, err
-	}
-	if pttl, _ := res[1].(int64); pttl > 0 {
-		rec.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	n, _ := res[2].(int64)
-	rec.Waiters = int(n)
-	return rec, nil
+	r, err := p.eval(ctx, "inspect", key, inspectScript, 3, k.record, k.fence, k.queue)
+	return r.inspected(key, err)
 }
 
 // listBatch is how many keys List asks SCAN for at a time, and inspects in
@@ -454,7 +456,8 @@ func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient,
 	}
 	sendScripts(ctx, c, calls, nil)
 	for i, cl := range calls {
-		rec, err := p.inspected(keys[i], cl.cmd.Val(), cl.cmd.Err())
+		r, err := p.decode("inspect", keys[i], cl.cmd.Val(), cl.cmd.Err())
+		rec, err := r.inspected(keys[i], err)
 		if err == nil && rec.Owner == "" {
 			continue // freed since the scan
 		}
@@ -498,25 +501,17 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, err
 	}
-	reply, err := p.eval(ctx, forceReleaseScript, 3, k.record, k.fence, k.queue, key, k.pub, now())
-	res, _ := reply.([]any)
+	r, err := p.eval(ctx, "force release", key, forceReleaseScript, 3, k.record, k.fence, k.queue, skipArg, skipArg, key, k.pub, now())
 	if err != nil {
-		return Record{}, p.wrap(key, err)
+		return Record{}, err
 	}
-	if len(res) == 0 {
-		return Record{}, fmt.Errorf("lock: force release %q: empty reply", key)
-	}
-	code, _ := res[0].(int64)
-	switch {
-	case code == 0:
+	switch r.code {
+	case replyEmpty:
 		return Record{}, nil
-	case code == -2 && len(res) == 2:
-		v, _ := res[1].(string)
-		return Record{}, &RecordError{Key: key, Value: v}
-	case code == 1 && len(res) == 3:
-		return p.record(ctx, "force release", key, res[1:], nil)
+	case replyValue:
+		return r.rec, nil // removed, or handed to a waiter
 	}
-	return Record{}, fmt.Errorf("lock: force release %q: unexpected reply %v", key, res)
+	return Record{}, r.unexpected("force release", key)
 }
 
 // Listen implements Provider, on a pub/sub connection of its own with one
@@ -740,55 +735,6 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 		k.pub, k.prefix, err = p.publishing(ctx, k.record)
 	}
 	return k, err
-}
-
-// record turns an acquire or queue script's reply into a Record.
-func (p *RedisProvider) record(ctx context.Context, op, key string, res []any, err error) (Record, error) {
-	if err != nil {
-		return Record{}, p.wrap(key, err)
-	}
-	if len(res) < 2 {
-		return Record{}, fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
-	}
-	var rec Record
-	if v, ok := res[0].(string); ok {
-		if rec, err = parseRecord(key, v); err != nil {
-			return Record{}, err
-		}
-	}
-	if pttl, _ := res[1].(int64); pttl > 0 {
-		rec.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	if len(res) > 3 {
-		place, _ := res[3].(int64)
-		rec.Queued, rec.Position = true, int(place)
-	}
-	return rec, nil
-}
-
-// result turns a release or update script's reply into an error.
-// The reply is a code, 1 or 2 (done) or 0 (the key is empty), or, with the
-// value found, {-1, value} (another owner's record) or {-2, value} (not a
-// record).
-func (p *RedisProvider) result(op, key string, res any, err error) error {
-	if err != nil {
-		return p.wrap(key, err)
-	}
-	code, _ := res.(int64)
-	var v string
-	if s, ok := res.([]any); ok && len(s) == 2 {
-		code, _ = s[0].(int64)
-		v, _ = s[1].(string)
-	}
-	switch code {
-	case 1, 2:
-		return nil
-	case 0, -1:
-		return &LostError{Key: key}
-	case -2:
-		return &RecordError{Key: key, Value: v}
-	}
-	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, res)
 }
 
 // wrap reports a value of another Redis type, or a fencing counter that is

@@ -5,7 +5,9 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +18,10 @@ import (
 // "--#include NAME" is replaced by the fragment scripts/NAME when the
 // provider is loaded: token.lua (taking a fencing token) and owned.lua
 // (reading the caller's own record) are written once and used where a
-// function would cost more than the script around it.
+// function would cost more than the script around it. What every script
+// takes (one layout of KEYS and ARGV) and replies ({code, value, pttl, n},
+// decoded by decode into a reply) is written once, at the top of
+// scripts/record.lua; sendScripts is the one place that sends them.
 
 var (
 	//go:embed scripts/token.lua
@@ -78,17 +83,119 @@ func newScript(src string) *script {
 // cmd returns the command that runs s, with EVALSHA or, when full, EVAL: the
 // first nkeys of args are its keys, the rest its arguments.
 func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *redis.Cmd {
-	a := make([]any, 3+len(args))
-	a[0], a[1], a[2] = "evalsha", s.sha, nkeys
+	e := new(evalCmd)
+	a := e.args[:0]
+	if 3+len(args) > len(e.args) {
+		a = make([]any, 0, 3+len(args))
+	}
+	a = append(a, "evalsha", s.sha, nkeys)
 	if full {
 		a[0], a[1] = "eval", s.src
 	}
-	copy(a[3:], args)
-	cmd := redis.NewCmd(ctx, a...)
+	a = append(a, args...)
+	e.cmd = *redis.NewCmd(ctx, a...)
 	if nkeys > 0 {
-		cmd.SetFirstKeyPos(3) // routes it on a Cluster
+		e.cmd.SetFirstKeyPos(3) // routes it on a Cluster
 	}
-	return cmd
+	return &e.cmd
+}
+
+// evalCmd is a script's command with room for its arguments, allocated
+// together: one allocation a call instead of two, which pays for the
+// array that every reply is (see scripts/record.lua).
+type evalCmd struct {
+	cmd  redis.Cmd
+	args [3 + 3 + 8]any // the command, digest and key count; 3 keys; 8 arguments
+}
+
+// reply is a script's reply, {code, value, pttl, n}, decoded (see the
+// replies at the top of scripts/record.lua); each method takes from it what
+// it needs.
+type reply struct {
+	code int64  // one of the reply codes below
+	rec  Record // the value, parsed, with the pttl as its TTL; zero without a value
+	n    int64  // the queue's length (inspect), the caller's place (queued) or its token (granted)
+	raw  any    // the reply as received, for an error's message
+}
+
+// The codes of the scripts' replies (see scripts/record.lua).
+const (
+	replyEmpty   = 0 // the key holds nothing
+	replyDone    = 1 // the call did what it was asked
+	replyValue   = 2 // rec is what the key holds (or held, for forcerelease)
+	replyQueued  = 3 // the caller is in the queue, at place n
+	replyGranted = 4 // the caller's new record was stored, with token n
+)
+
+// decode turns the reply of a script run for op on key, or its error, into a
+// reply. A value that is not a record is reported as a RecordError, a reply
+// of another shape as an error of its own, and an error of the server as
+// wrap reports it.
+func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error) {
+	if err != nil {
+		return reply{}, p.wrap(key, err)
+	}
+	r := reply{raw: res}
+	a, _ := res.([]any)
+	if len(a) != 4 {
+		return reply{}, r.unexpected(op, key)
+	}
+	code, ok1 := a[0].(int64)
+	pttl, ok2 := a[2].(int64)
+	n, ok3 := a[3].(int64)
+	if !ok1 || !ok2 || !ok3 || code < replyEmpty || code > replyGranted {
+		return reply{}, r.unexpected(op, key)
+	}
+	r.code, r.n = code, n
+	switch v := a[1].(type) {
+	case nil: // false
+	case string:
+		if r.rec, err = parseRecord(key, v); err != nil {
+			return reply{}, err
+		}
+	default:
+		return reply{}, r.unexpected(op, key)
+	}
+	if pttl > 0 {
+		r.rec.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	return r, nil
+}
+
+// unexpected is the error of a reply that op does not expect.
+func (r reply) unexpected(op, key string) error {
+	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, r.raw)
+}
+
+// done turns the reply of a release, renewal or finish, or its error, into
+// an error: nil when done, a LostError when the key is empty or holds a
+// record of another owner (or an ended one), err otherwise.
+func (r reply) done(op, key string, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case r.code == replyDone:
+		return nil
+	case r.code == replyEmpty || r.code == replyValue:
+		return &LostError{Key: key}
+	}
+	return r.unexpected(op, key)
+}
+
+// inspected turns the reply of an inspection, or its error, into a Record:
+// zero when the key is empty.
+func (r reply) inspected(key string, err error) (Record, error) {
+	switch {
+	case err != nil:
+		return Record{}, err
+	case r.code == replyEmpty:
+		return Record{}, nil
+	case r.code == replyValue:
+		rec := r.rec
+		rec.Waiters = int(r.n)
+		return rec, nil
+	}
+	return Record{}, r.unexpected("inspect", key)
 }
 
 // call is one call of a script s, as the command cmd: an EVALSHA, and once

@@ -1,20 +1,55 @@
--- Prepended to every script but acquire.lua (which needs none of it): lib()
--- makes the functions that read and grant records and serve the wait queue.
--- It makes them only when a script needs them: a function made on every
--- call of a script costs Redis more than the rest of an uncontended
--- acquire, release or renewal, which read a record of their own owner
--- inline (as release.lua shows) and call lib() only for anything else.
--- KEYS[1] is the record, KEYS[2] the fencing counter of its slot, KEYS[3] the wait
--- queue: a list of entries "owner ttl-ms channel" in arrival order, channel
--- the waiter's inbox or, with sharded pub/sub on a Cluster, its shard
--- channel in this key's slot (see publish).
+-- Prepended to every script but acquire.lua and inspect.lua (which need
+-- none of it): lib() makes the functions that read and grant records and
+-- serve the wait queue. It makes them only when a script needs them: a
+-- function made on every call of a script costs Redis more than the rest of
+-- an uncontended acquire, release or renewal, which read a record of their
+-- own owner inline (as release.lua shows) and call lib() only for anything
+-- else.
+--
+-- What every script takes and replies, written once here:
+--
+-- KEYS[1] is the record, KEYS[2] the fencing counter of its slot, KEYS[3]
+-- the wait queue: a list of entries "owner ttl-ms channel" in arrival order,
+-- channel the waiter's inbox or, with sharded pub/sub on a Cluster, its
+-- shard channel in this key's slot (see publish).
+--
+-- ARGV has one layout: position i means the same in every script, and a
+-- script is passed the first positions it needs, with "" in those it skips.
+--   ARGV[1] owner: the caller's owner
+--   ARGV[2] ttl: the caller's ttl, in ms
+--   ARGV[3] key: the lock's key, for the messages (see serve)
+--   ARGV[4] pub: how to publish (see publish)
+--   ARGV[5] now: the caller's clock, in Unix ms, a grant's since
+--   ARGV[6] entry: the caller's queue entry
+--   ARGV[7] mode: how queue.lua looks (see there)
+--   ARGV[8] queue ttl: how long the queue outlives its last look, in ms
+-- (RedisProvider's methods in provider_redis.go pass them in this order.)
+--
+-- Every script replies {code, value, pttl, n}, decoded by decode in
+-- provider_redis_script.go:
+--   code 0 EMPTY: the key holds nothing; value false, pttl and n 0.
+--   code 1 DONE: the call did what it was asked (release, renew, finish,
+--     leave); value false, pttl and n 0.
+--   code 2 VALUE: value is what the key holds (after the call; for
+--     forcerelease, what it held), pttl its remaining TTL in ms (0 when not
+--     read), n the length of the queue for inspect, else 0. A value that is
+--     not a record is returned as it is: the caller reports it. For release,
+--     renew and finish, VALUE means the caller does not hold the key.
+--   code 3 QUEUED: the caller is in the queue (queue.lua); value is the
+--     record that holds the key with its pttl, or false and 0 when it was
+--     not read, n the caller's place (0 first).
+--   code 4 GRANTED: acquire.lua stored the caller's new record; value false
+--     (the caller knows it), pttl 0, n its token.
 --
 -- A record is "owner,token,since" while held, "owner,token,since,q" while
 -- held with a queue waiting for it, and "owner,token,since,ended" during a
 -- grace period; owner is 1 to 128 bytes without commas or white space, token
 -- 1 to 19 digits without a leading zero, since the grant's time in Unix
 -- milliseconds, 1 to 15 digits, by the clock of the process whose call
--- granted it (ARGV now). parseRecord in provider.go is the same parser in Go.
+-- granted it (ARGV[5]). parse below is the one parser in Lua (owned.lua is a
+-- copy restricted to one owner, written inline for speed), and parseRecord
+-- in provider_redis.go the same parser in Go;
+-- TestRecordParsersAgree checks that the three agree.
 
 local function lib()
   -- parse returns owner, token, ended and queued, or nil when v is not a
@@ -36,30 +71,31 @@ local function lib()
     return string.format('%d', token)
   end
 
-  -- grant stores a new record for owner with a fresh token, granted at now,
-  -- marked queued when queued is true, and returns its value, or nil and the
-  -- error to return.
-  local function grant(owner, ttl, now, queued)
+  -- grant stores a new record for owner with a fresh token, granted now
+  -- (ARGV[5]), marked queued when queued is true, and returns its value, or
+  -- nil and the error to return.
+  local function grant(owner, ttl, queued)
     local token, err = nexttoken()
     if not token then return nil, err end
-    local v = owner .. ',' .. token .. ',' .. now
+    local v = owner .. ',' .. token .. ',' .. ARGV[5]
     if queued then v = v .. ',q' end
     redis.call('SET', KEYS[1], v, 'PX', ttl)
     return v
   end
 
   -- publish sends msg on ch, the channel of a queue entry, and returns true
-  -- when nobody heard it and the waiter may be skipped (see serve). pub is
-  -- the caller's choice (RedisProvider.publishing): '1' PUBLISH, whose
-  -- count of receivers is exact (one server); '0' PUBLISH on a Cluster,
-  -- which counts the receivers of one node only (never skip); '1{t}' or
-  -- '0{t}' sharded pub/sub: a channel that starts with '{t}', a tag of this
-  -- key's slot, is sent with SPUBLISH, which only this slot's shard handles
-  -- and whose count is exact ('1') unless the subscribers may be on
-  -- replicas ('0'); any other channel (the entry of a process that does
-  -- not shard) with PUBLISH, never skipped. A server without SPUBLISH
+  -- when nobody heard it and the waiter may be skipped (see serve). pub,
+  -- ARGV[4], is the caller's choice (RedisProvider.publishing): '1'
+  -- PUBLISH, whose count of receivers is exact (one server); '0' PUBLISH on
+  -- a Cluster, which counts the receivers of one node only (never skip);
+  -- '1{t}' or '0{t}' sharded pub/sub: a channel that starts with '{t}', a
+  -- tag of this key's slot, is sent with SPUBLISH, which only this slot's
+  -- shard handles and whose count is exact ('1') unless the subscribers may
+  -- be on replicas ('0'); any other channel (the entry of a process that
+  -- does not shard) with PUBLISH, never skipped. A server without SPUBLISH
   -- (before 7.0) gets PUBLISH instead.
-  local function publish(ch, msg, pub)
+  local function publish(ch, msg)
+    local pub = ARGV[4]
     local shard = string.sub(pub, 2)
     if shard ~= '' and string.sub(ch, 1, #shard) == shard then
       local n = redis.pcall('SPUBLISH', ch, msg)
@@ -69,14 +105,15 @@ local function lib()
   end
 
   -- serve hands the lock to the first waiter in the queue: it stores a record
-  -- for it (marked queued: others may follow) and publishes "value ttl\nkey" on
-  -- its channel. A waiter whose inbox nobody listens to any more (the message
-  -- reaches no one) is skipped when pub says the count is exact (see
-  -- publish). It returns the owner and the value of the new record; nothing
-  -- when the queue is empty, or 64 entries were skipped (the record is then
-  -- unchanged, or deleted if it had been handed to a dead waiter); or nil,
-  -- nil and an error. The entry me (if given) is granted without a message.
-  local function serve(key, pub, now, me)
+  -- for it (marked queued: others may follow) and publishes "value ttl\nkey"
+  -- on its channel, key ARGV[3]. A waiter whose inbox nobody listens to any
+  -- more (the message reaches no one) is skipped when ARGV[4] says the count
+  -- is exact (see publish). It returns the owner and the value of the new
+  -- record; nothing when the queue is empty, or 64 entries were skipped (the
+  -- record is then unchanged, or deleted if it had been handed to a dead
+  -- waiter); or nil, nil and an error. The entry me (if given) is granted
+  -- without a message.
+  local function serve(me)
     -- At most 64 entries a call: past that the key is left free, and the
     -- next waiter's look serves the rest of the queue.
     for _ = 1, 64 do
@@ -84,26 +121,28 @@ local function lib()
       if not e then return nil end
       local owner, ttl, ch = string.match(e, '^(%S+) (%d+) (%S+)$')
       if owner then
-        local v, err = grant(owner, ttl, now, true)
+        local v, err = grant(owner, ttl, true)
         if not v then return nil, nil, err end
         if e == me then return owner, v end
-        if not publish(ch, v .. ' ' .. ttl .. '\n' .. key, pub) then return owner, v end
+        if not publish(ch, v .. ' ' .. ttl .. '\n' .. ARGV[3]) then return owner, v end
         redis.call('DEL', KEYS[1])
       end
     end
     return nil
   end
 
-  -- tellall publishes "\nkey" once on every channel of the queue (see
-  -- publish) and deletes the queue: the lock entered a grace period, and
-  -- none of them will get it.
-  local function tellall(key, pub)
+  -- tellall publishes "\nkey" (key ARGV[3]) once on every channel of the
+  -- first 1,000 entries of the queue (see publish), and deletes the queue:
+  -- the lock entered a grace period, and none of them will get it. A waiter
+  -- past those is not told: its next look finds the lock ended and not
+  -- queued for, and it leaves as a told waiter does.
+  local function tellall()
     local seen = {}
-    for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, 999)) do
       local ch = string.match(e, ' (%S+)$')
       if ch and not seen[ch] then
         seen[ch] = true
-        publish(ch, '\n' .. key, pub)
+        publish(ch, '\n' .. ARGV[3])
       end
     end
     redis.call('DEL', KEYS[3])
