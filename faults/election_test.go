@@ -3,12 +3,10 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -307,12 +305,12 @@ func TestElectionStoppedLeaders(t *testing.T) {
 	const role = "stopped-leaders"
 	_, _, log := fenceKeysOf(role)
 
-	b := &writeBoard{accepted: map[uint64]int{}, stopped: map[uint64]bool{}}
+	var b faults.WriteBoard
 	children := make([]*child, procs)
 	for i := range children {
 		children[i] = startChild(t, "lead-writer", "FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+role,
 			"FAULTS_LEASE="+lease.String(), "FAULTS_NAME=writer-"+strconv.Itoa(i))
-		go b.read(i, children[i])
+		go b.Follow(i, children[i].lines)
 	}
 	leaderOf := func() (int, uint64) {
 		st, err := obs.Inspect(ctx, role)
@@ -331,7 +329,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		var term uint64
 		require.Eventually(t, func() bool {
 			i, term = leaderOf()
-			return i >= 0 && b.wrote(term)
+			return i >= 0 && b.Wrote(term)
 		}, 10*time.Second, time.Millisecond, "round %d: a process leads and has written", r)
 		expect(t, term > last, "round %d: term %d after %d", r, term, last)
 		last = term
@@ -342,7 +340,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		require.Eventually(t, func() bool {
 			j, tn := leaderOf()
 			next = tn
-			return j >= 0 && j != i && tn > term && b.wrote(tn)
+			return j >= 0 && j != i && tn > term && b.Wrote(tn)
 		}, 10*time.Second, time.Millisecond, "round %d: another process leads and writes while writer-%d is stopped", r, i)
 		stats.grants.Add(1)
 		time.Sleep(time.Until(stopped.Add(2 * lease)))
@@ -352,16 +350,17 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		// next write: started after it continued, or in flight when it was
 		// stopped (then not counted here: the fence's log says whether it
 		// ran before the new leader's writes).
-		require.Eventually(t, func() bool { return b.ended(term) }, 10*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return b.Ended(term) }, 10*time.Second, time.Millisecond,
 			"round %d: writer-%d's term %d ends after it continued", r, i, term)
-		n, refused := b.resumedWrites(term, resumed)
+		passed, refused, failed := b.ResumedWrites(term, resumed)
+		n := passed + refused + failed
 		if n == 0 {
 			inFlight++ // its last write was under way when it was stopped
 		}
 		stale += n
-		staleRefused += refused
-		expect(t, refused == n, "round %d: %d of writer-%d's %d writes with term %d started after it continued passed the fence (term %d had written)",
-			r, n-refused, i, n, term, next)
+		staleRefused += refused + failed
+		expect(t, passed == 0, "round %d: %d of writer-%d's %d writes with term %d started after it continued passed the fence (term %d had written)",
+			r, passed, i, n, term, next)
 	}
 	for _, c := range children {
 		c.send("quit")
@@ -378,7 +377,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		expect(t, n >= prev, "the fence let term %d write after term %d (write %d of %d)", n, prev, k, len(terms))
 		prev = n
 	}
-	elected := b.electedBy()
+	elected := b.ElectedBy()
 	for i := range procs {
 		expect(t, elected[i] >= 2, "writer-%d led %d terms: it did not campaign again after its losses", i, elected[i])
 	}
@@ -386,89 +385,13 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		rounds, len(terms), stale, staleRefused, inFlight, elected)
 }
 
-// writeBoard collects the reports of the lead-writer children.
-type writeBoard struct {
-	mu       sync.Mutex
-	accepted map[uint64]int // accepted writes by term
-	writes   []writeReport
-	elected  map[int]int // terms led, by child
-	stopped  map[uint64]bool
-}
-
-type writeReport struct {
-	term  uint64
-	ok    bool
-	start time.Time
-}
-
-func (b *writeBoard) read(i int, c *child) {
-	for line := range c.lines {
-		word, f := fields(line)
-		b.mu.Lock()
-		switch word {
-		case "elected":
-			if b.elected == nil {
-				b.elected = map[int]int{}
-			}
-			b.elected[i]++
-		case "ended":
-			term, _ := strconv.ParseUint(f["term"], 10, 64)
-			b.stopped[term] = true
-		case "write":
-			term, _ := strconv.ParseUint(f["term"], 10, 64)
-			ns, _ := strconv.ParseInt(f["start"], 10, 64)
-			w := writeReport{term: term, ok: f["ok"] == "true", start: time.Unix(0, ns)}
-			b.writes = append(b.writes, w)
-			if w.ok {
-				b.accepted[term]++
-			}
-		}
-		b.mu.Unlock()
-	}
-}
-
-// wrote reports whether a write with term passed the fence.
-func (b *writeBoard) wrote(term uint64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.accepted[term] > 0
-}
-
-// ended reports whether the term's Lead has ended it.
-func (b *writeBoard) ended(term uint64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.stopped[term]
-}
-
-// resumedWrites returns how many writes with term started after at, and
-// how many of them the fence refused.
-func (b *writeBoard) resumedWrites(term uint64, at time.Time) (n, refused int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, w := range b.writes {
-		if w.term == term && w.start.After(at) {
-			n++
-			if !w.ok {
-				refused++
-			}
-		}
-	}
-	return n, refused
-}
-
-func (b *writeBoard) electedBy() map[int]int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return maps.Clone(b.elected)
-}
-
 // roleLeadWriter is the child of TestElectionStoppedLeaders: it Leads
 // FAULTS_LOCK (lease FAULTS_LEASE, identity FAULTS_NAME) and, while it
 // leads, writes through the fence every 10 ms, reporting "elected term=T",
-// "write term=T ok=BOOL start=<Unix ns>" and "ended term=T"; a refused write, or a write
-// made once the term's context has ended, ends the term. "quit" on stdin
-// ends its Lead.
+// "write term=T result=ok|stale|error start=<Unix ns>" and "ended term=T"
+// (read by a faults.WriteBoard); a refused or failed write, or a write made
+// once the term's context has ended, ends the term. "quit" on stdin ends
+// its Lead.
 func roleLeadWriter(t *testing.T) {
 	addr := childEnv(t, "FAULTS_REDIS")
 	role := childEnv(t, "FAULTS_LOCK")
@@ -489,7 +412,14 @@ func roleLeadWriter(t *testing.T) {
 			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := fenceWrite.Run(wctx, rc, fence, l.Token(), []string{data, log}, strconv.FormatUint(l.Token(), 10)).Err()
 			cancel()
-			report("write term=%d ok=%t start=%d", l.Token(), err == nil, start.UnixNano())
+			result := "ok"
+			switch {
+			case errors.Is(err, lock.ErrStaleToken):
+				result = "stale"
+			case err != nil:
+				result = "error"
+			}
+			report("write term=%d result=%s start=%d", l.Token(), result, start.UnixNano())
 			switch {
 			case errors.Is(err, lock.ErrStaleToken):
 				return err

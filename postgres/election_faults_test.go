@@ -5,12 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -78,10 +75,15 @@ func TestElectionStoppedLeaders(t *testing.T) {
 	obs := newClient(t, newProvider(t, prefix))
 	role := uniqueName(t)
 
-	b := &writeBoard{accepted: map[uint64]int{}, ended: map[uint64]bool{}, elected: map[int]int{}}
-	children := make([]*writerProcess, procs)
+	var b faults.WriteBoard
+	children := make([]*faults.Child, procs)
 	for i := range children {
-		children[i] = startWriter(t, i, prefix, role, lease, b)
+		children[i] = faults.StartChild(t, "^TestElectionStoppedLeaders$", "ELECTION",
+			electionChildEnv+"=writer-"+strconv.Itoa(i),
+			electionPrefixEnv+"="+prefix,
+			electionRoleEnv+"="+role,
+			electionLeaseEnv+"="+lease.String())
+		go b.Follow(i, children[i].Lines)
 	}
 	leaderOf := func() (int, uint64) {
 		st, err := obs.Inspect(ctx, role)
@@ -100,28 +102,28 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		var term uint64
 		require.Eventually(t, func() bool {
 			i, term = leaderOf()
-			return i >= 0 && b.wrote(term)
+			return i >= 0 && b.Wrote(term)
 		}, 10*time.Second, time.Millisecond, "round %d: a process leads and has written", r)
 		assert.Greater(t, term, last, "round %d: the terms increase", r)
 		last = term
-		require.NoError(t, children[i].cmd.Process.Signal(syscall.SIGSTOP))
+		require.NoError(t, children[i].Cmd.Process.Signal(syscall.SIGSTOP))
 		stopped := time.Now()
 		var next uint64
 		require.Eventually(t, func() bool {
 			j, tn := leaderOf()
 			next = tn
-			return j >= 0 && j != i && tn > term && b.wrote(tn)
+			return j >= 0 && j != i && tn > term && b.Wrote(tn)
 		}, 10*time.Second, time.Millisecond, "round %d: another process leads and writes while writer-%d is stopped", r, i)
 		time.Sleep(time.Until(stopped.Add(2 * lease)))
 		resumed := time.Now()
-		require.NoError(t, children[i].cmd.Process.Signal(syscall.SIGCONT))
+		require.NoError(t, children[i].Cmd.Process.Signal(syscall.SIGCONT))
 		// The stopped leader's term ends (its function returns) at its
 		// next refused write: started after it continued, or in flight
 		// when it was stopped (then not counted here: it ran before the
 		// new leader's writes, or was rolled back).
-		require.Eventually(t, func() bool { return b.hasEnded(term) }, 10*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return b.Ended(term) }, 10*time.Second, time.Millisecond,
 			"round %d: writer-%d's term %d ends after it continued", r, i, term)
-		passed, refused, failed := b.resumedWrites(term, resumed)
+		passed, refused, failed := b.ResumedWrites(term, resumed)
 		if passed+refused == 0 {
 			inFlight++
 		}
@@ -132,7 +134,11 @@ func TestElectionStoppedLeaders(t *testing.T) {
 			r, passed, i, term, next, refused)
 	}
 	for _, c := range children {
-		c.quit(t)
+		c.Send("quit")
+	}
+	quitCtx := ctxTimeout(t, 20*time.Second)
+	for _, c := range children {
+		assert.NoError(t, c.Wait(quitCtx), "the child failed:\n%s", c.Out())
 	}
 	rows, err := pool.Query(ctx, `SELECT term FROM `+writes+` ORDER BY seq`)
 	require.NoError(t, err)
@@ -143,7 +149,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 			break
 		}
 	}
-	elected := b.electedBy()
+	elected := b.ElectedBy()
 	for i := range procs {
 		assert.GreaterOrEqual(t, elected[i], 2, "writer-%d led %d terms: it did not campaign again after its losses", i, elected[i])
 	}
@@ -151,171 +157,15 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		rounds, len(terms), stale, staleRefused, failedAfter, inFlight, elected)
 }
 
-// writerProcess is a child process running electionWriter.
-type writerProcess struct {
-	cmd    *exec.Cmd
-	stdin  interface{ Close() error }
-	out    *strings.Builder // its stderr
-	exited chan struct{}
-}
-
-// startWriter starts child i and feeds its reports to b. It is killed at
-// the end of the test if it still runs.
-func startWriter(t *testing.T, i int, prefix, role string, lease time.Duration, b *writeBoard) *writerProcess {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestElectionStoppedLeaders$", "-test.count=1")
-	cmd.Env = append(os.Environ(),
-		electionChildEnv+"=writer-"+strconv.Itoa(i),
-		electionPrefixEnv+"="+prefix,
-		electionRoleEnv+"="+role,
-		electionLeaseEnv+"="+lease.String())
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	out := &strings.Builder{}
-	cmd.Stderr = &lockedWriter{b: out}
-	require.NoError(t, cmd.Start())
-	p := &writerProcess{cmd: cmd, stdin: stdin, out: out, exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "ELECTION "); ok {
-				b.read(i, rest)
-			}
-		}
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	return p
-}
-
-// quit tells the child to end its Lead, and waits for it to exit.
-func (p *writerProcess) quit(t *testing.T) {
-	t.Helper()
-	_ = p.stdin.Close() // EOF on its stdin
-	select {
-	case <-p.exited:
-		assert.True(t, p.cmd.ProcessState.Success(), "the child failed:\n%s", p.out.String())
-	case <-time.After(20 * time.Second):
-		t.Errorf("the child did not exit within 20s of its quit:\n%s", p.out.String())
-	}
-}
-
-// lockedWriter is an io.Writer safe for the goroutines of exec.Cmd.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// writeBoard collects the reports of the children.
-type writeBoard struct {
-	mu       sync.Mutex
-	accepted map[uint64]int // accepted writes by term
-	writes   []writeReport
-	elected  map[int]int // terms led, by child
-	ended    map[uint64]bool
-}
-
-type writeReport struct {
-	term   uint64
-	result string // "ok", "stale" (refused by the fence) or "error"
-	start  time.Time
-}
-
-// read takes one report of child i: "elected term=T", "ended term=T" or
-// "write term=T result=ok|stale|error start=<Unix ns>".
-func (b *writeBoard) read(i int, line string) {
-	word, rest, _ := strings.Cut(line, " ")
-	f := map[string]string{}
-	for _, kv := range strings.Fields(rest) {
-		k, v, _ := strings.Cut(kv, "=")
-		f[k] = v
-	}
-	term, _ := strconv.ParseUint(f["term"], 10, 64)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch word {
-	case "elected":
-		b.elected[i]++
-	case "ended":
-		b.ended[term] = true
-	case "write":
-		ns, _ := strconv.ParseInt(f["start"], 10, 64)
-		w := writeReport{term: term, result: f["result"], start: time.Unix(0, ns)}
-		b.writes = append(b.writes, w)
-		if w.result == "ok" {
-			b.accepted[term]++
-		}
-	}
-}
-
-// wrote reports whether a write with term passed the fence.
-func (b *writeBoard) wrote(term uint64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.accepted[term] > 0
-}
-
-// hasEnded reports whether the term's Lead has ended it.
-func (b *writeBoard) hasEnded(term uint64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ended[term]
-}
-
-// resumedWrites counts the writes with term that started after at: those
-// that passed the fence, those it refused, and those that failed otherwise
-// (the connection).
-func (b *writeBoard) resumedWrites(term uint64, at time.Time) (passed, refused, failed int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, w := range b.writes {
-		if w.term != term || !w.start.After(at) {
-			continue
-		}
-		switch w.result {
-		case "ok":
-			passed++
-		case "stale":
-			refused++
-		default:
-			failed++
-		}
-	}
-	return passed, refused, failed
-}
-
-func (b *writeBoard) electedBy() map[int]int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return maps.Clone(b.elected)
-}
-
 // electionWriter is a child of TestElectionStoppedLeaders: it Leads the role
 // (identity name) and, while it leads, makes a fenced write every 10 ms,
 // reporting "ELECTION elected term=T", "ELECTION write term=T
 // result=ok|stale|error start=<Unix ns>" and "ELECTION ended term=T" on
-// stdout. A refused write ends the term; so does a write that passed once
-// the term's context has ended. After another error (its session ended by
-// the server while it was stopped) the writes go on, up to 100 in a row.
-// The end of its stdin ends its Lead. It returns the process's exit
-// status.
+// stdout (read by a faults.WriteBoard). A refused write ends the term; so
+// does a write that passed once the term's context has ended. After another
+// error (its session ended by the server while it was stopped) the writes
+// go on, up to 100 in a row. A line on its stdin ("quit"), or its end, ends
+// its Lead. It returns the process's exit status.
 func electionWriter(name string) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
@@ -329,7 +179,7 @@ func electionWriter(name string) int {
 	ctx, quit := context.WithCancel(context.Background())
 	defer quit()
 	go func() {
-		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF at quit
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // "quit", or EOF
 		quit()
 	}()
 	lockPool, err := pgxpool.New(ctx, dsn())

@@ -1,8 +1,11 @@
 // Package faults holds the helpers of the lock library's fault-injection
-// tests (the faults directory of the repository): a launcher for throwaway
-// redis-server processes (Redis), a Sentinel deployment of them (Sentinel),
-// and a TCP proxy that can delay, pause and cut the traffic between a client
-// and Redis (Proxy). It is internal: not part of the library's API.
+// tests (the faults directory of the repository, and the fault tests of the
+// provider modules): a launcher for throwaway redis-server processes
+// (Redis), a Sentinel deployment of them (Sentinel), a TCP proxy that can
+// delay, pause and cut the traffic between a client and Redis (Proxy), the
+// test binary run again as a child process (Child), and the board that
+// judges the fenced writes of stopped leaders (WriteBoard). It is internal:
+// not part of the library's API.
 //
 // The helpers start processes and listen on loopback addresses only. They are
 // test helpers: they take a testing.TB and end the test when they cannot work.
