@@ -40,22 +40,22 @@ func TestMultiProcessCounter(t *testing.T) {
 		"FAULTS_GOROUTINES=" + strconv.Itoa(counterGoroutines),
 		"FAULTS_ITERATIONS=" + strconv.Itoa(counterIterations),
 	}
-	children := make([]*child, counterProcesses)
+	children := make([]*faults.Child, counterProcesses)
 	for i := range children {
 		children[i] = startChild(t, "counter", env...)
 	}
 	// Start them together, once every one is connected, so that they contend.
 	for _, c := range children {
-		word, _ := fields(c.next(ctx))
+		word, _ := faults.Fields(c.Next(ctx))
 		require.Equal(t, "ready", word)
 	}
 	for _, c := range children {
-		c.send("go")
+		c.Send("go")
 	}
 
 	var sections, grants, errs, overlaps int64
 	for i, c := range children {
-		word, f := fields(c.next(ctx))
+		word, f := faults.Fields(c.Next(ctx))
 		require.Equal(t, "counter", word)
 		sections += atoi(t, f["sections"])
 		grants += atoi(t, f["grants"])
@@ -63,7 +63,7 @@ func TestMultiProcessCounter(t *testing.T) {
 		n := atoi(t, f["errors"])
 		errs += n
 		expect(t, n == 0, "process %d: %d acquisitions failed, first: %s", i, n, f["first_error"])
-		require.NoError(t, c.wait(ctx), "child %d failed:\n%s", i, c.out.String())
+		require.NoError(t, c.Wait(ctx), "child %d failed:\n%s", i, c.Out())
 	}
 	stats.grants.Add(grants)
 	want := int64(counterProcesses * counterGoroutines * counterIterations)

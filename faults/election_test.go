@@ -89,7 +89,7 @@ func TestElectionFailover(t *testing.T) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		role := "failover:" + strconv.Itoa(r)
 		ch := startChild(t, "leader", "FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+role, "FAULTS_LEASE="+electionLease.String())
-		word, f := fields(ch.next(ctx))
+		word, f := faults.Fields(ch.Next(ctx))
 		require.Equal(t, "elected", word)
 		leaderTerm := atou(t, f["term"])
 		stats.grants.Add(1)
@@ -98,12 +98,12 @@ func TestElectionFailover(t *testing.T) {
 
 		var from time.Time
 		if kill {
-			require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+			require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGKILL))
 			from = time.Now()
 			fault(t, "SIGKILL the leader")
 		} else {
-			ch.send("resign")
-			word, f := fields(ch.next(ctx))
+			ch.Send("resign")
+			word, f := faults.Fields(ch.Next(ctx))
 			require.Equal(t, "resigned", word)
 			require.Equal(t, "<nil>", f["err"], "the leader's Resign")
 			from = time.Unix(0, atoi(t, f["at"])) // the wall clocks of one machine
@@ -126,7 +126,7 @@ func TestElectionFailover(t *testing.T) {
 			expect(t, took < electionLease/2, "the successor ran %v after the leader resigned, want at once", took)
 		}
 		s.end(t)
-		_ = ch.wait(ctx)
+		_ = ch.Wait(ctx)
 	}
 	t.Logf("faults: election successor running after SIGKILL: %s (lease %v, poll 1s)", durations(afterKill), electionLease)
 	t.Logf("faults: election successor running after Resign: %s", durations(afterResign))
@@ -306,11 +306,11 @@ func TestElectionStoppedLeaders(t *testing.T) {
 	_, _, log := fenceKeysOf(role)
 
 	var b faults.WriteBoard
-	children := make([]*child, procs)
+	children := make([]*faults.Child, procs)
 	for i := range children {
 		children[i] = startChild(t, "lead-writer", "FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+role,
 			"FAULTS_LEASE="+lease.String(), "FAULTS_NAME=writer-"+strconv.Itoa(i))
-		go b.Follow(i, children[i].lines)
+		go b.Follow(i, children[i].Lines)
 	}
 	leaderOf := func() (int, uint64) {
 		st, err := obs.Inspect(ctx, role)
@@ -333,7 +333,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		}, 10*time.Second, time.Millisecond, "round %d: a process leads and has written", r)
 		expect(t, term > last, "round %d: term %d after %d", r, term, last)
 		last = term
-		require.NoError(t, children[i].cmd.Process.Signal(syscall.SIGSTOP))
+		require.NoError(t, children[i].Cmd.Process.Signal(syscall.SIGSTOP))
 		stopped := time.Now()
 		fault(t, "SIGSTOP the leader")
 		var next uint64
@@ -345,7 +345,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 		stats.grants.Add(1)
 		time.Sleep(time.Until(stopped.Add(2 * lease)))
 		resumed := time.Now()
-		require.NoError(t, children[i].cmd.Process.Signal(syscall.SIGCONT))
+		require.NoError(t, children[i].Cmd.Process.Signal(syscall.SIGCONT))
 		// The stopped leader's term ends (its function returns) after its
 		// next write: started after it continued, or in flight when it was
 		// stopped (then not counted here: the fence's log says whether it
@@ -363,10 +363,10 @@ func TestElectionStoppedLeaders(t *testing.T) {
 			r, passed, i, n, term, next)
 	}
 	for _, c := range children {
-		c.send("quit")
+		c.Send("quit")
 	}
 	for _, c := range children {
-		require.NoError(t, c.wait(ctx), "child failed:\n%s", c.out.String())
+		require.NoError(t, c.Wait(ctx), "child failed:\n%s", c.Out())
 	}
 	terms, err := direct.LRange(ctx, log, 0, -1).Result()
 	require.NoError(t, err)

@@ -52,12 +52,12 @@ func TestFencedWriteOfStoppedHolder(t *testing.T) {
 	fence, data, log := fenceKeysOf(name)
 	ch := startChild(t, "fence-holder",
 		"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_LEASE="+signalLease.String())
-	word, f := fields(ch.next(ctx))
+	word, f := faults.Fields(ch.Next(ctx))
 	require.Equal(t, "held", word)
 	childToken := atou(t, f["token"])
 	stats.grants.Add(1)
 
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
 	fault(t, "SIGSTOP the holder")
 
@@ -70,14 +70,14 @@ func TestFencedWriteOfStoppedHolder(t *testing.T) {
 		"the new holder's write (token %d)", l.Token())
 
 	time.Sleep(time.Until(stopped.Add(2 * signalLease)))
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
-	ch.send("go")
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGCONT))
+	ch.Send("go")
 
-	word, f = fields(ch.next(ctx))
+	word, f = faults.Fields(ch.Next(ctx))
 	require.Equal(t, "result", word)
 	expect(t, f["stale"] == "true", "the stopped holder's write with token %d: %s, want ErrStaleToken", childToken, f["err"])
 	expect(t, f["mark"] == strconv.FormatUint(l.Token(), 10), "the mark in the stopped holder's error: %s, want the new holder's token %d", f["mark"], l.Token())
-	require.NoError(t, ch.wait(ctx), "child failed:\n%s", ch.out.String())
+	require.NoError(t, ch.Wait(ctx), "child failed:\n%s", ch.Out())
 
 	expect(t, direct.Get(ctx, data).Val() == "new-holder", "the resource holds %q, want the new holder's write", direct.Get(ctx, data).Val())
 	expect(t, direct.LLen(ctx, log).Val() == 1, "%d writes ran, want the new holder's only", direct.LLen(ctx, log).Val())
@@ -131,28 +131,28 @@ func TestFencedWritesAcrossProcesses(t *testing.T) {
 	const name, processes, rounds = "fence-procs", 3, 40
 	_, data, log := fenceKeysOf(name)
 
-	children := make([]*child, processes)
+	children := make([]*faults.Child, processes)
 	for i := range children {
 		children[i] = startChild(t, "fence-writer",
 			"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_ROUNDS="+strconv.Itoa(rounds))
 	}
 	for _, ch := range children {
-		word, _ := fields(ch.next(ctx))
+		word, _ := faults.Fields(ch.Next(ctx))
 		require.Equal(t, "ready", word)
 	}
 	for _, ch := range children {
-		ch.send("go")
+		ch.Send("go")
 	}
 	late, lateRefused := int64(0), int64(0)
 	for i, ch := range children {
-		word, f := fields(ch.next(ctx))
+		word, f := faults.Fields(ch.Next(ctx))
 		require.Equal(t, "writer", word)
 		expect(t, f["refused_held"] == "0", "process %d: %s writes under a live lock refused (first: %s)", i, f["refused_held"], f["first_error"])
 		expect(t, f["errors"] == "0", "process %d: %s errors (first: %s)", i, f["errors"], f["first_error"])
 		late += atoi(t, f["late"])
 		lateRefused += atoi(t, f["late_refused"])
 		stats.grants.Add(int64(rounds))
-		require.NoError(t, ch.wait(ctx), "child %d failed:\n%s", i, ch.out.String())
+		require.NoError(t, ch.Wait(ctx), "child %d failed:\n%s", i, ch.Out())
 	}
 
 	ran := direct.LRange(ctx, log, 0, -1).Val()

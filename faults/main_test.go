@@ -5,14 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/internal/testenv"
 )
 
@@ -163,113 +161,13 @@ func fenced(ctx context.Context, rc redis.UniversalClient, name string, token ui
 	return n == 1, err
 }
 
-// child is a re-executed test binary running one role. It writes report
-// lines, "FAULTS <fields>", on its stdout, and reads commands on its stdin.
-type child struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // the report lines, closed at the end of stdout
-	out    *lockedLog  // everything it printed
-	exited chan struct{}
-	err    error // of Wait, once exited is closed
-}
-
-// startChild starts the test binary as a child in role with the given extra
-// environment, and kills it at the end of the test if it is still running.
-func startChild(t testing.TB, role string, env ...string) *child {
+// startChild starts the test binary as a child in role, with the given
+// extra environment (internal/faults's Child: its report lines begin with
+// "FAULTS"), and kills it at the end of the test if it is still running.
+func startChild(t testing.TB, role string, env ...string) *faults.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	out := &lockedLog{}
-	cmd.Stderr = out
-	require.NoError(t, cmd.Start(), "start child %s", role)
 	stats.processes.Add(1)
-	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), out: out, exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			out.add(line + "\n")
-			if rest, ok := strings.CutPrefix(line, "FAULTS "); ok {
-				c.lines <- rest
-			}
-		}
-		close(c.lines)
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.exited:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			<-c.exited
-		}
-	})
-	return c
-}
-
-// next returns the child's next report line, failing the test when none comes
-// before ctx ends or the child exits first.
-func (c *child) next(ctx context.Context) string {
-	c.t.Helper()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			<-c.exited
-			c.t.Fatalf("child exited (%v) before reporting; its output:\n%s", c.err, c.out.String())
-		}
-		return line
-	case <-ctx.Done():
-		c.t.Fatalf("no report from the child: %v; its output:\n%s", ctx.Err(), c.out.String())
-	}
-	return ""
-}
-
-// send writes one command line to the child's stdin.
-func (c *child) send(line string) {
-	c.t.Helper()
-	_, err := io.WriteString(c.stdin, line+"\n")
-	require.NoError(c.t, err, "write to child")
-}
-
-// wait waits for the child to exit and returns Wait's error.
-func (c *child) wait(ctx context.Context) error {
-	c.t.Helper()
-	select {
-	case <-c.exited:
-		return c.err
-	case <-ctx.Done():
-		c.t.Fatalf("child did not exit: %v; its output:\n%s", ctx.Err(), c.out.String())
-	}
-	return nil
-}
-
-// fields parses a report line "word k1=v1 k2=v2 ..." into its word and fields.
-// A value may be a Go quoted string (written with %q), spaces included.
-func fields(line string) (string, map[string]string) {
-	m := make(map[string]string)
-	word, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-	for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimSpace(rest) {
-		k, v, _ := strings.Cut(rest, "=")
-		rest = ""
-		if strings.HasPrefix(v, `"`) {
-			if q, err := strconv.QuotedPrefix(v); err == nil {
-				m[k], _ = strconv.Unquote(q)
-				rest = v[len(q):]
-				continue
-			}
-		}
-		v, rest, _ = strings.Cut(v, " ")
-		m[k] = v
-	}
-	return word, m
+	return faults.StartChild(t, "^TestHelperProcess$", "FAULTS", append([]string{roleEnv + "=" + role}, env...)...)
 }
 
 func atoi(t testing.TB, s string) int64 {

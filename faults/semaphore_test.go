@@ -58,7 +58,7 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 	env := []string{"FAULTS_REDIS=" + srv.Addr, "FAULTS_LOCK=" + name, "FAULTS_LEASE=" + semLease.String()}
 
 	b := &holdBoard{stops: map[int][][2]time.Time{}, holding: map[int]bool{}}
-	var procs []*child
+	var procs []*faults.Child
 	start := func() {
 		i := len(procs)
 		c := startChild(t, "permit-holder", append(env, "FAULTS_NAME=p"+strconv.Itoa(i))...)
@@ -76,7 +76,7 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 		var l []int
 		for i, c := range procs {
 			select {
-			case <-c.exited:
+			case <-c.Exited():
 			default:
 				l = append(l, i)
 			}
@@ -91,17 +91,17 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 		i := b.aHolder(live())
 		before := b.count()
 		if n%2 == 0 {
-			require.NoError(t, procs[i].cmd.Process.Signal(syscall.SIGKILL))
-			<-procs[i].exited
+			require.NoError(t, procs[i].Cmd.Process.Signal(syscall.SIGKILL))
+			<-procs[i].Exited()
 			fault(t, "SIGKILL permit holder p"+strconv.Itoa(i))
 			kills++
 			start()
 		} else {
-			require.NoError(t, procs[i].cmd.Process.Signal(syscall.SIGSTOP))
+			require.NoError(t, procs[i].Cmd.Process.Signal(syscall.SIGSTOP))
 			stopped := time.Now()
 			fault(t, "SIGSTOP permit holder p"+strconv.Itoa(i))
 			time.Sleep(3 * semLease)
-			require.NoError(t, procs[i].cmd.Process.Signal(syscall.SIGCONT))
+			require.NoError(t, procs[i].Cmd.Process.Signal(syscall.SIGCONT))
 			b.stopped(i, stopped, time.Now())
 			stopsN++
 		}
@@ -112,10 +112,10 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 	require.Eventually(t, func() bool { return len(b.heldSince(lastFault)) == semPermits }, 10*time.Second, 10*time.Millisecond,
 		"every permit is held again after the last fault (a killed holder's permit comes back)")
 	for _, i := range live() {
-		procs[i].send("quit")
+		procs[i].Send("quit")
 	}
 	for _, i := range live() {
-		_ = procs[i].wait(ctx)
+		_ = procs[i].Wait(ctx)
 	}
 	b.wg.Wait()
 
@@ -225,9 +225,9 @@ func (b *holdBoard) aHolder(l []int) int {
 	return l[rand.IntN(len(l))]
 }
 
-func (b *holdBoard) read(i int, c *child) {
-	for line := range c.lines {
-		word, f := fields(line)
+func (b *holdBoard) read(i int, c *faults.Child) {
+	for line := range c.Lines {
+		word, f := faults.Fields(line)
 		if word == "enter" {
 			b.mu.Lock()
 			b.holding[i] = true

@@ -334,7 +334,7 @@ type failoverRun struct {
 	wait     int    // WaitForReplicas of the children's providers; 0 for none
 	s        *faults.Sentinel
 	master   string
-	children []*child
+	children []*faults.Child
 	began    time.Time // the children were told to go
 	ended    time.Time // the children were told to stop
 
@@ -416,7 +416,7 @@ func (r *failoverRun) start(ctx context.Context, resource string) {
 		r.children = append(r.children, startChild(r.t, "failover", env...))
 	}
 	for _, c := range r.children {
-		word, _ := fields(c.next(ctx))
+		word, _ := faults.Fields(c.Next(ctx))
 		require.Equal(r.t, "ready", word)
 	}
 	for i, c := range r.children {
@@ -433,7 +433,7 @@ func (r *failoverRun) start(ctx context.Context, resource string) {
 	r.t.Cleanup(r.stopWatch)
 	r.began = time.Now()
 	for _, c := range r.children {
-		c.send("go")
+		c.Send("go")
 	}
 }
 
@@ -517,15 +517,15 @@ func (r *failoverRun) addIdle(kind string, d time.Duration) {
 }
 
 // collect reads child i's reports until it exits.
-func (r *failoverRun) collect(i int, c *child) {
+func (r *failoverRun) collect(i int, c *faults.Child) {
 	defer r.collectors.Done()
-	for line := range c.lines {
+	for line := range c.Lines {
 		r.add(i, line)
 	}
 }
 
 func (r *failoverRun) add(proc int, line string) {
-	word, f := fields(line)
+	word, f := faults.Fields(line)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch word {
@@ -759,10 +759,10 @@ func (r *failoverRun) stop(ctx context.Context) {
 	r.stopWatch()
 	r.ended = time.Now()
 	for _, c := range r.children {
-		c.send("stop")
+		c.Send("stop")
 	}
 	for i, c := range r.children {
-		require.NoError(r.t, c.wait(ctx), "child %d failed:\n%s", i, c.out.String())
+		require.NoError(r.t, c.Wait(ctx), "child %d failed:\n%s", i, c.Out())
 	}
 	r.collectors.Wait()
 }

@@ -29,12 +29,12 @@ func TestHolderStopped(t *testing.T) {
 	ch := startChild(t, "holder",
 		"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_MODE=stop",
 		"FAULTS_LEASE="+signalLease.String())
-	word, f := fields(ch.next(ctx))
+	word, f := faults.Fields(ch.Next(ctx))
 	require.Equal(t, "held", word)
 	childToken := atou(t, f["token"])
 	stats.grants.Add(1)
 
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
 	fault(t, "SIGSTOP the holder")
 
@@ -51,17 +51,17 @@ func TestHolderStopped(t *testing.T) {
 
 	// Keep the old holder stopped for more than a lease in all.
 	time.Sleep(time.Until(stopped.Add(2 * signalLease)))
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
-	ch.send("go")
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGCONT))
+	ch.Send("go")
 
-	word, f = fields(ch.next(ctx))
+	word, f = faults.Fields(ch.Next(ctx))
 	require.Equal(t, "result", word)
 	expect(t, f["write"] == "rejected", "the stopped holder's fenced write with its old token %d was %s", childToken, f["write"])
 	expect(t, f["lost"] == "true", "the stopped holder's handler context was not cancelled with ErrLost after it continued: cause %s", f["cause"])
-	word, f = fields(ch.next(ctx))
+	word, f = faults.Fields(ch.Next(ctx))
 	require.Equal(t, "done", word)
 	expect(t, f["lost"] == "true", "Do of the stopped holder returned %s, want an error matching ErrLost", f["err"])
-	require.NoError(t, ch.wait(ctx), "child failed:\n%s", ch.out.String())
+	require.NoError(t, ch.Wait(ctx), "child failed:\n%s", ch.Out())
 
 	data, err := direct.Get(ctx, name+":data").Result()
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestHolderKilled(t *testing.T) {
 	ch := startChild(t, "holder",
 		"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_MODE=kill",
 		"FAULTS_LEASE="+signalLease.String())
-	word, f := fields(ch.next(ctx))
+	word, f := faults.Fields(ch.Next(ctx))
 	require.Equal(t, "held", word)
 	childToken := atou(t, f["token"])
 	stats.grants.Add(1)
@@ -91,10 +91,10 @@ func TestHolderKilled(t *testing.T) {
 	_, err := c.Acquire(ctx, name, lock.Options{Lease: time.Second})
 	expect(t, errors.Is(err, lock.ErrHeld), "acquire while the child holds the lock: %v, want ErrHeld", err)
 
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	fault(t, "SIGKILL the holder")
-	_ = ch.wait(ctx)
+	_ = ch.Wait(ctx)
 
 	l, err := c.Acquire(ctxTimeout(t, 10*time.Second), name,
 		lock.Options{Wait: true, Lease: 5 * time.Second, MaxDuration: 20 * time.Second})

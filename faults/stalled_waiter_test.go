@@ -88,7 +88,7 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 		waiters(2 + i)
 	}
 
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGSTOP))
 	fault(t, "SIGSTOP the first waiter")
 	stopped := time.Now()
 	released := time.Now()
@@ -96,12 +96,12 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 	wg.Wait()
 
 	time.Sleep(time.Until(stopped.Add(2 * stalledLease)))
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
-	word, f := fields(ch.next(ctx))
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGCONT))
+	word, f := faults.Fields(ch.Next(ctx))
 	require.Equal(t, "held", word, "the child's report")
 	childToken := atou(t, f["token"])
 	childAt := time.Unix(0, atoi(t, f["at"]))
-	require.NoError(t, ch.wait(ctx), "the child failed; its output:\n%s", ch.out.String())
+	require.NoError(t, ch.Wait(ctx), "the child failed; its output:\n%s", ch.Out())
 	stats.grants.Add(int64(len(grants)) + 1)
 
 	sort.Slice(grants, func(i, j int) bool { return grants[i].got.Before(grants[j].got) })

@@ -117,6 +117,9 @@ func (c *Child) Wait(ctx context.Context) error {
 	return nil
 }
 
+// Exited returns a channel that is closed once the child has exited.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
 // Out returns what the child printed (its first 256 KiB).
 func (c *Child) Out() string { return c.out.String() }
 
