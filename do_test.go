@@ -183,7 +183,7 @@ func TestDoHandlerReleasesItsLock(t *testing.T) {
 // under that lock; it returns the *LostError.
 func TestDoDoesNotRunOnALockLostBeforeItsGrantArrived(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	slow := &hookedProvider{Provider: mem, acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	slow := &hookedProvider{Provider: mem, OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 		rec, err := mem.Acquire(ctx, key, owner, ttl)
 		time.Sleep(3 * ttl) // the reply arrives after the lease ran out
 		return rec, err

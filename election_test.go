@@ -127,12 +127,12 @@ func TestResignEndsContextBeforeHandover(t *testing.T) {
 func grantThenCancel(p lock.Provider, cancel context.CancelFunc) *hookedProvider {
 	return &hookedProvider{
 		Provider: p,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			rec, err := p.Acquire(ctx, key, owner, ttl)
 			cancel()
 			return rec, err
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			rec, err := p.Queue(ctx, key, w)
 			cancel()
 			return rec, err
@@ -272,13 +272,13 @@ func failingCampaigns(n int32, calls chan<- time.Time) *hookedProvider {
 	}
 	return &hookedProvider{
 		Provider: mem,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			if fail() {
 				return lock.Record{}, errElectionDown
 			}
 			return mem.Acquire(ctx, key, owner, ttl)
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			if fail() {
 				return lock.Record{}, errElectionDown
 			}
@@ -436,7 +436,7 @@ func TestLeadReportsFunctionError(t *testing.T) {
 // flakyInspect returns a provider over mem whose Inspect fails while fail
 // is set, and counts its calls in calls.
 func flakyInspect(mem *lock.MemoryProvider, fail *atomic.Bool, calls *atomic.Int32) *hookedProvider {
-	return &hookedProvider{Provider: mem, inspect: func(ctx context.Context, key string) (lock.Record, error) {
+	return &hookedProvider{Provider: mem, OnInspect: func(ctx context.Context, key string) (lock.Record, error) {
 		calls.Add(1)
 		if fail.Load() {
 			return lock.Record{}, errElectionDown

@@ -28,31 +28,31 @@ var errBackend = errors.New("backend exploded")
 func failingProvider(mem *lock.MemoryProvider, fail map[string]bool) *hookedProvider {
 	return &hookedProvider{
 		Provider: mem,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			if fail["acquire"] {
 				return lock.Record{}, errBackend
 			}
 			return mem.Acquire(ctx, key, owner, ttl)
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			if fail["queue"] {
 				return lock.Record{}, errBackend
 			}
 			return mem.Queue(ctx, key, w)
 		},
-		release: func(ctx context.Context, key, owner string) error {
+		OnRelease: func(ctx context.Context, key, owner string) error {
 			if fail["release"] {
 				return errBackend
 			}
 			return mem.Release(ctx, key, owner)
 		},
-		renew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+		OnRenew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
 			if fail["update"] {
 				return errBackend
 			}
 			return mem.Renew(ctx, key, owner, ttl)
 		},
-		finish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+		OnFinish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
 			if fail["update"] {
 				return errBackend
 			}
@@ -133,7 +133,7 @@ func TestProviderErrorsNameTheLock(t *testing.T) {
 func TestContextEndAndProviderErrorNameTheKeyOnce(t *testing.T) {
 	// Acquire fails with the provider's own error once the caller's context
 	// has ended, as a network call that times out does.
-	c := newClient(t, &hookedProvider{Provider: lock.NewMemoryProvider(), acquire: func(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
+	c := newClient(t, &hookedProvider{Provider: lock.NewMemoryProvider(), OnAcquire: func(ctx context.Context, _, _ string, _ time.Duration) (lock.Record, error) {
 		<-ctx.Done()
 		return lock.Record{}, errors.New("read tcp: i/o timeout")
 	}})
@@ -267,7 +267,7 @@ func TestListErrorNamesItsOperationOnce(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	// List fails as the Redis provider's does: with the operation and the
 	// prefix named.
-	listDown := &hookedProvider{Provider: lock.NewMemoryProvider(), list: func(_ context.Context, prefix string, _ func(string, lock.Record, error) bool) error {
+	listDown := &hookedProvider{Provider: lock.NewMemoryProvider(), OnList: func(_ context.Context, prefix string, _ func(string, lock.Record, error) bool) error {
 		return errors.New(`lock: list "` + prefix + `": ` + errDown.Error())
 	}}
 	_, _, err := newClient(t, listDown).List(ctx, 10)

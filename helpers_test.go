@@ -308,101 +308,13 @@ func mustHold(t *testing.T, c *lock.Client, name string) *lock.Lock {
 
 // --- providers that fail as a network or a server would ---
 
-// hookedProvider passes every call on to Provider, except the calls of a
-// method whose hook is set: that method calls its hook instead, which may
-// call the provider behind it (or not). The hooks are set before the
-// provider is used and not changed after; what they do may depend on state
-// of the test's own (an atomic flag, a counter). With no hook set it is
-// Provider itself; with a nil Provider, only the hooked methods can be
-// called.
-type hookedProvider struct {
-	lock.Provider
-	acquire      func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error)
-	queue        func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
-	leave        func(ctx context.Context, key string, w lock.Waiter) error
-	listen       func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error)
-	release      func(ctx context.Context, key, owner string) error
-	renew        func(ctx context.Context, key, owner string, ttl time.Duration) error
-	finish       func(ctx context.Context, key, owner string, ttl time.Duration) error
-	inspect      func(ctx context.Context, key string) (lock.Record, error)
-	list         func(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error
-	forceRelease func(ctx context.Context, key string) (lock.Record, error)
-}
-
-func (p *hookedProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
-	if p.acquire != nil {
-		return p.acquire(ctx, key, owner, ttl)
-	}
-	return p.Provider.Acquire(ctx, key, owner, ttl)
-}
-
-func (p *hookedProvider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if p.queue != nil {
-		return p.queue(ctx, key, w)
-	}
-	return p.Provider.Queue(ctx, key, w)
-}
-
-func (p *hookedProvider) Leave(ctx context.Context, key string, w lock.Waiter) error {
-	if p.leave != nil {
-		return p.leave(ctx, key, w)
-	}
-	return p.Provider.Leave(ctx, key, w)
-}
-
-func (p *hookedProvider) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-	if p.listen != nil {
-		return p.listen(ctx, inbox, deliver)
-	}
-	return p.Provider.Listen(ctx, inbox, deliver)
-}
-
-func (p *hookedProvider) Release(ctx context.Context, key, owner string) error {
-	if p.release != nil {
-		return p.release(ctx, key, owner)
-	}
-	return p.Provider.Release(ctx, key, owner)
-}
-
-func (p *hookedProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.renew != nil {
-		return p.renew(ctx, key, owner, ttl)
-	}
-	return p.Provider.Renew(ctx, key, owner, ttl)
-}
-
-func (p *hookedProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.finish != nil {
-		return p.finish(ctx, key, owner, ttl)
-	}
-	return p.Provider.Finish(ctx, key, owner, ttl)
-}
-
-func (p *hookedProvider) Inspect(ctx context.Context, key string) (lock.Record, error) {
-	if p.inspect != nil {
-		return p.inspect(ctx, key)
-	}
-	return p.Provider.Inspect(ctx, key)
-}
-
-func (p *hookedProvider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
-	if p.list != nil {
-		return p.list(ctx, prefix, fn)
-	}
-	return p.Provider.List(ctx, prefix, fn)
-}
-
-func (p *hookedProvider) ForceRelease(ctx context.Context, key string) (lock.Record, error) {
-	if p.forceRelease != nil {
-		return p.forceRelease(ctx, key)
-	}
-	return p.Provider.ForceRelease(ctx, key)
-}
+// hookedProvider is the tests' one fake provider (see testenv.Hooked).
+type hookedProvider = testenv.Hooked
 
 // flakyRenewals returns a provider over p whose renewals fail, as with the
 // server unreachable, while fail is set.
 func flakyRenewals(p lock.Provider, fail *atomic.Bool) *hookedProvider {
-	return &hookedProvider{Provider: p, renew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+	return &hookedProvider{Provider: p, OnRenew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if fail.Load() {
 			return errors.New("connection refused")
 		}
@@ -433,13 +345,13 @@ func downProvider(p lock.Provider, mode *atomic.Value) *hookedProvider {
 	}
 	return &hookedProvider{
 		Provider: p,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			if err := down(ctx, false); err != nil {
 				return lock.Record{}, err
 			}
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			if err := down(ctx, true); err != nil {
 				return lock.Record{}, err
 			}
@@ -465,20 +377,20 @@ func mwDownProvider(p lock.Provider) *hookedProvider {
 		}
 	}
 	return &hookedProvider{
-		Provider: p,
-		acquire:  acquire,
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		Provider:  p,
+		OnAcquire: acquire,
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			return acquire(ctx, key, w.Owner, w.TTL)
 		},
-		release: func(ctx context.Context, _, _ string) error {
+		OnRelease: func(ctx context.Context, _, _ string) error {
 			<-ctx.Done()
 			return ctx.Err()
 		},
-		leave: func(ctx context.Context, _ string, _ lock.Waiter) error {
+		OnLeave: func(ctx context.Context, _ string, _ lock.Waiter) error {
 			<-ctx.Done()
 			return ctx.Err()
 		},
-		listen: func(context.Context, string, func(lock.Grant)) (func(), error) {
+		OnListen: func(context.Context, string, func(lock.Grant)) (func(), error) {
 			return nil, errMwDown
 		},
 	}

@@ -241,13 +241,13 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	stalling := &hookedProvider{Provider: mem,
-		renew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+		OnRenew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
 			if key == gate {
 				return errors.New("partitioned")
 			}
 			return mem.Renew(ctx, key, owner, ttl)
 		},
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			if strings.Contains(key, "rw#r") {
 				once.Do(func() { <-release })
 			}
@@ -283,7 +283,7 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 func TestDowngradeOfAReleasedHold(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	mem := lock.NewMemoryProvider()
-	slowSlots := &hookedProvider{Provider: mem, acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+	slowSlots := &hookedProvider{Provider: mem, OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 		if strings.Contains(key, "#r") {
 			time.Sleep(50 * time.Millisecond)
 		}

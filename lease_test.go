@@ -218,7 +218,7 @@ func TestHungExtendDoesNotHideLoss(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var hanging atomic.Bool
 	p := &hookedProvider{Provider: mem}
-	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
+	p.OnRenew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if !hanging.Load() {
 			return mem.Renew(ctx, key, owner, ttl)
 		}
@@ -255,7 +255,7 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var failing atomic.Bool
 	p := &hookedProvider{Provider: mem}
-	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
+	p.OnRenew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if failing.Load() {
 			time.Sleep(150 * time.Millisecond) // slow, then a transient error
 			return errors.New("connection reset")
@@ -287,7 +287,7 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	p := &hookedProvider{Provider: mem}
-	p.renew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
+	p.OnRenew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if err := mem.Renew(ctx, key, owner, ttl); err != nil {
 			return err
 		}

@@ -135,7 +135,7 @@ func TestLossByTheHoldersClock(t *testing.T) {
 		t.Cleanup(func() { close(stop) })
 		// Renewals never answer, until the test ends, whatever their
 		// context says.
-		c := newClient(t, &hookedProvider{Provider: mem, renew: func(context.Context, string, string, time.Duration) error {
+		c := newClient(t, &hookedProvider{Provider: mem, OnRenew: func(context.Context, string, string, time.Duration) error {
 			<-stop
 			return errors.New("no answer")
 		}})

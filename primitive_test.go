@@ -24,11 +24,11 @@ import (
 func primCountingProvider(p lock.Provider, acquires *atomic.Int32) *hookedProvider {
 	return &hookedProvider{
 		Provider: p,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			defer acquires.Add(1)
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			defer acquires.Add(1)
 			return p.Queue(ctx, key, w)
 		},
@@ -848,7 +848,7 @@ func TestPrimitive_SlowSubscribeDoesNotBlockOtherRuns(t *testing.T) {
 	const delay = 2 * time.Second
 	mem := lock.NewMemoryProvider()
 	// Listen takes a while (a pub/sub connection that is slow to open).
-	c := newClient(t, &hookedProvider{Provider: mem, listen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+	c := newClient(t, &hookedProvider{Provider: mem, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // Release: its context and timeout, a second Release, a Release that finds
@@ -21,7 +22,7 @@ import (
 // ctxProvider returns a provider over p whose Release hands its context to
 // seen and, with hang, waits for that context to end.
 func ctxProvider(p lock.Provider, seen chan<- context.Context, hang bool) *hookedProvider {
-	return &hookedProvider{Provider: p, release: func(ctx context.Context, key, owner string) error {
+	return &hookedProvider{Provider: p, OnRelease: func(ctx context.Context, key, owner string) error {
 		seen <- ctx
 		if hang {
 			<-ctx.Done()
@@ -103,7 +104,7 @@ func TestReleasedLockIsNotLost(t *testing.T) {
 func TestSecondReleaseRepeatsFailure(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var fail atomic.Bool
-	c := newClient(t, &hookedProvider{Provider: mem, release: func(ctx context.Context, key, owner string) error {
+	c := newClient(t, &hookedProvider{Provider: mem, OnRelease: func(ctx context.Context, key, owner string) error {
 		if fail.Load() {
 			return errReleaseDown
 		}
@@ -121,29 +122,13 @@ func TestSecondReleaseRepeatsFailure(t *testing.T) {
 
 var errReleaseDown = errors.New("provider down")
 
-// slowRelease returns a provider over p whose releases (and grace-period
-// writes) take d before they reach p, as over a slow network.
-func slowRelease(p lock.Provider, d time.Duration) *hookedProvider {
-	return &hookedProvider{
-		Provider: p,
-		release: func(ctx context.Context, key, owner string) error {
-			time.Sleep(d)
-			return p.Release(ctx, key, owner)
-		},
-		finish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
-			time.Sleep(d)
-			return p.Finish(ctx, key, owner, ttl)
-		},
-	}
-}
-
 // Issue 23, item 1: two Releases at once: the second waits for the first's
 // outcome and says the same, a loss here, never a clean release while the
 // first one asks.
 func TestConcurrentReleasesSayTheOutcome(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	mem := lock.NewMemoryProvider()
-	c := newClient(t, slowRelease(mem, 200*time.Millisecond))
+	c := newClient(t, testenv.SlowRelease(mem, 200*time.Millisecond))
 	other := newClient(t, mem)
 	name := uniqueName(t)
 	l, err := c.Acquire(ctx, name, lock.Options{})

@@ -111,14 +111,14 @@ func TestWaitEndsWithContext(t *testing.T) {
 func stallProvider(p lock.Provider, stall *atomic.Bool, err func(ctx context.Context) error) *hookedProvider {
 	return &hookedProvider{
 		Provider: p,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			if stall.Load() {
 				<-ctx.Done()
 				return lock.Record{}, err(ctx)
 			}
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			if stall.Load() {
 				<-ctx.Done()
 				return lock.Record{}, err(ctx)
@@ -361,7 +361,7 @@ func TestWithoutListen(t *testing.T) {
 	// looking again every poll interval.
 	ctx := ctxTimeout(t, 30*time.Second)
 	// Listen fails, as a pub/sub connection that cannot be opened.
-	noListen := &hookedProvider{Provider: lock.NewMemoryProvider(), listen: func(context.Context, string, func(lock.Grant)) (func(), error) {
+	noListen := &hookedProvider{Provider: lock.NewMemoryProvider(), OnListen: func(context.Context, string, func(lock.Grant)) (func(), error) {
 		return nil, errors.New("no pub/sub")
 	}}
 	c := newClient(t, noListen)
@@ -399,7 +399,7 @@ func TestSlowSubscribeDoesNotBlockClient(t *testing.T) {
 	// Listen hangs until its context ends, as go-redis's Receive does on a
 	// half-open connection.
 	entered := make(chan struct{}, 1)
-	c := newClient(t, &hookedProvider{Provider: m, listen: func(ctx context.Context, _ string, _ func(lock.Grant)) (func(), error) {
+	c := newClient(t, &hookedProvider{Provider: m, OnListen: func(ctx context.Context, _ string, _ func(lock.Grant)) (func(), error) {
 		select {
 		case entered <- struct{}{}:
 		default:
@@ -540,7 +540,7 @@ func TestFairOrderAcrossClients(t *testing.T) {
 		for i := range clients {
 			recs[i] = newRecorder()
 			r := b.replica(t)
-			p := &hookedProvider{Provider: r, queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			p := &hookedProvider{Provider: r, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 				attempts.Add(1) // the provider's acquisition attempts
 				return r.Queue(ctx, key, w)
 			}}
@@ -625,11 +625,11 @@ func TestLongWaiterIsNotOvertaken(t *testing.T) {
 func slowProvider(p lock.Provider, delay time.Duration, joined *atomic.Bool) *hookedProvider {
 	return &hookedProvider{
 		Provider: p,
-		acquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			time.Sleep(delay)
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 			time.Sleep(delay)
 			rec, err := p.Queue(ctx, key, w)
 			if err == nil && rec.Queued {
@@ -648,7 +648,7 @@ func TestFailedFairAttemptLeavesNoQueueEntry(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var failOnce atomic.Bool
 	failOnce.Store(true)
-	p := &hookedProvider{Provider: mem, queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 		if failOnce.CompareAndSwap(true, false) {
 			_, _ = mem.Queue(ctx, key, w) // queued; the reply is lost
 			return lock.Record{}, errors.New("i/o timeout")
@@ -699,7 +699,7 @@ func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
 	holder := newClient(t, mem)
 	// Leave fails, as during a failover. The Client listens, so the provider
 	// does not skip it.
-	gone := newClient(t, &hookedProvider{Provider: mem, leave: func(context.Context, string, lock.Waiter) error {
+	gone := newClient(t, &hookedProvider{Provider: mem, OnLeave: func(context.Context, string, lock.Waiter) error {
 		return errors.New("connection refused")
 	}})
 	live := newClient(t, mem, lock.WithPollInterval(time.Minute))
@@ -741,7 +741,7 @@ type lateGrants struct {
 
 // provider returns a provider over p whose Listen delivers through lg.
 func (lg *lateGrants) provider(p lock.Provider) *hookedProvider {
-	return &hookedProvider{Provider: p, listen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+	return &hookedProvider{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
 		return p.Listen(ctx, inbox, func(g lock.Grant) {
 			lg.mu.Lock()
 			if lg.hold && g.Owner != "" {
@@ -845,12 +845,12 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 	)
 	resume := make(chan struct{}) // closed when the waiter's process continues
 	var stopped atomic.Bool
-	slowInbox := &hookedProvider{Provider: mem, queue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	slowInbox := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 		if stopped.Load() {
 			<-resume // a look made while the process is stopped is sent when it continues
 		}
 		return mem.Queue(ctx, key, w)
-	}, listen: func(ctx context.Context, inbox string, d func(lock.Grant)) (func(), error) {
+	}, OnListen: func(ctx context.Context, inbox string, d func(lock.Grant)) (func(), error) {
 		mu.Lock()
 		deliver = d
 		mu.Unlock()

@@ -214,20 +214,15 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 		before, err := cc.ClusterSlots(ctx).Result()
 		require.NoError(t, err)
 		live := newRedis(t, dst) // knows of the move once it is made
-		rc := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 addrs,
-			ContextTimeoutEnabled: true,
-			DialTimeout:           time.Second,
-			ReadTimeout:           2 * time.Second,
-			WriteTimeout:          2 * time.Second,
-			ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
-				if stale.Load() || time.Now().UnixNano() < staleUntil.Load() {
-					return before, nil
-				}
-				//lint:ignore SA1019 as above
-				return live.ClusterSlots(ctx).Result()
-			},
-		})
+		opts := clusterOptions(addrs)
+		opts.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
+			if stale.Load() || time.Now().UnixNano() < staleUntil.Load() {
+				return before, nil
+			}
+			//lint:ignore SA1019 as above
+			return live.ClusterSlots(ctx).Result()
+		}
+		rc := redis.NewClusterClient(opts)
 		t.Cleanup(func() { _ = rc.Close() })
 		waiter = newClient(t, rc, lock.WithPollInterval(time.Minute))
 	}

@@ -292,15 +292,20 @@ func drain[T any](ch chan T) {
 // the test.
 func newClusterRedis(t testing.TB, addrs []string) *redis.ClusterClient {
 	t.Helper()
-	rc := redis.NewClusterClient(&redis.ClusterOptions{
+	rc := redis.NewClusterClient(clusterOptions(addrs))
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+// clusterOptions are the options of the tests' Cluster clients of addrs.
+func clusterOptions(addrs []string) *redis.ClusterOptions {
+	return &redis.ClusterOptions{
 		Addrs:                 addrs,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           time.Second,
 		ReadTimeout:           2 * time.Second,
 		WriteTimeout:          2 * time.Second,
-	})
-	t.Cleanup(func() { _ = rc.Close() })
-	return rc
+	}
 }
 
 // newClusterLockClient returns a lock Client on a Redis provider over a

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // runClient checks what a lock.Client built on the provider promises its
@@ -39,7 +40,7 @@ func newClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.C
 func (s *suite) releaseOfTakenLock(t *testing.T) {
 	ctx := s.ctx
 	for _, grace := range []time.Duration{0, time.Second} {
-		c := newClient(t, slowRelease(s.b.New(t), 50*time.Millisecond))
+		c := newClient(t, testenv.SlowRelease(s.b.New(t), 50*time.Millisecond))
 		other := newClient(t, s.b.New(t))
 		name := uniqueName(t)
 		l, err := c.Acquire(ctx, name, lock.Options{GracePeriod: grace})
