@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,8 +108,8 @@ func TestRedisClusterSharded(t *testing.T) {
 		const grants = 200
 		s := handOff(t, ctx, addrs, "cost-sharded", grants)
 		b := handOff(t, ctx, addrs, "cost-broadcast", grants, lock.ShardedPubSub(false))
-		fmt.Printf("faults: cluster nodes=%d grants=%d handoffs: sharded %d (SPUBLISH), broadcast %d (PUBLISH); "+
-			"bus publish messages: sharded %d (publishshard %d), broadcast %d (publishshard %d)\n",
+		figures("cluster nodes=%d grants=%d handoffs: sharded %d (SPUBLISH), broadcast %d (PUBLISH); "+
+			"bus publish messages: sharded %d (publishshard %d), broadcast %d (publishshard %d)",
 			len(addrs), grants, s.spublish, b.publish, s.busPublish, s.busShard, b.busPublish, b.busShard)
 
 		expect(t, s.spublish >= grants/2, "sharded: %d SPUBLISH for %d grants: the lock was not handed over by messages", s.spublish, grants)

@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,7 +187,7 @@ func reportWindows(t *testing.T, what string, windows []time.Duration) {
 	lo, hi := slices.Min(windows), slices.Max(windows)
 	t.Logf("%s: two holders for %v to %v over %d rounds, lease %v, fault just after a renewal",
 		what, lo.Round(time.Millisecond), hi.Round(time.Millisecond), len(windows), evictLease)
-	fmt.Printf("faults: %s window min=%dms max=%dms rounds=%d lease=%v (fault just after a renewal; renewal every lease/3)\n",
+	figures("%s window min=%dms max=%dms rounds=%d lease=%v (fault just after a renewal; renewal every lease/3)",
 		what, lo.Round(time.Millisecond).Milliseconds(), hi.Round(time.Millisecond).Milliseconds(), len(windows), evictLease)
 }
 

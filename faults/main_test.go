@@ -51,10 +51,29 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	fmt.Printf("faults: grants=%d processes=%d faults=%d violations=%d lost_updates=%d\n",
+	figures("grants=%d processes=%d faults=%d violations=%d lost_updates=%d",
 		stats.grants.Load(), stats.processes.Load(), stats.faults.Load(),
 		stats.violations.Load(), stats.lostUpdates.Load())
 	os.Exit(code)
+}
+
+// figures prints a line of figures, "faults: " and the formatted text, and
+// appends it to the file that LOCK_FAULTS_SUMMARY names, when it is set: go
+// test shows a passing package's output only with -v, and CI prints that
+// file after the README's test command.
+func figures(format string, args ...any) {
+	line := fmt.Sprintf("faults: "+format+"\n", args...)
+	fmt.Print(line)
+	if name := os.Getenv("LOCK_FAULTS_SUMMARY"); name != "" {
+		f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, err = f.WriteString(line)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "faults: write the summary to %s: %v\n", name, err)
+		}
+	}
 }
 
 type quietLogger struct{}

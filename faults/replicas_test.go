@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -171,7 +170,7 @@ func measureWaitCost(t *testing.T, ctx context.Context, addr string) {
 		}
 		require.NoError(t, c.Close())
 		slices.Sort(took)
-		fmt.Printf("faults: wait-for-replicas cost: WaitForReplicas %v: acquire+release p50 %v, p99 %v (%d cycles, 1 replica, loopback)\n",
+		figures("wait-for-replicas cost: WaitForReplicas %v: acquire+release p50 %v, p99 %v (%d cycles, 1 replica, loopback)",
 			wait, took[cycles/2].Round(time.Microsecond), took[cycles*99/100].Round(time.Microsecond), cycles)
 	}
 }

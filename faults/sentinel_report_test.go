@@ -31,7 +31,7 @@ func (d durs) String() string {
 
 // say prints a figure for the README.
 func (r *failoverRun) say(format string, args ...any) {
-	fmt.Printf("faults: "+r.label+" "+format+"\n", args...)
+	figures(r.label+" "+format, args...)
 }
 
 // analyse checks what the library guarantees and prints what it measured.
