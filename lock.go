@@ -65,7 +65,7 @@ type Lock struct {
 	outcome  error
 	renewErr error         // the last renewal's provider error, nil after a success
 	onLost   func(error)   // told of a loss (run's context)
-	done     chan struct{} // made by the first call of Done; closed when the hold ended
+	done     chan struct{} // made by the first call of Done, or by endLocked: closed when the hold ended
 }
 
 // lockState is where a Lock is in its life:
@@ -125,9 +125,6 @@ func (l *Lock) Done() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		l.done = make(chan struct{})
-		if l.endedLocked() {
-			close(l.done)
-		}
 	}
 	return l.done
 }
@@ -139,23 +136,28 @@ func (l *Lock) held() bool {
 	return l.state == held
 }
 
-// endLocked closes the channel of Done, if it was asked for; later calls of
-// Done return a closed channel. The caller holds l.mu, and calls it once,
-// when l moves to lost, or to released from releasing.
+// endLocked closes the channel of Done, or, if it was not asked for yet,
+// makes it closed: the one place that closes it. The caller holds l.mu, and
+// calls it once, after l moved to lost (once the loss is reported), or to
+// released from releasing.
 func (l *Lock) endLocked() {
-	if l.done != nil {
-		close(l.done)
+	if l.done == nil {
+		l.done = closedChan
+		return
 	}
+	close(l.done)
 }
 
-// endedLocked reports whether the hold ended, lost or released (Done is
-// closed); the caller holds l.mu.
-func (l *Lock) endedLocked() bool {
-	return l.state == lost || l.state == released
-}
+// closedChan is the channel of Done of a Lock that ended before Done was
+// first called.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // lossLocked returns the *LostError of the hold's loss, or nil; the caller
-// holds l.mu.
+// holds l.mu. (outcome holds a loss as a bare *LostError, never wrapped.)
 func (l *Lock) lossLocked() *LostError {
 	e, _ := l.outcome.(*LostError)
 	return e

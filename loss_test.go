@@ -185,3 +185,43 @@ func TestLossLoggedAtWarning(t *testing.T) {
 	assert.NotContains(t, out, "<nil>", "no empty cause is logged")
 	require.NoError(t, l2.Release(ctx))
 }
+
+// TestDoneAskedWhileALossIsReported: a first call of Done while the loss is
+// being reported (the log line, the event hooks) returns a channel that is
+// closed once they are done, and once only. (Found in review: Done closed
+// the channel it made when the state was lost already, and the loss's own
+// close then panicked, "close of closed channel", in the lease timer.)
+func TestDoneAskedWhileALossIsReported(t *testing.T) {
+	inHook, proceed := make(chan struct{}), make(chan struct{})
+	p := lock.NewMemoryProvider()
+	c := newClient(t, p, lock.WithEvents(func(e lock.Event) {
+		if e.Kind == lock.EventLost {
+			close(inHook)
+			<-proceed
+		}
+	}))
+	ctx := ctxTimeout(t, 10*time.Second)
+	l, err := c.Acquire(ctx, "done-during-loss", lock.Options{Lease: 300 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = p.ForceRelease(ctx, l.Key())
+	require.NoError(t, err)
+	select {
+	case <-inHook:
+	case <-ctx.Done():
+		t.Fatal("the loss was not reported")
+	}
+	d := l.Done() // its first call, while the EventLost hook runs
+	select {
+	case <-d:
+		t.Fatal("Done is closed before the loss's event was delivered")
+	default:
+	}
+	close(proceed)
+	select {
+	case <-d:
+	case <-ctx.Done():
+		t.Fatal("Done was not closed after the loss was reported")
+	}
+	var lost *lock.LostError
+	require.ErrorAs(t, l.Err(), &lost)
+}
