@@ -9,7 +9,7 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// The checks of the root package (lock.CheckKey and the others), and one
+// The checks of the root package (lock.CheckArgs and the others), and one
 // more: text must be valid UTF-8 without NUL bytes, which PostgreSQL cannot
 // store in a text column. Each check below is the root's check of the same
 // name, then checkText on the strings it took.
