@@ -434,6 +434,12 @@ func TestSlowSubscribeDoesNotBlockClient(t *testing.T) {
 	<-waited
 }
 
+// TestLocalFairness: eight goroutines of one Client that all wait for one
+// lock, each taking it again after its section, share it: each gets at least
+// a quarter of its share (waiters are served in arrival order). (It
+// failed on a loaded CI machine when the first goroutine, started before
+// the others were scheduled, ran most sections alone: it now waits until
+// all eight are queued before the first grant.)
 func TestLocalFairness(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxTimeout(t, time.Minute)
@@ -447,6 +453,12 @@ func TestLocalFairness(t *testing.T) {
 		var sections atomic.Int64
 		var counts [workers]atomic.Int64
 		var wg sync.WaitGroup
+		// All of them wait before the first grant: a goroutine that has not
+		// begun waiting is not passed over when another takes a free lock
+		// (on a loaded machine, the first could run hundreds of sections
+		// before the others were scheduled at all).
+		first, err := c.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
 		for w := range workers {
 			wg.Add(1)
 			go func() {
@@ -465,6 +477,11 @@ func TestLocalFairness(t *testing.T) {
 				}
 			}()
 		}
+		require.Eventually(t, func() bool {
+			st, err := c.Inspect(ctx, name)
+			return err == nil && st.Waiters == workers
+		}, 10*time.Second, time.Millisecond, "every goroutine waits")
+		require.NoError(t, first.Release(ctx))
 		wg.Wait()
 		got := make([]int64, workers)
 		for i := range counts {
