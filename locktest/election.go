@@ -262,7 +262,11 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 	)
 	role := uniqueName(t)
 	cut := newClient(t, stalledRenewals(s.b.New(t)), lock.WithIdentity("cut-off"))
-	next := newClient(t, s.b.New(t), lock.WithPollInterval(20*time.Millisecond))
+	// The successor's record lives for its claim window until its first
+	// renewal: 5 s, not the default 1 s, so that a CI machine too loaded to
+	// renew within a second does not take the successor's term from it
+	// while the round is checked (seen once, with two CI runs at once).
+	next := newClient(t, s.b.New(t), lock.WithPollInterval(20*time.Millisecond), lock.WithClaimWindow(5*time.Second))
 	var stall canary
 	defer stall.start()()
 	checked := 0
