@@ -167,7 +167,9 @@ func (s *suite) endedCandidateNeverLeads(t *testing.T) {
 
 	gone := make(chan error, 1)
 	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		// Long enough for the test to see it queued on a loaded machine
+		// (with 300 ms, a slow Queue and a slow look could miss it).
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		term, err := cs[1].Campaign(wctx, role, lock.ElectionOptions{})
 		assert.Nil(t, term, "a candidate whose context ended gets no term")

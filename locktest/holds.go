@@ -3,6 +3,7 @@ package locktest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -62,7 +63,7 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 	}
 	name := uniqueName(t)
 	cs := s.callers(t, workers)
-	var inUse, most, granted atomic.Int64
+	var inUse, most, granted, lost atomic.Int64
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		sem, err := c.Semaphore(name, n)
@@ -70,7 +71,7 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r := range rounds {
+			for r := 0; r < rounds; {
 				w := 1 + (i+r)%2
 				err := sem.Do(s.ctx, w, waitOpts, func(ctx context.Context) error {
 					now := inUse.Add(int64(w))
@@ -78,12 +79,19 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 					}
 					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 					inUse.Add(-int64(w))
-					granted.Add(1)
 					return nil
 				})
+				if errors.Is(err, lock.ErrLost) && lost.Add(1) <= int64(rounds) {
+					// The gate or a permit was lost while it entered (a
+					// machine too loaded to renew in time): no hold, and the
+					// library said so; the round is asked again.
+					continue
+				}
 				if !assert.NoError(t, err, "worker %d round %d", i, r) {
 					return
 				}
+				granted.Add(1)
+				r++
 			}
 		}()
 	}
@@ -91,6 +99,9 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 	assert.LessOrEqual(t, most.Load(), int64(n), "permits held at once")
 	assert.Equal(t, int64(workers*rounds), granted.Load(), "every request granted")
 	assert.GreaterOrEqual(t, most.Load(), int64(2), "holders overlapped (the test would see a violation)")
+	if n := lost.Load(); n > 0 {
+		t.Logf("%d acquisitions lost while they entered (asked again)", n)
+	}
 }
 
 // semaphoreRefusesBadWeights: a weight above N or below 1 fails at once.
