@@ -47,9 +47,11 @@ func permitKeys(name string, k string) (fence, counter string) {
 // processes that were not stopped during them, never more than three at
 // once and never two of one permit at once; every write that a stopped
 // process sent after a later holder of its permit had written (judged from
-// the reports, not from the fence's answer) was refused by the fence; each permit's counter is the number of writes that
-// passed; holds go on after each fault (a killed holder's permit comes
-// back).
+// the reports, not from the fence's answer) was refused by the fence; each
+// permit's counter counts every write that passed, and others only up to
+// the writes whose outcome no report tells (failed with an error, or sent
+// by a holder killed as it wrote); holds go on after each fault (a killed
+// holder's permit comes back).
 func TestSemaphoreUnderFaults(t *testing.T) {
 	srv := faults.StartRedis(t)
 	direct := newRedis(t, srv.Addr)
@@ -122,12 +124,16 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 	holds := b.all()
 	stats.grants.Add(int64(len(holds)))
 	passed := map[string]int64{}
+	unknown := map[string]int64{} // writes that failed with an error: applied or not
 	var clean []permitHold
 	stale, staleRefused, toldLost := 0, 0, 0
 	after := map[string]bool{} // permits held after the last fault
 	for _, h := range holds {
 		if h.ok {
 			passed[h.permit]++
+		}
+		if h.err != "" {
+			unknown[h.permit]++
 		}
 		if b.interrupted(h) {
 			if b.takenOverBefore(h) {
@@ -173,11 +179,19 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 		expect(t, inUse <= semPermits, "%d holders at once (p%d took permit %s, token %d)", inUse, e.h.proc, e.h.permit, e.h.token)
 		expect(t, byPermit[e.h.permit] <= 1, "two holders of permit %s at once (p%d, token %d)", e.h.permit, e.h.proc, e.h.token)
 	}
+	// Every write that passed is counted (no lost update), and nothing else
+	// is, but for writes whose outcome no report tells: one that failed with
+	// an error, or that a killed holder sent before it died (one per kill at
+	// most).
 	for permit, n := range passed {
 		_, counter := permitKeys(name, permit)
 		v, err := direct.Get(ctx, counter).Int64()
 		require.NoError(t, err)
-		expect(t, v == n, "permit %s: counter %d, but %d writes passed its fence", permit, v, n)
+		expect(t, v >= n && v <= n+unknown[permit]+int64(kills),
+			"permit %s: counter %d, but %d writes passed its fence (%d failed with an error, %d holders killed)", permit, v, n, unknown[permit], kills)
+		if v != n {
+			t.Logf("permit %s: counter %d, %d writes passed: %d of unknown outcome counted (a holder killed as it wrote, or an error after the write)", permit, v, n, v-n)
+		}
 	}
 	expect(t, stale > 0, "no stopped holder wrote after its permit was taken over: the fence was not put to the test")
 	expect(t, staleRefused == stale, "%d of %d writes that stopped holders sent after a later holder of their permit had written were refused", staleRefused, stale)
