@@ -25,7 +25,7 @@ import (
 // TestManyLocksHeld holds 10,000 locks at once on one Client with a 9 s
 // lease (renewed every 3 s) against the real Redis, and measures what
 // holding them costs: goroutines (timers, not goroutines, wait for each
-// renewal), memory per held lock, and Redis calls per second for renewal.
+// renewal; a renewal in flight has one), memory per held lock, and Redis calls per second for renewal.
 // The figures are logged for the README; the assertions are the properties:
 // no goroutine per lock, every lock still held after several renewals, and
 // renewals at about one call per lock per third of a lease.
@@ -70,7 +70,11 @@ func TestManyLocksHeld(t *testing.T) {
 	}
 	t.Logf("%d locks held: %d bytes of heap per lock, %d goroutines more, %.0f script calls/s for renewal (%.2f per lock per second; a lease of %v renews every %v)",
 		n, perLock, extra, rate, rate/n, lease, lease/3)
-	assert.Less(t, extra, 50, "holding locks must not take a goroutine each")
+	// A renewal runs in a goroutine of its own until its reply, and the
+	// first locks are due while the last are acquired: the renewals in
+	// flight at that instant are counted too (70 on a loaded CI machine).
+	// One goroutine per held lock would be n.
+	assert.Less(t, extra, n/10, "holding locks must not take a goroutine each")
 	// One renewal per lock per lease/3: n/(lease/3) calls a second; a busy
 	// machine may renew late (the lease timer would tell), and the shared
 	// Redis also serves other tests, so only the order of magnitude.
