@@ -194,7 +194,10 @@ func TestLost(t *testing.T) {
 	tm := newTelemetry(t)
 	c := newClient(t, mem, tm.events(t))
 
-	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 30 * time.Millisecond})
+	// 600ms: the grant must come back before the lease ends (with 30ms a slow
+	// reply on a loaded machine returned the loss instead of the lock); the
+	// renewal after 200ms finds the record gone.
+	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 600 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, mem.Release(ctx, l.Key(), l.Owner()))
 	select {
@@ -234,7 +237,11 @@ func TestRenewals(t *testing.T) {
 	p := &failingUpdate{Provider: lock.NewMemoryProvider()}
 	tm := newTelemetry(t)
 	c := newClient(t, p, tm.events(t))
-	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 60 * time.Millisecond})
+	// Renewed every 300ms; a renewal may run up to 600ms late before the lock
+	// is lost (with 60ms, a 40ms late timer lost it before fail was set, and
+	// then no renewal ever failed). The failed renewal comes within 300ms of
+	// fail, long before the lease runs out, and is still counted as an error.
+	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 900 * time.Millisecond})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return counts(t, tm.collect(t), "lock.renewals")["renewed"] >= 2

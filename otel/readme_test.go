@@ -96,7 +96,10 @@ func TestREADMEMetrics(t *testing.T) {
 	tm := newTelemetry(t)
 	c := newClient(t, p, tm.events(t))
 
-	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 60 * time.Millisecond})
+	// A lease long enough to stay held on a loaded machine (a renewal may run
+	// up to 2/3 of it, 600ms, late), so the second Acquire finds it held and
+	// Release releases it; renewed every 300ms, so the renewal is soon measured.
+	l, err := c.Acquire(ctx, "job", lock.Options{Lease: 900 * time.Millisecond})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return counts(t, tm.collect(t), "lock.renewals")["renewed"] >= 1
@@ -105,7 +108,9 @@ func TestREADMEMetrics(t *testing.T) {
 	require.ErrorIs(t, err, lock.ErrHeld)
 	require.NoError(t, l.Release(ctx))
 
-	lost, err := c.Acquire(ctx, "lost", lock.Options{Lease: 30 * time.Millisecond})
+	// Lost by deleting its record, found by the renewal after 200ms; the lease
+	// is long enough for the grant to come back before it ends under load.
+	lost, err := c.Acquire(ctx, "lost", lock.Options{Lease: 600 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, mem.Release(ctx, lost.Key(), lost.Owner()))
 	select {
