@@ -619,7 +619,11 @@ func (s *suite) allLossEndsHold(t *testing.T) {
 	cs := s.callers(t, 2)
 	base := uniqueName(t)
 	a, b := base+"-a", base+"-b"
-	h, err := cs[0].AcquireAll(s.ctx, []string{a, b}, lock.Options{Lease: 600 * time.Millisecond})
+	// A 3s lease, renewed after 1s: only b, force-released, can be lost (with
+	// 600ms, a renewal of a running ~400ms late on a loaded machine lost a
+	// first); b's renewal finds it gone after about 1s, well within the wait.
+	// A hold that ignored a member's loss, or named the wrong one, still fails.
+	h, err := cs[0].AcquireAll(s.ctx, []string{a, b}, lock.Options{Lease: 3 * time.Second})
 	require.NoError(t, err)
 	_, err = cs[1].ForceRelease(s.ctx, b)
 	require.NoError(t, err)
