@@ -49,12 +49,16 @@ func TestCampaignHasNoHoldLimit(t *testing.T) {
 	assert.Equal(t, role, term.Role())
 	require.NoError(t, term.Resign(ctx))
 
-	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: 60 * time.Millisecond, MaxDuration: 150 * time.Millisecond})
+	// A renewed term: renewals every third of the 1s lease, each of which may
+	// come some 600ms late on a loaded machine before the lease runs out
+	// (LostLeaseRanOut) ahead of the 3s MaxDuration. Were ElectionOptions'
+	// MaxDuration dropped, the term would have no hold limit and not end.
+	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: time.Second, MaxDuration: 3 * time.Second})
 	require.NoError(t, err)
 	select {
 	case <-term.Context().Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("a term with a MaxDuration of 150ms did not end")
+	case <-time.After(10 * time.Second):
+		t.Fatal("a term with a MaxDuration of 3s did not end")
 	}
 	var le *lock.LostError
 	require.ErrorAs(t, context.Cause(term.Context()), &le, "the term's context ends with the loss")
