@@ -143,10 +143,14 @@ func TestAcquireTickHeldUntilReleased(t *testing.T) {
 
 // TestRunTickReplicasMemory is the once-per-tick test in one process, on the
 // memory provider: three replicas with skewed clocks, jobs of 1% to 90% of a
-// tick.
+// tick. The replicas' clocks span half a tick, so a replica's timer may fire
+// up to every/2 (200ms) later than planned before it tries after the tick's
+// record reopened (with 100ms ticks, a stall of 50ms could run a tick twice).
+// The skews are fractions of the period, so a late replica that is not kept
+// out (a grace period not raised to the period) still runs a short tick again.
 func TestRunTickReplicasMemory(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	plan := tickPlan{job: "report", every: 100 * time.Millisecond, ticks: 12}
+	plan := tickPlan{job: "report", every: 400 * time.Millisecond, ticks: 10}
 	plan.base = time.Now().Truncate(plan.every).Add(2 * plan.every)
 	skews := plan.skews()
 
@@ -174,9 +178,14 @@ func TestRunTickReplicasMemory(t *testing.T) {
 }
 
 // TestScheduleReplicaProcesses is the test: three replica processes
-// on the real Redis, 20 ticks of 250ms, each replica's clock skewed by up to a
+// on the real Redis, 12 ticks of 500ms, each replica's clock skewed by up to a
 // quarter tick, jobs of 1% to 90% of a tick. Every tick must run exactly once,
-// as told by a Redis list that each run appends to.
+// as told by a Redis list that each run appends to. The skews span half a
+// tick, which leaves a replica's timer every/2 (250ms; it was 125ms with
+// 250ms ticks, too little for three -race processes on a loaded machine)
+// to fire late before the tick's record reopens; the skews are fractions of
+// the period, so a late replica still runs a tick again if it is not kept
+// out.
 func TestScheduleReplicaProcesses(t *testing.T) {
 	rc := realRedis(t)
 	run := uniqueName(t)
@@ -191,7 +200,7 @@ func TestScheduleReplicaProcesses(t *testing.T) {
 		}
 	})
 
-	plan := tickPlan{job: "report", every: 250 * time.Millisecond, ticks: 20}
+	plan := tickPlan{job: "report", every: 500 * time.Millisecond, ticks: 12}
 	children := make([]*schedChild, 0, 3)
 	for i, skew := range plan.skews() {
 		children = append(children, startSchedChild(t,
