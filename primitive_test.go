@@ -825,20 +825,29 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 // held, closed, or the wait ended), however long the cleanup after the
 // failure takes.
 func TestPrimitive_ProviderFailureIsReturned(t *testing.T) {
-	c := newClient(t, mwDownProvider(nil), lock.WithReleaseTimeout(time.Second))
+	// Acquire fails at once, so the failure comes before the deadline
+	// whatever the load (mwDownProvider's fails after 100 ms: a stall past
+	// both that and the deadline lets the hook see the deadline instead).
+	// Release, the clean-up after the failure, hangs for the release timeout.
+	down := mwDownProvider(nil)
+	down.OnAcquire = func(context.Context, string, string, time.Duration) (lock.Record, error) {
+		return lock.Record{}, errMwDown
+	}
+	c := newClient(t, down, lock.WithReleaseTimeout(2*time.Second))
 	var runs atomic.Int32
 	p, err := lock.New(c, func(context.Context, struct{}) error { runs.Add(1); return nil },
 		lock.PrimitiveOptions[struct{}]{Name: uniqueName(t)})
 	require.NoError(t, err)
 
 	began := time.Now()
-	err = p.Run(ctxTimeout(t, 300*time.Millisecond), struct{}{})
+	err = p.Run(ctxTimeout(t, time.Second), struct{}{})
 	elapsed := time.Since(began)
 
-	assert.ErrorIs(t, err, errMwDown, "the provider's failure (at 100 ms, before the 300 ms deadline) should be returned")
+	assert.ErrorIs(t, err, errMwDown, "the provider's failure (at once, before the 1 s deadline) should be returned")
 	assert.NotErrorIs(t, err, lock.ErrNotAcquired, "nobody held the lock: the provider failed")
-	// Waiting for the clean-up (the 1 s release timeout) would take 1.1 s.
-	assert.Less(t, elapsed, 900*time.Millisecond, "Run should return by the caller's deadline, not after the clean-up")
+	// Waiting for the clean-up (the 2 s release timeout) would take at
+	// least 1.8 s.
+	assert.Less(t, elapsed, 1500*time.Millisecond, "Run should return by the caller's deadline, not after the clean-up")
 	assert.Zero(t, runs.Load(), "the handler must not run without the lock")
 }
 
