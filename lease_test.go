@@ -167,9 +167,13 @@ func TestLeaseTimersOfOneClient(t *testing.T) {
 	require.NoError(t, err)
 	defer long.Release(ctx)
 	for _, name := range []string{"-short", "-after"} { // "-after" comes after "-short" was released
-		l, err := c.Acquire(ctx, uniqueName(t)+name, lock.Options{Lease: 300 * time.Millisecond})
+		// A 1s lease is renewed every 333ms and ends 978ms after a renewal
+		// was sent: a renewal may run 645ms late on a loaded machine. A lock
+		// whose timer is never armed (the bug this test is for) is lost
+		// 978ms after its grant, within the sleep.
+		l, err := c.Acquire(ctx, uniqueName(t)+name, lock.Options{Lease: time.Second})
 		require.NoError(t, err)
-		time.Sleep(time.Second) // three leases: renewed about nine times
+		time.Sleep(2 * time.Second) // two leases: renewed about six times
 		assert.NoError(t, l.Err(), "%s: the short lease was not renewed", name)
 		assert.NoError(t, l.Release(ctx), name)
 	}
@@ -185,18 +189,24 @@ func TestLeaseTimersUnderChurn(t *testing.T) {
 	base := uniqueName(t)
 	var wg sync.WaitGroup
 	var holds atomic.Int64
+	// Leases of 0.8-1.6s: a renewal, due every third of one, may run
+	// 533-1066ms late on a loaded machine before the lease ends. Holds of
+	// up to 2.4s, a fifth of them (about 20) longer than their lease: a hold
+	// whose timer the heap lost is not renewed, and is lost at its lease's
+	// end, before its Release. (Leases and holds are twice what they were,
+	// which left renewals 267ms; the churn lasts 4s instead of 3s.)
 	for g := range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			end := time.Now().Add(3 * time.Second)
+			end := time.Now().Add(4 * time.Second)
 			for i := 0; time.Now().Before(end); i++ {
-				lease := time.Duration(400+(g*37+i*53)%400) * time.Millisecond
+				lease := 2 * time.Duration(400+(g*37+i*53)%400) * time.Millisecond
 				l, err := c.Acquire(ctx, base+strconv.Itoa(g)+"-"+strconv.Itoa(i%3), lock.Options{Lease: lease})
 				if !assert.NoError(t, err) {
 					return
 				}
-				hold := time.Duration((g*71+i*29)%1200) * time.Millisecond
+				hold := 2 * time.Duration((g*71+i*29)%1200) * time.Millisecond
 				if i%4 == 0 {
 					assert.NoError(t, l.Extend(ctx, lease), "extend")
 				}
@@ -253,29 +263,33 @@ func TestHungExtendDoesNotHideLoss(t *testing.T) {
 // renewal.
 func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	var failing atomic.Bool
+	const extendBy = 2 * time.Second
 	p := &hookedProvider{Provider: mem}
 	p.OnRenew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
-		if failing.Load() {
-			time.Sleep(150 * time.Millisecond) // slow, then a transient error
+		if ttl == extendBy { // the Extend's call (renewals ask for the lease)
+			time.Sleep(300 * time.Millisecond) // slow, then a transient error
 			return errors.New("connection reset")
 		}
 		return mem.Renew(ctx, key, owner, ttl)
 	}
 	ctx := ctxTimeout(t, 20*time.Second)
 	c := newClient(t, p)
-	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 600 * time.Millisecond})
+	// The renewal due at 400ms finds the Extend under way (240-540ms) and
+	// is retried every 120ms: it succeeds once the Extend failed, with
+	// about 500ms to spare before the lease ends at 1174ms (only the
+	// Extend's call fails, so the retries do not wait for this goroutine).
+	// Without the retry (the bug), the lease ends unrenewed at 1174ms,
+	// within the 3s watched below.
+	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 1200 * time.Millisecond})
 	require.NoError(t, err)
-	time.Sleep(120 * time.Millisecond)
-	failing.Store(true)
-	err = l.Extend(ctx, time.Second) // spans the renewal due at 200ms
-	failing.Store(false)
+	time.Sleep(240 * time.Millisecond)
+	err = l.Extend(ctx, extendBy) // spans the renewal due at 400ms
 	require.Error(t, err)
 	require.NotErrorIs(t, err, lock.ErrLost)
 	select {
 	case <-l.Done():
 		t.Fatalf("the lock was lost (%v) although renewals succeed again", l.Err())
-	case <-time.After(1500 * time.Millisecond):
+	case <-time.After(3 * time.Second):
 	}
 	assert.NoError(t, l.Release(ctx))
 }
@@ -287,25 +301,36 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	p := &hookedProvider{Provider: mem}
+	over := make(chan struct{})
+	t.Cleanup(func() { close(over) })
 	p.OnRenew = func(ctx context.Context, key, owner string, ttl time.Duration) error {
 		if err := mem.Renew(ctx, key, owner, ttl); err != nil {
 			return err
 		}
-		select { // applied; the reply takes 200ms
-		case <-time.After(200 * time.Millisecond):
+		select { // applied; the reply takes 650ms
+		case <-time.After(650 * time.Millisecond):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-over: // the test is over: leave no renewal behind (goleak)
+			return nil
 		}
 	}
 	ctx := ctxTimeout(t, 20*time.Second)
 	c := newClient(t, p)
-	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 500 * time.Millisecond})
+	// A lease of 1.8s ends 1762ms after its renewal was sent. Renewals are
+	// due every 600ms, before the 650ms reply: each is sent when the last
+	// reply came (timed from the send, it is due already), and its reply
+	// comes 1300ms after the last send, leaving 462ms for late timers.
+	// Timed from the reply (the bug), the next is sent 650+600ms after the
+	// last and answered 1900ms after it, past the lease's end, however
+	// early the timers are: the lock is lost at about 2.4s.
+	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 1800 * time.Millisecond})
 	require.NoError(t, err)
 	select {
 	case <-l.Done():
 		t.Fatalf("the lock was lost (%v) although every renewal was applied", l.Err())
-	case <-time.After(2 * time.Second):
+	case <-time.After(3500 * time.Millisecond):
 	}
 	assert.NoError(t, l.Release(ctx))
 }
