@@ -238,7 +238,7 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 	// waits for release: a caller whose gate lease runs out while it takes
 	// its slot (a paused process, a slow answer).
 	gate := cw.Key("rw#gate")
-	release := make(chan struct{})
+	stalled, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	stalling := &hookedProvider{Provider: mem,
 		OnRenew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
@@ -249,7 +249,10 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 		},
 		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			if strings.Contains(key, "rw#r") {
-				once.Do(func() { <-release })
+				once.Do(func() {
+					close(stalled) // the reader holds the gate
+					<-release
+				})
 			}
 			return mem.Acquire(ctx, key, owner, ttl)
 		},
@@ -267,7 +270,11 @@ func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
 		}
 		read <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the reader holds the gate; its slot request waits
+	select { // the reader holds the gate; its slot request waits
+	case <-stalled:
+	case <-ctx.Done():
+		t.Fatal("the reader did not reach its slot request")
+	}
 	w, err := mw.Lock(ctx, lock.Options{Wait: true, MaxWait: 10 * time.Second})
 	require.NoError(t, err, "the writer passes the gate once the reader's lease ran out")
 	close(release)
@@ -338,7 +345,8 @@ func TestDowngradeOfAReleasedHold(t *testing.T) {
 func TestSemaphoreDoesNotReturnALostPermit(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	p := lock.NewMemoryProvider()
-	cx, cy, cz := newClient(t, p), newClient(t, p), newClient(t, p)
+	rec := newRecorder()
+	cx, cy, cz := newClient(t, p), newClient(t, p, rec.option()), newClient(t, p)
 	sx, err := cx.Semaphore("s", 2)
 	require.NoError(t, err)
 	sy, err := cy.Semaphore("s", 2)
@@ -354,20 +362,23 @@ func TestSemaphoreDoesNotReturnALostPermit(t *testing.T) {
 		}
 		got <- err
 	}()
-	var yname string
+	var yname, ykey string
 	require.Eventually(t, func() bool {
 		st, err := sx.Inspect(ctx)
 		require.NoError(t, err)
 		for _, s := range st.Held {
 			if s.Key != xkey {
-				yname = s.Name
+				yname, ykey = s.Name, s.Key
 			}
 		}
 		return yname != ""
 	}, 5*time.Second, 5*time.Millisecond, "the head holds one permit")
 	_, err = cz.ForceRelease(ctx, yname)
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond) // the head's renewal finds it gone
+	// The head's renewal (or its lease's end) finds the permit gone, however
+	// late it runs; only then does the second permit come back.
+	for waitEvent(t, rec, lock.EventLost).Key != ykey {
+	}
 	require.NoError(t, hx.Release(ctx))
 	assert.ErrorIs(t, <-got, lock.ErrLost, "the head's permit was lost before it had both")
 }
