@@ -140,7 +140,10 @@ func TestRedisBatchesConcurrentScripts(t *testing.T) {
 			recs, errs, wait := acquireAll(ctx, p, n, key, owner)
 			require.Eventually(t, func() bool { return g.held.Load() == int64(inFlight()) }, 10*time.Second, time.Millisecond,
 				"%d scripts go out at once", inFlight())
-			time.Sleep(50 * time.Millisecond) // the other callers queue
+			// Every other caller queues (one that reached eval after the
+			// gate opened would be sent alone); then none was sent alone.
+			require.Eventually(t, func() bool { return lock.QueuedScripts(p) == 16 }, 10*time.Second, time.Millisecond,
+				"the other callers queue")
 			assert.Equal(t, int64(inFlight()), g.held.Load(), "no more than %d scripts go out alone while those are under way", inFlight())
 			close(g.open)
 			wait()
@@ -177,7 +180,8 @@ func TestRedisBatchSkipsCallerThatGaveUp(t *testing.T) {
 				_, err := p.Acquire(qctx, key(inFlight()), "gave-up", time.Minute)
 				errc <- err
 			}()
-			time.Sleep(20 * time.Millisecond) // queued
+			require.Eventually(t, func() bool { return lock.QueuedScripts(p) == 1 }, 10*time.Second, time.Millisecond,
+				"the call is queued")
 			cancel()
 			select {
 			case err := <-errc:
@@ -214,7 +218,8 @@ func TestRedisBatchAfterScriptFlush(t *testing.T) {
 			key := testKeys(t, rc, n)
 			_, errs, wait := acquireAll(ctx, p, n, key, func(int) string { return "o" })
 			require.Eventually(t, func() bool { return g.held.Load() == int64(inFlight()) }, 10*time.Second, time.Millisecond)
-			time.Sleep(50 * time.Millisecond) // the others queue
+			require.Eventually(t, func() bool { return lock.QueuedScripts(p) == 4 }, 10*time.Second, time.Millisecond,
+				"the others queue")
 			close(g.open)
 			wait()
 			for i := range n {

@@ -1,0 +1,10 @@
+package lock
+
+// QueuedScripts returns how many scripts wait in p's batcher for the next
+// pipeline: a test that holds the round trips under way waits for its
+// callers to be queued.
+func QueuedScripts(p *RedisProvider) int {
+	p.batch.mu.Lock()
+	defer p.batch.mu.Unlock()
+	return len(p.batch.queue)
+}
