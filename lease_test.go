@@ -191,10 +191,10 @@ func TestLeaseTimersUnderChurn(t *testing.T) {
 	var holds atomic.Int64
 	// Leases of 0.8-1.6s: a renewal, due every third of one, may run
 	// 533-1066ms late on a loaded machine before the lease ends. Holds of
-	// up to 2.4s, a fifth of them (about 20) longer than their lease: a hold
-	// whose timer the heap lost is not renewed, and is lost at its lease's
-	// end, before its Release. (Leases and holds are twice what they were,
-	// which left renewals 267ms; the churn lasts 4s instead of 3s.)
+	// up to 2.4s, a quarter of them (about 20) longer than their lease: a
+	// hold whose timer the heap lost is not renewed, and is lost at its
+	// lease's end, before its Release. (Leases and holds are twice what
+	// they were, which left renewals 267ms; the churn lasts 4s, not 3s.)
 	for g := range 16 {
 		wg.Add(1)
 		go func() {
