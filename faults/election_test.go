@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -120,7 +121,7 @@ func TestElectionFailover(t *testing.T) {
 		expect(t, term > leaderTerm, "the successor's term %d is not greater than the leader's %d", term, leaderTerm)
 		if kill {
 			afterKill = append(afterKill, took)
-			expect(t, took <= electionLease+200*time.Millisecond, "the successor ran %v after the leader was killed, want within its lease (%v)", took, electionLease)
+			expect(t, took <= electionLease+killSlack, "the successor ran %v after the leader was killed, want within its lease (%v) + %v", took, electionLease, killSlack)
 		} else {
 			afterResign = append(afterResign, took)
 			expect(t, took < electionLease/2, "the successor ran %v after the leader resigned, want at once", took)
@@ -132,22 +133,44 @@ func TestElectionFailover(t *testing.T) {
 	t.Logf("faults: election successor running after Resign: %s", durations(afterResign))
 }
 
+// killSlack is how late, past the lease, a successor may run after its
+// leader was killed. A correct library runs it when the record expires,
+// 0.67-1.0 s after the kill, and a loaded machine adds to that (a
+// PostgreSQL twin of this test saw 1.2 s). A successor that ignored the TTL
+// it read and looked only every poll interval (1 s, from when it queued,
+// just before the kill's random third of a lease) runs at its first poll
+// after the expiry: 1 s - x or 2 s - x after the kill, x < 333 ms, so
+// 1.67 s or more whenever the record outlived its first poll; lease + 600
+// ms catches that as lease + 200 ms did.
+const killSlack = 600 * time.Millisecond
+
 // TestElectionFailoverMemory is TestElectionFailover's measure on the
 // memory provider, in one process: the leader's death is a Client whose
-// renewals stop getting through (its lease timer still ends its term).
+// renewals stop getting through (its lease timer still ends its term, at
+// the latest lateAllowance after the successor ran).
 func TestElectionFailoverMemory(t *testing.T) {
 	const rounds = 10
 	mem := lock.NewMemoryProvider()
 	c := newMemoryClient(t, mem)
+	stalls := watchStalls(t)
 	var afterDeath, afterResign []time.Duration
 	for r := range 2 * rounds {
 		die := r%2 == 0
 		role := "failover-memory:" + strconv.Itoa(r)
 		dying := &deadRenewals{Provider: mem}
-		leader, err := newMemoryClient(t, dying).Campaign(context.Background(), role, lock.ElectionOptions{Lease: electionLease})
+		lostAt := make(chan time.Time, 1) // the leader's EventLost's Time: stamped before its term's context ends
+		leader, err := newMemoryClient(t, dying, lock.WithEvents(func(e lock.Event) {
+			if e.Kind == lock.EventLost {
+				select {
+				case lostAt <- e.Time:
+				default:
+				}
+			}
+		})).Campaign(context.Background(), role, lock.ElectionOptions{Lease: electionLease})
 		require.NoError(t, err)
 		s := lead(t, c, role)
 		time.Sleep(rand.N(electionLease / 3))
+		stalls.reset()
 		var from time.Time
 		if die {
 			dying.dead.Store(true)
@@ -168,7 +191,27 @@ func TestElectionFailoverMemory(t *testing.T) {
 		took := ran.Sub(from)
 		if die {
 			afterDeath = append(afterDeath, took)
-			expect(t, leader.Context().Err() != nil, "the dead leader's term had not ended when the successor ran")
+			// The lease timer ends the term 22 ms before the record can
+			// expire; a process held up longer runs the successor and the
+			// late timer in either order. A term that never ends, or ends
+			// only well after the successor ran, still fails.
+			var lost time.Time
+			select {
+			case <-leader.Context().Done():
+				select {
+				case lost = <-lostAt: // emitted before the context ended
+				default:
+					lost = time.Now()
+				}
+			case <-time.After(5 * time.Second):
+			}
+			held := stalls.longest()
+			allow := lateAllowance(electionLease, held)
+			if expect(t, !lost.IsZero(), "round %d: the dead leader's term had not ended 5s after the successor ran", r) {
+				expect(t, lost.Sub(ran) < allow, "round %d: the dead leader's term ended %v after the successor ran, want before it or within %v (a tenth of the lease and %v held up)",
+					r, lost.Sub(ran).Round(time.Millisecond), allow.Round(time.Millisecond), held.Round(time.Millisecond))
+				expect(t, errors.Is(context.Cause(leader.Context()), lock.ErrLost), "round %d: the dead leader's context's cause is %v, want ErrLost", r, context.Cause(leader.Context()))
+			}
 		} else {
 			afterResign = append(afterResign, took)
 		}
@@ -179,9 +222,9 @@ func TestElectionFailoverMemory(t *testing.T) {
 }
 
 // newMemoryClient returns a Client on p, closed at the end of the test.
-func newMemoryClient(t *testing.T, p lock.Provider) *lock.Client {
+func newMemoryClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
 	t.Helper()
-	c, err := lock.NewClient(p)
+	c, err := lock.NewClient(p, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -215,15 +258,26 @@ func durations(ds []time.Duration) string {
 
 // TestElectionBlackholedLeader cuts a leader off from Redis (a proxy that
 // stops forwarding, just after a renewal) while a candidate, connected
-// directly, campaigns: the leader's term's context must end, with ErrLost,
-// before the candidate's Campaign returns.
+// directly, campaigns: the leader's term must end, with ErrLost, before the
+// candidate's Campaign returns (its EventLost's Time at most lateAllowance
+// after it: a tenth of the lease, plus however long this process was held
+// up).
 func TestElectionBlackholedLeader(t *testing.T) {
 	srv := faults.StartRedis(t)
 	p, err := faults.NewProxy(srv.Addr)
 	require.NoError(t, err)
 	rc := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rc.Close() })
-	cut := newClient(t, rc, lock.WithReleaseTimeout(time.Second))
+	lostAt := make(chan time.Time, 1) // the leader's EventLost's Time: stamped before its term's context ends
+	cut := newClient(t, rc, lock.WithReleaseTimeout(time.Second), lock.WithEvents(func(e lock.Event) {
+		if e.Kind == lock.EventLost {
+			select {
+			case lostAt <- e.Time:
+			default:
+			}
+		}
+	}))
+	stalls := watchStalls(t)
 	next := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(50*time.Millisecond))
 	t.Cleanup(func() { _ = p.Close() })
 	direct := newRedis(t, srv.Addr)
@@ -236,22 +290,102 @@ func TestElectionBlackholedLeader(t *testing.T) {
 		stats.grants.Add(1)
 		renewed, ok := renewedAt(t, direct, keyOf(role), blackholeLease)
 		require.True(t, ok, "the leader did not renew its lease within %v", blackholeLease)
+		select {
+		case <-lostAt: // a loss left over from an earlier round
+		default:
+		}
 		p.Pause()
 		cutAt := time.Now()
+		stalls.reset()
 		fault(t, "blackhole the leader just after a renewal")
 		term, err := next.Campaign(ctx, role, lock.ElectionOptions{})
 		elected := time.Now()
-		endedBefore := leader.Context().Err() != nil
 		require.NoError(t, err)
 		stats.grants.Add(1)
-		expect(t, endedBefore, "round %d: the blackholed leader's term had not ended when the candidate was elected, %v after the cut", r, elected.Sub(cutAt))
-		expect(t, errors.Is(context.Cause(leader.Context()), lock.ErrLost), "round %d: the leader's context's cause is %v, want ErrLost", r, context.Cause(leader.Context()))
+		// The lease timer ends the term 26 ms before the record can expire;
+		// a process held up longer runs the election and the late timer in
+		// either order. A term that never ends, or ends only when a hung
+		// call fails (a second or more later), still fails.
+		var lost time.Time
+		select {
+		case <-leader.Context().Done():
+			select {
+			case lost = <-lostAt: // emitted before the context ended
+			default:
+				lost = time.Now()
+			}
+		case <-time.After(5 * time.Second):
+		}
+		held := stalls.longest()
+		allow := lateAllowance(blackholeLease, held)
+		if expect(t, !lost.IsZero(), "round %d: the blackholed leader's term had not ended 5s after the candidate was elected, %v after the cut", r, elected.Sub(cutAt)) {
+			expect(t, lost.Sub(elected) < allow, "round %d: the blackholed leader's term ended %v after the candidate was elected (%v after the cut), want before it or within %v (a tenth of the lease and %v held up)",
+				r, lost.Sub(elected).Round(time.Millisecond), elected.Sub(cutAt).Round(time.Millisecond), allow.Round(time.Millisecond), held.Round(time.Millisecond))
+			expect(t, errors.Is(context.Cause(leader.Context()), lock.ErrLost), "round %d: the leader's context's cause is %v, want ErrLost", r, context.Cause(leader.Context()))
+		}
 		expect(t, term.Token() > leader.Token(), "round %d: term %d after %d", r, term.Token(), leader.Token())
-		t.Logf("round %d: renewal %v before the cut; candidate elected %v after the cut (lease %v)",
-			r, cutAt.Sub(renewed).Round(time.Millisecond), elected.Sub(cutAt).Round(time.Millisecond), blackholeLease)
+		told := "never"
+		if !lost.IsZero() {
+			told = lost.Sub(cutAt).Round(time.Millisecond).String()
+		}
+		t.Logf("round %d: renewal %v before the cut; candidate elected %v after the cut, leader told %s after it (lease %v; the longest this process was held up: %v)",
+			r, cutAt.Sub(renewed).Round(time.Millisecond), elected.Sub(cutAt).Round(time.Millisecond), told, blackholeLease, held.Round(time.Millisecond))
 		require.NoError(t, term.Resign(ctx))
 	}
 }
+
+// lateAllowance is how long after another client got a lock (or role) its
+// cut-off holder may be told of the loss, this process having been held
+// up for held at most meanwhile: a tenth of the lease (as
+// TestNetworkFaults allows), plus held. The lease timer ends a lease 2% of
+// it + 2 ms before the record can expire; a process not run for longer
+// than that (two busy vCPUs under -race: timers 20-250 ms late) runs the
+// other's grant and the late timer in either order. A holder told only
+// when a hung call fails, or never, is later than that by far.
+func lateAllowance(lease, held time.Duration) time.Duration { return lease/10 + held }
+
+// stallWatch measures how long this process's goroutines wait to be run
+// (as locktest's canary does): a goroutine that sleeps a millisecond at a
+// time records the longest gap between its wake-ups beyond that
+// millisecond.
+type stallWatch struct {
+	max atomic.Int64
+}
+
+// watchStalls starts a stallWatch, stopped at the end of the test.
+func watchStalls(t testing.TB) *stallWatch {
+	w := &stallWatch{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			now := time.Now()
+			if gap := int64(now.Sub(last) - time.Millisecond); gap > w.max.Load() {
+				w.max.Store(gap)
+			}
+			last = now
+		}
+	}()
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+	})
+	return w
+}
+
+// reset forgets the gaps seen so far.
+func (w *stallWatch) reset() { w.max.Store(0) }
+
+// longest returns the longest gap seen since the last reset.
+func (w *stallWatch) longest() time.Duration { return time.Duration(w.max.Load()) }
 
 // roleLeader is the child of TestElectionFailover: it campaigns for
 // FAULTS_LOCK with lease FAULTS_LEASE and reports "elected term=T"; then,
