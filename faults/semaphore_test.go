@@ -26,6 +26,12 @@ const (
 	semProcesses = 5
 	semLease     = 500 * time.Millisecond
 	semRun       = 15 * time.Second
+	// semSlowHold: a hold that lasted longer (normally 40 ms and a write,
+	// ~45 ms) had its process not run for much of it; the overlap check
+	// leaves it out. Two holders of one permit need a hold past the
+	// record's expiry, which a process that runs renews every third of a
+	// lease: a library that granted a permit twice shows in short holds.
+	semSlowHold = semLease / 2
 )
 
 // permitWrite is the resource of one permit: behind the permit's fence, it
@@ -44,8 +50,9 @@ func permitKeys(name string, k string) (fence, counter string) {
 // holder (and starts another process in its place) or SIGSTOPs a holder for
 // longer than its lease, one fault every 1.5 s for 15 s. Every hold is
 // reported with its permit, token and times. Checked: among the holds of
-// processes that were not stopped during them, never more than three at
-// once and never two of one permit at once; every write that a stopped
+// processes that were not stopped during them (and that did not last over
+// half a lease, semSlowHold: two thirds of them at least), never more than
+// three at once and never two of one permit at once; every write that a stopped
 // process sent after a later holder of its permit had written (judged from
 // the reports, not from the fence's answer) was refused by the fence; each
 // permit's counter counts every write that passed, and others only up to
@@ -125,7 +132,7 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 	stats.grants.Add(int64(len(holds)))
 	passed := map[string]int64{}
 	unknown := map[string]int64{} // writes that failed with an error: applied or not
-	var clean []permitHold
+	var clean, slow []permitHold
 	stale, staleRefused, toldLost := 0, 0, 0
 	after := map[string]bool{} // permits held after the last fault
 	for _, h := range holds {
@@ -148,11 +155,32 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 			toldLost++ // the library told it (under load: a lease missed); only the fence protects its write
 			continue
 		}
-		expect(t, h.ok, "the write of p%d, which no fault touched, failed (permit %s, token %d): %s", h.proc, h.permit, h.token, h.err)
-		clean = append(clean, h)
 		if h.start.After(lastFault) {
 			after[h.permit] = true
 		}
+		if h.end.Sub(h.start) > semSlowHold {
+			// Its process, not stopped, was not run for much of the hold (a
+			// loaded machine): past its lease, another may have taken the
+			// permit while this holder read its context before the late
+			// lease timer ended it. Not judged on overlap; the fence judges
+			// its write: refused when stale, passed unless a later holder's
+			// write through the fence was sent before it returned.
+			slow = append(slow, h)
+			if b.takenOverBefore(h) {
+				expect(t, !h.ok, "the stale write of p%d, held up %v in its hold, passed the fence (permit %s, token %d)", h.proc, h.end.Sub(h.start), h.permit, h.token)
+			} else {
+				expect(t, h.ok || b.overtaken(h), "the write of p%d, held up %v in its hold and overtaken by no later holder, failed (permit %s, token %d): %s", h.proc, h.end.Sub(h.start), h.permit, h.token, h.err)
+			}
+			continue
+		}
+		expect(t, h.ok, "the write of p%d, which no fault touched, failed (permit %s, token %d): %s", h.proc, h.permit, h.token, h.err)
+		clean = append(clean, h)
+	}
+	// The overlap check below must judge most holds: two thirds of those
+	// that no fault touched at least (a run sees none or a few slow ones).
+	expect(t, 2*len(slow) <= len(clean), "%d holds took over %v, %d were judged on overlap: too few", len(slow), semSlowHold, len(clean))
+	if len(slow) > 0 {
+		t.Logf("%d holds that no fault touched took over %v (their process was not run for long: a loaded machine), left out of the overlap check; %d judged", len(slow), semSlowHold, len(clean))
 	}
 	// At most three holders at once, never two of one permit.
 	type edge struct {
@@ -196,8 +224,8 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 	expect(t, stale > 0, "no stopped holder wrote after its permit was taken over: the fence was not put to the test")
 	expect(t, staleRefused == stale, "%d of %d writes that stopped holders sent after a later holder of their permit had written were refused", staleRefused, stale)
 	expect(t, len(after) == semPermits, "%d of %d permits were held again after the last fault (a killed holder's permit comes back)", len(after), semPermits)
-	t.Logf("faults: semaphore: holds=%d kills=%d stops=%d most_at_once=%d stale_writes=%d refused=%d told_lost=%d writes_per_permit=%v",
-		len(holds), kills, stopsN, most, stale, staleRefused, toldLost, passed)
+	t.Logf("faults: semaphore: holds=%d kills=%d stops=%d most_at_once=%d stale_writes=%d refused=%d told_lost=%d slow_holds=%d writes_per_permit=%v",
+		len(holds), kills, stopsN, most, stale, staleRefused, toldLost, len(slow), passed)
 }
 
 // permitHold is one hold a permit-holder reported.
@@ -317,6 +345,20 @@ func (b *holdBoard) takenOverBefore(h permitHold) bool {
 	defer b.mu.Unlock()
 	for _, h2 := range b.holds {
 		if h2.permit == h.permit && h2.token > h.token && h2.ok && h2.end.Before(h.sent) {
+			return true
+		}
+	}
+	return false
+}
+
+// overtaken reports whether a later holder of h's permit (a greater token)
+// wrote through the fence, and passed, with a write sent before h's
+// returned: the fence may have seen it first and refused h's.
+func (b *holdBoard) overtaken(h permitHold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h2 := range b.holds {
+		if h2.permit == h.permit && h2.token > h.token && h2.ok && h2.sent.Before(h.end) {
 			return true
 		}
 	}
