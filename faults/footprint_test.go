@@ -46,7 +46,7 @@ func TestFootprint(t *testing.T) {
 	ctx := ctxTimeout(t, 5*time.Minute)
 	nodes := []*redis.Client{direct}
 	newLockClient := func() (*lock.Client, func()) {
-		rc := newRedis(t, srv.Addr, func(o *redis.Options) { o.PoolSize = 40 })
+		rc := newRedis(t, srv.Addr, func(o *redis.Options) { o.PoolSize = 40; o.ClientName = footprintClientName })
 		c := newClient(t, rc)
 		return c, func() { _ = c.Close(); _ = rc.Close() }
 	}
@@ -97,7 +97,7 @@ func TestFootprintCluster(t *testing.T) {
 		nodes = append(nodes, newRedis(t, a))
 	}
 	newLockClient := func() (*lock.Client, func()) {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 40})
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 40, ClientName: footprintClientName})
 		t.Cleanup(func() { _ = cc.Close() })
 		c := newClient(t, cc)
 		return c, func() { _ = c.Close(); _ = cc.Close() }
@@ -126,8 +126,33 @@ func footprintBaseline(t *testing.T, ctx context.Context, nodes []*redis.Client,
 	// here too, so that those commands' statistics are in the baseline.
 	time.Sleep(4 * time.Second)
 	closeClient()
-	time.Sleep(200 * time.Millisecond)
+	waitClosed(t, ctx, nodes)
 	return usedMemory(t, ctx, nodes)
+}
+
+// footprintClientName names the connections of the lock Clients of the
+// footprint tests (go-redis sends it with HELLO and CLIENT SETNAME as it
+// sets a connection up; serverCalls leaves both out), so that waitClosed
+// can tell when the servers have seen them closed.
+const footprintClientName = "footprint-lock"
+
+// waitClosed waits until no node lists a connection of a lock Client
+// (CLIENT LIST, by footprintClientName): the server frees a connection's
+// memory when it sees it closed, which a loaded machine may put off past
+// any fixed sleep (40 pooled connections of ~20 KB each).
+func waitClosed(t *testing.T, ctx context.Context, nodes []*redis.Client) {
+	t.Helper()
+	open := func() int {
+		n := 0
+		for _, node := range nodes {
+			list, err := node.ClientList(ctx).Result()
+			require.NoError(t, err)
+			n += strings.Count(list, " name="+footprintClientName+" ")
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return open() == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the servers still list connections of the closed lock Client")
 }
 
 // footprintWork runs the traffic of a lock per resource on c: n
@@ -268,9 +293,8 @@ func footprintCheckMemory(t *testing.T, ctx context.Context, nodes []*redis.Clie
 		}
 	}
 	closeClient()
-	// The server frees a closed connection's memory at once; give it a
-	// moment to see the closes.
-	time.Sleep(200 * time.Millisecond)
+	// The server frees a closed connection's memory once it sees the close.
+	waitClosed(t, ctx, nodes)
 	after := usedMemory(t, ctx, nodes)
 	t.Logf("left: %d fencing counters (at most %d); used_memory %d -> %d bytes (+%d)", len(keys), footprintSlots, before, after, after-before)
 	expect(t, len(keys) <= footprintSlots, "%d fencing counters left, more than one per slot", len(keys))
@@ -318,7 +342,7 @@ func dbSize(t *testing.T, ctx context.Context, nodes []*redis.Client) int64 {
 // serverCalls adds up the calls of every command in INFO commandstats but
 // the test's own (INFO, CONFIG RESETSTAT) and those of a connection's set-up
 // or health check, which the client's pool makes now and then (HELLO,
-// CLIENT SETINFO, PING).
+// CLIENT SETINFO, CLIENT SETNAME, PING).
 func serverCalls(stats string) int64 {
 	var sum int64
 	for _, l := range strings.Split(stats, "\n") {
@@ -327,7 +351,7 @@ func serverCalls(stats string) int64 {
 			continue
 		}
 		switch strings.TrimPrefix(name, "cmdstat_") {
-		case "info", "config|resetstat", "hello", "client|setinfo", "ping":
+		case "info", "config|resetstat", "hello", "client|setinfo", "client|setname", "ping":
 			continue
 		}
 		sum += infoCount(name+":"+rest, name+":", "calls=")
