@@ -166,15 +166,31 @@ func TestSentinel(t *testing.T) {
 		expect(t, strings.HasSuffix(v, ",ended") && ttl > 0, "record %q (TTL %v) after a release inside OncePer, want an ended one", v, ttl)
 		replicated(t, l.Key(), v)
 
-		_, err = b.Acquire(ctx, name, lock.Options{})
-		expect(t, errors.Is(err, lock.ErrGracePeriod), "acquisition inside the window: %v, want ErrGracePeriod", err)
-		_, err = b.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 5 * time.Second})
-		expect(t, errors.Is(err, lock.ErrGracePeriod), "waiting acquisition inside the window: %v, want ErrGracePeriod", err)
-		expect(t, time.Since(before) < window, "the checks took %v, past the window: the test is too slow to tell", time.Since(before))
+		// The window runs from the grant, after before: an acquisition
+		// answered before before+window was answered inside it. One that
+		// got the lock and was answered later says nothing (the machine
+		// was too slow to check inside the window): logged, not judged.
+		for _, o := range []lock.Options{{}, {Wait: true, MaxWait: 5 * time.Second}} {
+			l2, err := b.Acquire(ctx, name, o)
+			answered := time.Since(before)
+			if l2 != nil {
+				_ = l2.Release(ctx)
+			}
+			if err == nil && answered >= window {
+				t.Logf("too slow to check acquisitions inside the window: one (Wait %v) answered %v after the first acquisition's start, past the window (%v), got the lock", o.Wait, answered.Round(time.Millisecond), window)
+				break
+			}
+			expect(t, errors.Is(err, lock.ErrGracePeriod), "acquisition (Wait %v) inside the window, answered %v after the first acquisition's start: %v, want ErrGracePeriod", o.Wait, answered.Round(time.Millisecond), err)
+		}
 
-		time.Sleep(time.Until(before.Add(window + 50*time.Millisecond)))
-		l2, err := b.Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err, "acquisition after the window")
+		// Free once the window has passed, and not before (the grant came
+		// after before).
+		var l2 *lock.Lock
+		require.Eventually(t, func() bool {
+			l2, err = b.Acquire(ctx, name, lock.Options{})
+			return err == nil
+		}, window+2*time.Second, 20*time.Millisecond, "the lock is free once the window has passed")
+		expect(t, time.Since(before) >= window-10*time.Millisecond, "the lock was free %v after the first acquisition's start, inside the window (%v)", time.Since(before).Round(time.Millisecond), window)
 		stats.grants.Add(1)
 		expect(t, l2.Token() > l.Token(), "token %d after the window, %d before", l2.Token(), l.Token())
 		require.NoError(t, l2.Release(ctx))
@@ -221,9 +237,14 @@ func TestSentinel(t *testing.T) {
 		v, _ := record(t, direct, l.Key())
 		replicated(t, l.Key(), v)
 
-		time.Sleep(time.Until(released.Add(grace + 50*time.Millisecond)))
-		l2, err := waiter.Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err, "acquisition after the grace period")
+		// Free once the grace period has passed, and not before (it began
+		// after released).
+		var l2 *lock.Lock
+		require.Eventually(t, func() bool {
+			l2, err = waiter.Acquire(ctx, name, lock.Options{})
+			return err == nil
+		}, grace+2*time.Second, 20*time.Millisecond, "the lock is free once the grace period has passed")
+		expect(t, time.Since(released) >= grace-10*time.Millisecond, "the lock was free %v after the release, inside the grace period (%v)", time.Since(released).Round(time.Millisecond), grace)
 		stats.grants.Add(1)
 		expect(t, l2.Token() > l.Token(), "token %d after the window, %d before", l2.Token(), l.Token())
 		require.NoError(t, l2.Release(ctx))
