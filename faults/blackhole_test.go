@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 const (
@@ -82,19 +83,10 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 	t.Cleanup(func() { _ = rc.Close() })
 	name := "blackhole:" + t.Name()
 	key := keyOf(name)
-	// When the holder was told: its EventLost's Time, stamped before Done
-	// closes (a goroutine woken by Done would add a scheduling hop).
-	lostAt := make(chan time.Time, 1)
-	holder := newClient(t, rc, lock.WithReleaseTimeout(netReleaseTimeout), lock.WithEvents(func(e lock.Event) {
-		if e.Kind == lock.EventLost && e.Key == key {
-			select {
-			case lostAt <- e.Time:
-			default:
-			}
-		}
-	}))
+	losses, lostAt := lossTimes(key)
+	holder := newClient(t, rc, lock.WithReleaseTimeout(netReleaseTimeout), losses)
 	other := newClient(t, direct)
-	stalls := watchStalls(t)
+	stalls := testenv.WatchStalls(t)
 	// Registered last, so run first: the proxy lets go of every hung call
 	// before the clients are closed.
 	t.Cleanup(func() { _ = p.Close() })
@@ -150,7 +142,7 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 		t.Logf("replies held %v after the previous renewal; the call reached Redis %v after that",
 			cut.Sub(renewed).Round(time.Millisecond), sent.Sub(cut).Round(time.Millisecond))
 	}
-	stalls.reset()
+	stalls.Reset()
 
 	// The other client tries, directly, every 5ms, without waiting.
 	type takeover struct {
@@ -174,18 +166,9 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 		took <- takeover{}
 	}()
 
-	var toldAt time.Time
-	select {
-	case <-l.Done():
-		select {
-		case toldAt = <-lostAt: // emitted before Done closed
-		default:
-			toldAt = time.Now() // Done closed without EventLost: Err below says how
-		}
-	case <-time.After(time.Until(cut.Add(blackholeWait))):
-	}
+	told := toldAt(l.Done(), lostAt, time.Until(cut.Add(blackholeWait)))
 	to := <-took
-	held := stalls.longest()
+	held := stalls.Longest()
 	if to.l != nil {
 		stats.grants.Add(1)
 	}
@@ -197,27 +180,27 @@ func blackhole(t *testing.T, srv *faults.Redis, direct *redis.Client, call strin
 		return at.Sub(cut).Round(time.Millisecond).String()
 	}
 	t.Logf("after the blackhole: holder told %s, other client acquired %s (its attempt sent %s); lease %v; the longest this process was held up: %v",
-		since(toldAt), since(to.at), since(to.sent), blackholeLease, held.Round(time.Millisecond))
+		since(told), since(to.at), since(to.sent), blackholeLease, held.Round(time.Millisecond))
 
-	if expect(t, !toldAt.IsZero(), "the holder was not told %v after its connection was blackholed (lease %v)", blackholeWait, blackholeLease) {
+	if expect(t, !told.IsZero(), "the holder was not told %v after its connection was blackholed (lease %v)", blackholeWait, blackholeLease) {
 		expect(t, errors.Is(l.Err(), lock.ErrLost), "Err after the lease ran out is %v, want ErrLost", l.Err())
 		// The last renewal that got through was sent before the cut, so the
 		// lease ended at most a lease after it.
-		expect(t, toldAt.Sub(cut) <= blackholeLease+blackholeMargin,
+		expect(t, told.Sub(cut) <= blackholeLease+blackholeMargin,
 			"the holder was told %v after the blackhole, want by the end of its lease: within %v (lease) + %v, the last renewal that got through having been sent before it",
-			toldAt.Sub(cut).Round(time.Millisecond), blackholeLease, blackholeMargin)
+			told.Sub(cut).Round(time.Millisecond), blackholeLease, blackholeMargin)
 	}
 	if expect(t, to.l != nil, "the other client could not take the lock within %v of the blackhole (lease %v)", blackholeWait, blackholeLease) {
-		if !toldAt.IsZero() {
+		if !told.IsZero() {
 			// Told before the other got the lock, or at most lateAllowance
 			// after it (the lease timer's margin is 26 ms: a process held
 			// up longer runs the two in either order). A holder told only
 			// when its hung call fails (the 3 s read timeout) is ~1.8 s
 			// late, far past it.
 			allow := lateAllowance(blackholeLease, held)
-			expect(t, toldAt.Sub(to.at) < allow,
+			expect(t, told.Sub(to.at) < allow,
 				"two holders: the other client acquired the lock %v after the blackhole, and the holder was told only %v after it, %v later (allowed %v: a tenth of the lease and %v held up), believing it held the lock all that time",
-				to.at.Sub(cut).Round(time.Millisecond), toldAt.Sub(cut).Round(time.Millisecond), toldAt.Sub(to.at).Round(time.Millisecond),
+				to.at.Sub(cut).Round(time.Millisecond), told.Sub(cut).Round(time.Millisecond), told.Sub(to.at).Round(time.Millisecond),
 				allow.Round(time.Millisecond), held.Round(time.Millisecond))
 		} else {
 			expect(t, false, "two holders: the other client acquired the lock %v after the blackhole, and the holder was still not told %v after it",

@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // electionLease is the leader's lease in the election fault tests: renewed
@@ -152,25 +152,18 @@ func TestElectionFailoverMemory(t *testing.T) {
 	const rounds = 10
 	mem := lock.NewMemoryProvider()
 	c := newMemoryClient(t, mem)
-	stalls := watchStalls(t)
+	stalls := testenv.WatchStalls(t)
 	var afterDeath, afterResign []time.Duration
 	for r := range 2 * rounds {
 		die := r%2 == 0
 		role := "failover-memory:" + strconv.Itoa(r)
 		dying := &deadRenewals{Provider: mem}
-		lostAt := make(chan time.Time, 1) // the leader's EventLost's Time: stamped before its term's context ends
-		leader, err := newMemoryClient(t, dying, lock.WithEvents(func(e lock.Event) {
-			if e.Kind == lock.EventLost {
-				select {
-				case lostAt <- e.Time:
-				default:
-				}
-			}
-		})).Campaign(context.Background(), role, lock.ElectionOptions{Lease: electionLease})
+		losses, lostAt := lossTimes("")
+		leader, err := newMemoryClient(t, dying, losses).Campaign(context.Background(), role, lock.ElectionOptions{Lease: electionLease})
 		require.NoError(t, err)
 		s := lead(t, c, role)
 		time.Sleep(rand.N(electionLease / 3))
-		stalls.reset()
+		stalls.Reset()
 		var from time.Time
 		if die {
 			dying.dead.Store(true)
@@ -195,17 +188,8 @@ func TestElectionFailoverMemory(t *testing.T) {
 			// expire; a process held up longer runs the successor and the
 			// late timer in either order. A term that never ends, or ends
 			// only well after the successor ran, still fails.
-			var lost time.Time
-			select {
-			case <-leader.Context().Done():
-				select {
-				case lost = <-lostAt: // emitted before the context ended
-				default:
-					lost = time.Now()
-				}
-			case <-time.After(5 * time.Second):
-			}
-			held := stalls.longest()
+			lost := toldAt(leader.Context().Done(), lostAt, 5*time.Second)
+			held := stalls.Longest()
 			allow := lateAllowance(electionLease, held)
 			if expect(t, !lost.IsZero(), "round %d: the dead leader's term had not ended 5s after the successor ran", r) {
 				expect(t, lost.Sub(ran) < allow, "round %d: the dead leader's term ended %v after the successor ran, want before it or within %v (a tenth of the lease and %v held up)",
@@ -268,16 +252,9 @@ func TestElectionBlackholedLeader(t *testing.T) {
 	require.NoError(t, err)
 	rc := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rc.Close() })
-	lostAt := make(chan time.Time, 1) // the leader's EventLost's Time: stamped before its term's context ends
-	cut := newClient(t, rc, lock.WithReleaseTimeout(time.Second), lock.WithEvents(func(e lock.Event) {
-		if e.Kind == lock.EventLost {
-			select {
-			case lostAt <- e.Time:
-			default:
-			}
-		}
-	}))
-	stalls := watchStalls(t)
+	losses, lostAt := lossTimes("")
+	cut := newClient(t, rc, lock.WithReleaseTimeout(time.Second), losses)
+	stalls := testenv.WatchStalls(t)
 	next := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(50*time.Millisecond))
 	t.Cleanup(func() { _ = p.Close() })
 	direct := newRedis(t, srv.Addr)
@@ -296,7 +273,7 @@ func TestElectionBlackholedLeader(t *testing.T) {
 		}
 		p.Pause()
 		cutAt := time.Now()
-		stalls.reset()
+		stalls.Reset()
 		fault(t, "blackhole the leader just after a renewal")
 		term, err := next.Campaign(ctx, role, lock.ElectionOptions{})
 		elected := time.Now()
@@ -306,17 +283,8 @@ func TestElectionBlackholedLeader(t *testing.T) {
 		// a process held up longer runs the election and the late timer in
 		// either order. A term that never ends, or ends only when a hung
 		// call fails (a second or more later), still fails.
-		var lost time.Time
-		select {
-		case <-leader.Context().Done():
-			select {
-			case lost = <-lostAt: // emitted before the context ended
-			default:
-				lost = time.Now()
-			}
-		case <-time.After(5 * time.Second):
-		}
-		held := stalls.longest()
+		lost := toldAt(leader.Context().Done(), lostAt, 5*time.Second)
+		held := stalls.Longest()
 		allow := lateAllowance(blackholeLease, held)
 		if expect(t, !lost.IsZero(), "round %d: the blackholed leader's term had not ended 5s after the candidate was elected, %v after the cut", r, elected.Sub(cutAt)) {
 			expect(t, lost.Sub(elected) < allow, "round %d: the blackholed leader's term ended %v after the candidate was elected (%v after the cut), want before it or within %v (a tenth of the lease and %v held up)",
@@ -333,59 +301,6 @@ func TestElectionBlackholedLeader(t *testing.T) {
 		require.NoError(t, term.Resign(ctx))
 	}
 }
-
-// lateAllowance is how long after another client got a lock (or role) its
-// cut-off holder may be told of the loss, this process having been held
-// up for held at most meanwhile: a tenth of the lease (as
-// TestNetworkFaults allows), plus held. The lease timer ends a lease 2% of
-// it + 2 ms before the record can expire; a process not run for longer
-// than that (two busy vCPUs under -race: timers 20-250 ms late) runs the
-// other's grant and the late timer in either order. A holder told only
-// when a hung call fails, or never, is later than that by far.
-func lateAllowance(lease, held time.Duration) time.Duration { return lease/10 + held }
-
-// stallWatch measures how long this process's goroutines wait to be run
-// (as locktest's canary does): a goroutine that sleeps a millisecond at a
-// time records the longest gap between its wake-ups beyond that
-// millisecond.
-type stallWatch struct {
-	max atomic.Int64
-}
-
-// watchStalls starts a stallWatch, stopped at the end of the test.
-func watchStalls(t testing.TB) *stallWatch {
-	w := &stallWatch{}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		last := time.Now()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			now := time.Now()
-			if gap := int64(now.Sub(last) - time.Millisecond); gap > w.max.Load() {
-				w.max.Store(gap)
-			}
-			last = now
-		}
-	}()
-	t.Cleanup(func() {
-		close(done)
-		wg.Wait()
-	})
-	return w
-}
-
-// reset forgets the gaps seen so far.
-func (w *stallWatch) reset() { w.max.Store(0) }
-
-// longest returns the longest gap seen since the last reset.
-func (w *stallWatch) longest() time.Duration { return time.Duration(w.max.Load()) }
 
 // roleLeader is the child of TestElectionFailover: it campaigns for
 // FAULTS_LOCK with lease FAULTS_LEASE and reports "elected term=T"; then,

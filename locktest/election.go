@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // runElection checks the elections of a lock.Client on the provider
@@ -242,8 +243,8 @@ func (s *suite) endedCandidateNeverLeads(t *testing.T) {
 // record can expire, and the leader and the candidate share this process:
 // a process that is not scheduled for longer than that (a loaded machine, a
 // stop of the runtime) runs the candidate's election and the late timer in
-// either order once it resumes. A round in which a canary goroutine was
-// held up for half that margin or more, and the candidate won, proves
+// either order once it resumes. A round in which a canary goroutine
+// (testenv.Stalls) was held up for half that margin or more, and the candidate won, proves
 // nothing about the order: it is logged, its leader's context must still
 // end (with the loss) within a few seconds, and another round is run, up to
 // maxRounds. A candidate elected before the leader's lease could have run
@@ -269,26 +270,25 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 	// renew within a second does not take the successor's term from it
 	// while the round is checked (seen once, with two CI runs at once).
 	next := newClient(t, s.b.New(t), lock.WithPollInterval(20*time.Millisecond), lock.WithClaimWindow(5*time.Second))
-	var stall canary
-	defer stall.start()()
+	stall := testenv.WatchStalls(t)
 	checked := 0
 	for round := 0; checked < conclude && round < maxRounds; round++ {
-		stall.reset()
+		stall.Reset()
 		before := time.Now()
 		leader, err := cut.Campaign(ctx, role, lock.ElectionOptions{Lease: lease})
-		if lostHeldUp(t, err, stall.longest(), round, "the leader") {
+		if lostHeldUp(t, err, stall.Longest(), round, "the leader") {
 			continue
 		}
 		require.NoError(t, err)
 		elected := time.Now()
 		var ended atomic.Int64 // since elected, when the leader's context ended
 		context.AfterFunc(leader.Context(), func() { ended.Store(int64(time.Since(elected))) })
-		stall.reset()
+		stall.Reset()
 		successor, err := next.Campaign(ctx, role, lock.ElectionOptions{})
 		endedBefore := leader.Context().Err() != nil
 		won := time.Now()
 		got := won.Sub(elected)
-		held := stall.longest()
+		held := stall.Longest()
 		if lostHeldUp(t, err, held, round, "the successor") {
 			_ = leader.Resign(ctx)
 			continue
@@ -336,46 +336,6 @@ func lostHeldUp(t *testing.T, err error, held time.Duration, round int, who stri
 	t.Logf("round %d: %s's grant was lost before its Campaign returned (%v), the process held up for %v: the round says nothing", round, who, err, held.Round(time.Millisecond))
 	return true
 }
-
-// canary measures how long this process's goroutines wait to be run: a
-// goroutine that sleeps a millisecond at a time records the longest gap
-// between its wake-ups beyond that millisecond.
-type canary struct {
-	max atomic.Int64
-}
-
-// start starts the canary's goroutine; the function it returns stops it.
-func (c *canary) start() (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		last := time.Now()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			now := time.Now()
-			if gap := int64(now.Sub(last) - time.Millisecond); gap > c.max.Load() {
-				c.max.Store(gap)
-			}
-			last = now
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
-// reset forgets the gaps seen so far.
-func (c *canary) reset() { c.max.Store(0) }
-
-// longest returns the longest gap seen since the last reset.
-func (c *canary) longest() time.Duration { return time.Duration(c.max.Load()) }
 
 // leadCampaignsAgainAfterLoss: a Lead whose role is taken from it (an
 // operator's ForceRelease, three times) campaigns again without a restart
