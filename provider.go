@@ -8,7 +8,7 @@ import (
 
 // Provider stores lock records and the queues of their waiters. It is the one
 // contract every backend implements, all of it: the Client builds waiting,
-// renewal, grace periods and events on the first six methods, and Inspect,
+// renewal, grace periods and events on the first seven methods, and Inspect,
 // List and ForceRelease on the last three; a
 // wrapper that embeds a Provider (for logging or metrics) passes every one on.
 //

@@ -18,8 +18,8 @@
 //
 // The suite works through the lock.Provider interface only. It checks
 // records, fencing tokens, renewals and grace periods (Acquire, Release,
-// Update), bad input, the wait queue (Queue, Leave, Listen, and how Release
-// and Update serve a queue), and what operators use (Inspect, List,
+// Renew, Finish), bad input, the wait queue (Queue, Leave, Listen, and how
+// Release and Finish serve a queue), and what operators use (Inspect, List,
 // ForceRelease), and what a lock.Client on the provider promises where it
 // rests on the provider's answers (a lock found lost is reported, with why,
 // before Done is closed); each check is a subtest named after the
@@ -31,8 +31,8 @@
 // uses it (t.Name(), with "/" replaced by ":") and a random part, so runs can
 // share one server, and what a run left there can be found by its name. A
 // check that passes releases every record it took; what a backend keeps
-// beside its records (the Redis provider's fencing counters, which expire
-// within an hour) is the backend's to clean up.
+// beside its records (the Redis provider's fencing counters, one per
+// hash slot and prefix, which never expire) is the backend's to clean up.
 package locktest
 
 import (

@@ -17,7 +17,7 @@ import (
 )
 
 // runQueue checks the wait-queue part of the Provider contract: Queue,
-// Leave, Listen, and how Release and Update serve a key's queue.
+// Leave, Listen, and how Release and Finish serve a key's queue.
 //
 // "Nothing was sent" is checked without sleeping: quiet sends each inbox a
 // last message through the provider, and an inbox's messages arrive in the

@@ -16,7 +16,7 @@ import (
 )
 
 // runRecords checks records and their fencing tokens, renewals and grace
-// periods: Acquire, Release and Update, and the arguments they refuse.
+// periods: Acquire, Release, Renew and Finish, and the arguments they refuse.
 func (s *suite) runRecords(t *testing.T) {
 	t.Run("AcquireFreeKey", s.acquireFreeKey)
 	t.Run("AcquireHeldKeyReturnsHolder", s.acquireHeldKeyReturnsHolder)
