@@ -227,10 +227,10 @@ func (c *Client) emit(e Event) {
 
 // failed names the operation and the key of a provider error, as an
 // acquisition's does, and remembers it as the provider's last error (see
-// lastError) unless it is a context's. ctx is the caller's context, nil
-// when the call ran on a context of the library's own: a call that ended
-// because the caller's context did is no sign of the provider's health (the
-// error does not match ErrUnavailable).
+// lastError) unless it is a context's. ctx is the caller's context, or
+// context.Background() when the call ran on a context of the library's
+// own: a call that ended because the caller's context did is no sign of the
+// provider's health (the error does not match ErrUnavailable).
 func (c *Client) failed(ctx context.Context, op, key string, err error) error {
 	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
 		return err

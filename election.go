@@ -70,7 +70,8 @@ type Term struct {
 // values, not its cancellation), until Resign or a loss. A campaign that
 // fails returns an error and no Term, and leaves nothing of the candidate
 // stored: a *NotAcquiredError with the context's error (or ErrClosed when
-// the Client closes), also when ctx ended just as the role was granted (the
+// the Client closes during the campaign; ErrClosed itself when it was
+// closed before), also when ctx ended just as the role was granted (the
 // role is then handed on at once); a *LostError when the role was lost
 // before Campaign could return it (the process was paused past the lease);
 // the provider's error; ErrInvalidArgument for a bad role or options. A
@@ -194,8 +195,9 @@ type LeadOptions struct {
 // the role and is not recovered.
 //
 // Lead returns context.Cause(ctx) once ctx has ended and the last term,
-// if any, has ended; a *NotAcquiredError matching ErrClosed when the Client
-// is closed while Lead campaigns; ErrInvalidArgument for a nil fn, a bad
+// if any, has ended; an error matching ErrClosed when the Client is closed
+// while Lead campaigns or pauses (a *NotAcquiredError when it closes during
+// a campaign; a term under way is not ended by Close); ErrInvalidArgument for a nil fn, a bad
 // role or bad options, at once.
 func (c *Client) Lead(ctx context.Context, role string, fn func(ctx context.Context) error, o LeadOptions) error {
 	if fn == nil {

@@ -16,7 +16,8 @@ const (
 	// EventSkipped: the acquisition gave up; Err is the *NotAcquiredError,
 	// or the provider's error when it failed.
 	EventSkipped
-	// EventReleased: the holder released the lock cleanly. Held is how long it
+	// EventReleased: the holder released the lock; Err is set when the release
+	// failed (the record then expires within its lease). Held is how long it
 	// was held; GracePeriod is set when the lock stays closed for one.
 	EventReleased
 	// EventLost: the lock stopped being held before a clean release (lease

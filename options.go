@@ -199,9 +199,10 @@ func WithPollInterval(d time.Duration) ClientOption {
 // WithClaimWindow sets how long a lock handed to a waiter stays its own
 // before the waiter takes it up (the default is one second). A waiter's
 // record, whether a release handed it over or the waiter's own request took
-// it, is stored for the claim window only, and the waiter extends it to its
-// lease before it relies on it (a grant handed over) or right after (a grant
-// its own request took). A waiter whose process is stalled when the lock is
+// it, is stored for the claim window only, and the waiter's lease timer
+// extends it to its lease a third of the window later; a grant handed over
+// with less than half the window left, or whose age the waiter cannot tell,
+// is extended before the waiter relies on it. A waiter whose process is stalled when the lock is
 // handed to it (a long GC pause, SIGSTOP, a frozen VM) does not take it up:
 // the record expires at the end of the window, and the next waiter's look
 // takes it, so the lock idles for the window (plus the poll interval, when

@@ -12,7 +12,8 @@ import (
 // handler, tries once, and frees the lock when the handler returns.
 type PrimitiveOptions[T any] struct {
 	// Name is the lock's name. When Name and NameFunc are empty, the name is the
-	// handler's: "pkg.Func" for a top-level function, "pkg.(*Type).Method" for a
+	// handler's full name as the runtime reports it: "example.com/app/jobs.Func"
+	// for a top-level function, "example.com/app/jobs.(*Type).Method" for a
 	// method value with a pointer receiver; New refuses other handlers (closures,
 	// value receivers, interface methods) without a name. A derived name is the
 	// same across replicas of one binary; set Name when versions must agree.
@@ -88,8 +89,8 @@ func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
 
 // funcName returns a name for the lock of handler fn that is the same in every
 // replica of a binary and differs between handlers: the name of a top-level
-// function ("pkg.Func"), or of a method value with a pointer receiver
-// ("pkg.(*Type).Method"). It returns "" for the rest: a closure is named after
+// function ("example.com/app/jobs.Func"), or of a method value with a
+// pointer receiver ("example.com/app/jobs.(*Type).Method"). It returns "" for the rest: a closure is named after
 // its position in its enclosing function, and a method value of a value
 // receiver is named like one taken from an interface, which every
 // implementation of the interface would share.

@@ -13,7 +13,8 @@ import (
 // o.Wait it tries once; with it, it waits as Options.Wait says. It returns a
 // *NotAcquiredError (ErrNotAcquired) when the lock was held, in its grace
 // period, or the wait ended (its Reason is then the context's cause:
-// ErrTimeout at MaxWait, ErrClosed when the Client is closed), and the
+// ErrTimeout at MaxWait, ErrClosed when the Client closes during the wait),
+// ErrClosed itself when the Client was closed before the call, and the
 // provider's error, naming the operation and the key, otherwise; after a
 // failure nothing of the caller's is left stored. A grant that reaches the
 // caller after the lease it asked for ran out (a slow answer, a paused
@@ -219,7 +220,7 @@ func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 
 // busyKeys remembers the keys this Client found held lately. A waiter's
 // first request for such a key asks the provider to join the key's queue
-// first (Waiter.Contended): one command when others wait already. A key is
+// first (LookJoin): one command when others wait already. A key is
 // forgotten a second after it was last seen busy.
 type busyKeys struct {
 	mu   sync.Mutex
