@@ -197,8 +197,8 @@ type LeadOptions struct {
 // Lead returns context.Cause(ctx) once ctx has ended and the last term,
 // if any, has ended; an error matching ErrClosed when the Client is closed
 // while Lead campaigns or pauses (a *NotAcquiredError when it closes during
-// a campaign; a term under way is not ended by Close); ErrInvalidArgument for a nil fn, a bad
-// role or bad options, at once.
+// a campaign; a term under way is not ended by Close); ErrInvalidArgument
+// for a nil fn, a bad role or bad options, at once.
 func (c *Client) Lead(ctx context.Context, role string, fn func(ctx context.Context) error, o LeadOptions) error {
 	if fn == nil {
 		return invalidf("nil function")

@@ -202,11 +202,11 @@ func WithPollInterval(d time.Duration) ClientOption {
 // it, is stored for the claim window only, and the waiter's lease timer
 // extends it to its lease a third of the window later; a grant handed over
 // with less than half the window left, or whose age the waiter cannot tell,
-// is extended before the waiter relies on it. A waiter whose process is stalled when the lock is
-// handed to it (a long GC pause, SIGSTOP, a frozen VM) does not take it up:
-// the record expires at the end of the window, and the next waiter's look
-// takes it, so the lock idles for the window (plus the poll interval, when
-// that is longer), not for a lease. The stalled waiter, when it resumes,
+// is extended before the waiter relies on it. A waiter whose process is
+// stalled when the lock is handed to it (a long GC pause, SIGSTOP, a frozen
+// VM) does not take it up: the record expires at the end of the window, and
+// the next waiter's look takes it, so the lock idles for the window (plus
+// the poll interval, when that is longer), not for a lease. The stalled waiter, when it resumes,
 // finds the grant gone and waits again, at the back of the queue. A window
 // at least as long as the lease turns this off: a handed-over record then
 // lives a lease. d must be at least a millisecond; other values are ignored.

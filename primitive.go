@@ -90,10 +90,11 @@ func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
 // funcName returns a name for the lock of handler fn that is the same in every
 // replica of a binary and differs between handlers: the name of a top-level
 // function ("example.com/app/jobs.Func"), or of a method value with a
-// pointer receiver ("example.com/app/jobs.(*Type).Method"). It returns "" for the rest: a closure is named after
-// its position in its enclosing function, and a method value of a value
-// receiver is named like one taken from an interface, which every
-// implementation of the interface would share.
+// pointer receiver ("example.com/app/jobs.(*Type).Method"). It returns ""
+// for the rest: a closure is named after its position in its enclosing
+// function, and a method value of a value receiver is named like one taken
+// from an interface, which every implementation of the interface would
+// share.
 func funcName(fn any) string {
 	f := runtime.FuncForPC(reflect.ValueOf(fn).Pointer())
 	if f == nil {
