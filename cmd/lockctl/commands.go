@@ -18,6 +18,7 @@ type command struct {
 	client *lock.Client
 	prefix string
 	where  string // where the provider keeps the locks: "in Redis", "in the tables public.lock_*"
+	hint   string // what ls says when it finds no lock: see emptyListHint
 	json   bool   // print JSON rather than text
 	stdout io.Writer
 	stderr io.Writer
@@ -42,9 +43,8 @@ func (c command) list(ctx context.Context, limit int) error {
 		return c.printJSON(out)
 	}
 	if len(locks) == 0 {
-		_, err := fmt.Fprintf(c.stdout, "no locks under the prefix %q %s (keys %s)\n"+
-			"If your services pass a prefix to lock.WithPrefix, give lockctl the same one: lockctl -prefix <prefix> ls\n",
-			c.prefix, c.where, c.client.Key("NAME"))
+		_, err := fmt.Fprintf(c.stdout, "no locks under the prefix %q %s (keys %s)\n%s\n",
+			c.prefix, c.where, c.client.Key("NAME"), c.hint)
 		return err
 	}
 	parts := false // a column for what locks are part of, when some are

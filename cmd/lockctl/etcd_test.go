@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -114,7 +115,8 @@ func newEtcdFixture(t *testing.T) *fixture {
 	cli := newEtcdClient(t, ep)
 	ctx := context.Background()
 	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-etcd", ep, "-namespace", ns},
-		where: fmt.Sprintf("in etcd under the namespace %q", ns), ttlStep: time.Second}
+		where: fmt.Sprintf("in etcd under the namespace %q", ns), ttlStep: time.Second,
+		hint: "lockctl -etcd <endpoints> -namespace <namespace> -prefix <prefix> ls"}
 	f.provider = func() lock.Provider {
 		c := newEtcdClient(t, ep)
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -143,4 +145,27 @@ func newEtcdFixture(t *testing.T) *fixture {
 		}
 	})
 	return f
+}
+
+// TestEmptyListOnEtcdNamesNamespace runs ls on etcd under another namespace
+// than the services': it finds nothing, and says to give lockctl the
+// namespace they pass to etcd.WithNamespace, with -namespace (issue 31: it
+// named -prefix alone, which does not reach another namespace's locks).
+func TestEmptyListOnEtcdNamesNamespace(t *testing.T) {
+	f := newEtcdFixture(t)
+	c := f.client()
+	l, err := c.Acquire(context.Background(), "held-elsewhere", lock.Options{})
+	require.NoError(t, err)
+	defer l.Release(context.Background())
+
+	other := "lockctl-test/" + randomHex(6) + "/"
+	stdout, stderr, code := runArgs("-etcd", etcdEndpoint(t), "-namespace", other, "-prefix", f.prefix, "ls")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, fmt.Sprintf("in etcd under the namespace %q", other), "where it looked")
+	assert.Contains(t, stdout, "etcd.WithNamespace", "the option the services pass")
+	assert.Contains(t, stdout, "-namespace <namespace>", "the flag that gives lockctl their namespace")
+
+	stdout, stderr, code = f.lockctl("ls") // the services' namespace
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "held-elsewhere", "the lock is listed under the services' namespace")
 }

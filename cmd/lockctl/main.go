@@ -14,7 +14,7 @@
 //	lockctl -prefix myapp:lock: ls
 //	lockctl -redis redis://redis.internal:6379/0 -prefix myapp:lock: ls
 //	lockctl -postgres postgres://app@db:5432/app -prefix myapp:lock: ls
-//	lockctl -etcd etcd-0:2379,etcd-1:2379,etcd-2:2379 -prefix myapp:lock: ls
+//	lockctl -etcd etcd-0:2379,etcd-1:2379,etcd-2:2379 -namespace myapp/ -prefix myapp:lock: ls
 //	lockctl -prefix myapp:lock: -json show nightly-report
 //	lockctl -prefix myapp:lock: -yes release nightly-report
 //
@@ -140,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 
-	cmd := command{client: client, prefix: cfg.prefix, where: where, json: cfg.json, stdout: stdout, stderr: stderr}
+	cmd := command{client: client, prefix: cfg.prefix, where: where, hint: emptyListHint(cfg), json: cfg.json, stdout: stdout, stderr: stderr}
 	switch cfg.command {
 	case "ls":
 		err = cmd.list(ctx, cfg.limit)
@@ -157,6 +157,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// emptyListHint says, for ls when it finds no lock, which flags give
+// lockctl the settings of the services: on etcd, the namespace they pass to
+// etcd.WithNamespace (-namespace) and the prefix they pass to lock.WithPrefix
+// (-prefix); elsewhere the prefix. (Issue 31: on etcd it named -prefix
+// alone, where a service's etcd.WithNamespace was what lockctl missed.)
+func emptyListHint(cfg config) string {
+	if cfg.etcdEndpoints != "" {
+		return "If your services pass a namespace to etcd.WithNamespace, or a prefix to lock.WithPrefix, give lockctl the same: " +
+			"lockctl -etcd <endpoints> -namespace <namespace> -prefix <prefix> ls"
+	}
+	return "If your services pass a prefix to lock.WithPrefix, give lockctl the same one: lockctl -prefix <prefix> ls"
 }
 
 // parseArgs reads the flags, the command and its arguments, and checks
@@ -276,7 +289,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 
 The locks are read from Redis (-redis), from PostgreSQL (-postgres) or from
 etcd (-etcd), under -prefix: the prefix the services pass to lock.WithPrefix
-("lock:" if none).
+("lock:" if none); on etcd, under -namespace too: the namespace they pass to
+etcd.WithNamespace ("lock/" if none).
 
 A forced release hands the lock to its first waiter; the holder learns that
 it lost the lock at its next renewal (within a third of its lease).

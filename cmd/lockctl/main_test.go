@@ -80,6 +80,7 @@ type fixture struct {
 	prefix string   // the Clients' key prefix
 	flags  []string // lockctl's flags that pick the store
 	where  string   // what ls says of where it looked, when it finds nothing
+	hint   string   // the command ls gives, when it finds nothing, to name the services' settings
 	// ttlStep is what the store rounds a lease up to a multiple of (etcd's
 	// whole seconds); 0 when it keeps leases as asked.
 	ttlStep time.Duration
@@ -115,7 +116,8 @@ func forEachStore(t *testing.T, fn func(t *testing.T, f *fixture)) {
 func newRedisFixture(t *testing.T) *fixture {
 	rc := realRedis(t)
 	ctx := context.Background()
-	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-redis", "redis://" + redisAddr() + "/0"}, where: "in Redis"}
+	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-redis", "redis://" + redisAddr() + "/0"}, where: "in Redis",
+		hint: "lockctl -prefix <prefix> ls"}
 	f.provider = func() lock.Provider {
 		c := redis.NewClient(&redis.Options{Addr: redisAddr()})
 		t.Cleanup(func() { _ = c.Close() })
@@ -168,7 +170,8 @@ func newPostgresFixture(t *testing.T) *fixture {
 			t.Errorf("dropping %s*: %v", tables, err)
 		}
 	})
-	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-postgres", postgresDSN(), "-table-prefix", tables}, where: "in the tables "}
+	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-postgres", postgresDSN(), "-table-prefix", tables}, where: "in the tables ",
+		hint: "lockctl -prefix <prefix> ls"}
 	f.provider = func() lock.Provider {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -740,7 +743,7 @@ func TestEmptyList(t *testing.T) {
 		assert.Contains(t, stdout, fmt.Sprintf("no locks under the prefix %q", f.prefix))
 		assert.Contains(t, stdout, f.prefix+"{NAME}", "the keys it looked for")
 		assert.Contains(t, stdout, "lock.WithPrefix")
-		assert.Contains(t, stdout, "lockctl -prefix ", "how to give the services' prefix")
+		assert.Contains(t, stdout, f.hint, "how to give the services' settings")
 		assert.Contains(t, stdout, f.where)
 
 		stdout, stderr, code = f.lockctl("-json", "ls")
