@@ -737,19 +737,21 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 	return k, err
 }
 
-// wrap reports a value of another Redis type, or a fencing counter that is
-// not an integer, as a *RecordError; every other error (the server's: OOM,
-// READONLY, CLUSTERDOWN...; the network's; the context's) is returned as it
-// is. The Client names the operation and the key.
+// wrap reports a value of another Redis type as a *RecordError, and a
+// fencing counter that is not an integer as one at the counter's key that
+// names key, the lock (see counterError); every other error (the server's:
+// OOM, READONLY, CLUSTERDOWN...; the network's; the context's) is returned
+// as it is. The Client names the operation and the key.
 func (p *RedisProvider) wrap(key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		switch msg := rerr.Error(); {
 		case strings.Contains(msg, "WRONGTYPE"):
 			return &RecordError{Key: key, Value: "(a value of another Redis type)"}
-		case strings.Contains(msg, "LOCKCORRUPT"):
+		case strings.Contains(msg, counterCorrupt):
+			_, value, _ := strings.Cut(msg, counterCorrupt)
 			_, fence, _, _ := RedisKeys(key)
-			return &RecordError{Key: fence, Value: "(a fencing counter that is not an integer)"}
+			return &counterError{lock: key, rec: &RecordError{Key: fence, Value: value}}
 		}
 	}
 	return err

@@ -6,15 +6,19 @@
 -- microseconds plus 2^52, above every token an earlier counter gave as long
 -- as the clock does not step back. A server error (OOM, READONLY...) is
 -- returned as it is; only a counter that holds something else than an
--- integer is reported as corrupt. Written out where it is used, not made a
+-- integer is reported as corrupt: "LOCKCORRUPT <value>", its first 100
+-- bytes, or a description of a value of another type (the Go side names
+-- the lock and the counter). Written out where it is used, not made a
 -- function: a function made on every call costs Redis more than the rest of
 -- an uncontended acquire.
 local token, tokenerr = redis.pcall('INCR', KEYS[2]), nil
 if type(token) == 'table' then
   tokenerr, token = token, nil
   local msg = tokenerr.err or ''
-  if string.find(msg, 'not an integer', 1, true) or string.find(msg, 'WRONGTYPE', 1, true) then
-    tokenerr = redis.error_reply('LOCKCORRUPT fencing counter is not an integer')
+  if string.find(msg, 'WRONGTYPE', 1, true) then
+    tokenerr = redis.error_reply('LOCKCORRUPT (a value of another Redis type)')
+  elseif string.find(msg, 'not an integer', 1, true) then
+    tokenerr = redis.error_reply('LOCKCORRUPT ' .. string.sub(redis.call('GET', KEYS[2]), 1, 100))
   end
 elseif token == 1 then
   local t = redis.call('TIME')
