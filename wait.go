@@ -105,7 +105,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	if c.closing.Err() != nil {
 		return nil, ErrClosed
 	}
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		// Nothing asked: an error of the provider's from now on is one that
 		// came while the context was live (see notAcquired).
 		return nil, a.notAcquired(ctx, nil, "", 0)
@@ -113,11 +113,17 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	rec, err := c.provider.Acquire(ctx, key, owner, a.o.Lease)
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
-		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
-		return nil, a.notAcquired(ctx, a.failed(ctx, "acquire", err), "", 0)
+		err = a.failed(ctx, "acquire", err)
+		a.cleanUp(ctx, err, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+		return nil, a.notAcquired(ctx, err, "", 0)
 	}
 	c.answered()
 	if rec.Owner == owner && !rec.Ended {
+		if ctx.Err() != nil {
+			// The grant came after the context ended: not the caller's.
+			a.cleanUp(ctx, nil, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+			return nil, a.notAcquired(ctx, nil, "", 0)
+		}
 		return a.granted(rec, a.began), nil
 	}
 	if rec.Ended {
@@ -190,6 +196,39 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 	}
 	c.emit(Event{Kind: EventSkipped, Key: a.key, Owner: a.owner, Waited: time.Since(a.began), Err: err})
 	return err
+}
+
+// cleanUp removes what a failed acquisition may have left stored (a record
+// whose grant was lost with its reply, or came after the context ended; a
+// waiter's place in the queue, or a lock handed to it meanwhile) before the
+// call returns, on a context of its own bounded by the release timeout,
+// so that nothing of the caller's is found stored once Acquire has failed.
+// When the acquisition failed because the provider did (reason matches
+// ErrUnavailable) it runs in the background instead: the caller is not
+// kept waiting for a provider that fails, and what was stored then
+// expires with its TTL.
+func (a *acquisition) cleanUp(ctx context.Context, reason error, fn func(ctx context.Context)) {
+	if errors.Is(reason, ErrUnavailable) {
+		a.c.background(ctx, fn)
+		return
+	}
+	fn(a.c.detached(ctx))
+}
+
+// ended reports whether ctx has ended, or will in a moment: its deadline
+// has passed but its timer has not run yet. It then waits for ctx to end,
+// so that its error and cause are set. A call sent in that moment would be
+// refused unsent (go-redis checks the context first), and its error, the
+// context's, would read as if the provider had not answered.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		<-ctx.Done()
+		return true
+	}
+	return false
 }
 
 // failed names the operation and the key of a provider error, keeping the

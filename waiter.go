@@ -108,16 +108,19 @@ const lookers = 16
 // ask sends one request. It returns the lock when the reply grants it, an
 // error when w gives up, and neither when w is queued.
 func (w *waiter) ask(ctx context.Context) (*Lock, error) {
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent := time.Now()
 	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
 	if err != nil {
-		return nil, w.giveUp(ctx, w.failed(ctx, "wait", err))
+		return nil, w.giveUp(ctx, w.callFailed(ctx, "wait", err, sent))
 	}
 	w.c.answered()
 	switch {
+	case rec.Owner == w.req.Owner && !rec.Ended && ctx.Err() != nil:
+		// Granted after the wait ended: giveUp's Leave hands it on.
+		return nil, w.giveUp(ctx, nil)
 	case rec.Owner == w.req.Owner && !rec.Ended:
 		return w.grant(rec, sent), nil
 	case rec.Ended:
@@ -150,6 +153,11 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 // look did not show the holder's token), w renews it before it relies on
 // it, and looks again if the record is gone meanwhile.
 func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
+	if ctx.Err() != nil {
+		// The wait ended as the grant came (select chose it over
+		// ctx.Done): giveUp's Leave hands it on.
+		return nil, w.giveUp(ctx, nil)
+	}
 	if g.Token <= w.seenToken {
 		return nil, nil
 	}
@@ -157,12 +165,14 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	if !w.blindAgain && time.Until(leaseEnd(w.asked, g.TTL)) > g.TTL/2 {
 		return w.grant(rec, w.asked), nil
 	}
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent := time.Now()
 	err := w.c.provider.Renew(ctx, w.key, w.req.Owner, w.o.Lease)
 	switch {
+	case err == nil && ctx.Err() != nil:
+		return nil, w.giveUp(ctx, nil) // renewed after the wait ended: handed on
 	case err == nil:
 		w.c.answered()
 		rec.TTL = w.o.Lease
@@ -170,7 +180,25 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	case errors.Is(err, ErrLost):
 		return nil, nil
 	}
-	return nil, w.giveUp(ctx, w.failed(ctx, "renew", err))
+	return nil, w.giveUp(ctx, w.callFailed(ctx, "renew", err, sent))
+}
+
+// slowAnswer is how long a call of a queued waiter may go unanswered before
+// the end of its wait reads as an outage (see callFailed).
+const slowAnswer = time.Second
+
+// callFailed is failed for the call op of w's, sent at sent, that returned
+// err, except when the end of the wait cut it short while w was in the
+// provider's queue and the provider had had it for less than slowAnswer:
+// then it returns nil, and w gave up as a wait that timed out in the queue.
+// The provider had answered w (it queued it) and had little time to answer
+// again; a call cut short later, or before w was ever queued, still reads
+// as unanswered (ErrUnavailable).
+func (w *waiter) callFailed(ctx context.Context, op string, err error, sent time.Time) error {
+	if !w.asked.IsZero() && ctx.Err() != nil && isContextErr(err) && time.Since(sent) < slowAnswer {
+		return nil
+	}
+	return w.failed(ctx, op, err)
 }
 
 func (w *waiter) grant(rec Record, sent time.Time) *Lock {
@@ -178,13 +206,15 @@ func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 	return w.granted(rec, sent)
 }
 
-// giveUp leaves the queue in the background and returns why: a
-// *NotAcquiredError when ctx ended or reason is ErrGracePeriod, the
-// provider's error otherwise.
+// giveUp leaves the queue, passing on a lock handed to w meanwhile, and
+// returns why: a *NotAcquiredError when ctx ended or reason is
+// ErrGracePeriod, the provider's error otherwise. It leaves before it
+// returns (see cleanUp), so that a caller whose wait ended finds nothing of
+// its own stored.
 func (w *waiter) giveUp(ctx context.Context, reason error) error {
 	w.state = gaveUp
 	c, key, req := w.c, w.key, w.req
 	c.inbox.leave(w) // from now on, a grant for w is handed back
-	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
+	w.cleanUp(ctx, reason, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
 	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
 }

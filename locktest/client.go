@@ -20,6 +20,8 @@ func (s *suite) runClient(t *testing.T) {
 	t.Run("ReleaseOfTakenLockSaysLostBeforeDone", s.releaseOfTakenLock)
 	t.Run("RenewalFindsLockRemovedOrTaken", s.renewalFindsLockRemovedOrTaken)
 	t.Run("GrantToStalledWaiterPassesOn", s.grantToStalledWaiterPassesOn)
+	t.Run("CancelledWaitLeavesNothing", s.cancelledWaitLeavesNothing)
+	t.Run("TimeoutInQueueIsNotAnOutage", s.timeoutInQueueIsNotAnOutage)
 }
 
 // newClient returns a Client on p, closed at the end of the test.
