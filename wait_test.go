@@ -936,3 +936,72 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 		t.Fatal("the waiter was not granted the lock once it was free")
 	}
 }
+
+// Issue 31, item 3: a grant that reaches a waiter after its context ended
+// is handed on, never returned. In "reply", the waiter's look again is
+// answered with the grant after its context was cancelled (the holder
+// released meanwhile). In "message", the grant's message and the end of the
+// context are both there when the waiter next looks at them: a select
+// chooses either, and each round must end the same way. Either way Acquire
+// returns the context's error, and the lock is free once it has returned.
+func TestGrantAfterTheWaitEndedIsHandedOn(t *testing.T) {
+	for _, via := range []string{"reply", "message"} {
+		t.Run(via, func(t *testing.T) {
+			ctx := ctxTimeout(t, 30*time.Second)
+			mem := lock.NewMemoryProvider()
+			holder, other := newClient(t, mem), newClient(t, mem)
+			name := uniqueName(t)
+			var (
+				h         atomic.Pointer[lock.Lock]
+				cancel    atomic.Pointer[context.CancelFunc]
+				delivered = make(chan struct{}, 1)
+			)
+			// The waiter's look again: its context ends, then the holder
+			// releases, which hands the lock to the waiter (and sends the
+			// grant's message).
+			onAgain := func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+				if w.Look != lock.LookAgain || h.Load() == nil {
+					return mem.Queue(ctx, key, w)
+				}
+				l := h.Swap(nil)
+				(*cancel.Load())()
+				require.NoError(t, l.Release(context.Background()))
+				if via == "reply" {
+					return mem.Queue(context.Background(), key, w) // the grant
+				}
+				<-delivered
+				return lock.Record{Owner: l.Owner(), Token: l.Token(), TTL: time.Second}, nil // as if sent before the release
+			}
+			p := &hookedProvider{Provider: mem, OnQueue: onAgain, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+				return mem.Listen(ctx, inbox, func(g lock.Grant) {
+					deliver(g)
+					if g.Owner != "" {
+						delivered <- struct{}{}
+					}
+				})
+			}}
+			waiter := newClient(t, p, lock.WithPollInterval(20*time.Millisecond))
+			rounds := 1
+			if via == "message" {
+				rounds = 20 // the select's choice is random
+			}
+			for round := range rounds {
+				l, err := holder.Acquire(ctx, name, lock.Options{})
+				require.NoError(t, err)
+				h.Store(l)
+				wctx, stop := context.WithCancel(ctx)
+				cancel.Store(&stop)
+				got, err := waiter.Acquire(wctx, name, lock.Options{Wait: true, MaxWait: 10 * time.Second})
+				stop()
+				if got != nil {
+					_ = got.Release(ctx)
+					t.Fatalf("round %d: a waiter whose context ended before the release was returned the lock", round)
+				}
+				require.ErrorIs(t, err, context.Canceled, "round %d", round)
+				l, err = other.Acquire(ctx, name, lock.Options{})
+				require.NoError(t, err, "round %d: the lock is free once the cancelled waiter's Acquire returned", round)
+				require.NoError(t, l.Release(ctx))
+			}
+		})
+	}
+}
