@@ -54,7 +54,7 @@ var fenceLua string
 // a Term's; on any provider), as long as the writers of one resource take
 // theirs from the same lock.
 type RedisFence struct {
-	script *redis.Script
+	script *script
 }
 
 // NewRedisFence returns the fenced write whose body is body: the text of a
@@ -63,10 +63,15 @@ type RedisFence struct {
 // are not among them), its reply is Run's reply, and it must touch only the
 // keys in KEYS, as every script must for Redis Cluster. An empty body writes
 // nothing: Run then only checks the token and moves the mark.
+//
+// NewRedisFence computes nothing (unlike redis.NewScript, which hashes the
+// script with SHA-1): the first Run sends the script in full and learns its
+// digest from the server, so a RedisFence made in a package variable works
+// under Go's FIPS 140-3 mode (GODEBUG=fips140=only).
 func NewRedisFence(body string) *RedisFence {
 	// The body's first line stays the script's first line, so that the line
 	// numbers of Redis's errors are the body's.
-	return &RedisFence{script: redis.NewScript("local function fenced(KEYS, ARGV) " + body + "\nend\n" + fenceLua)}
+	return &RedisFence{script: scriptOf("local function fenced(KEYS, ARGV) " + body + "\nend\n" + fenceLua)}
 }
 
 // Run runs the fenced write on rdb with fence as the fence key, token as the
@@ -87,8 +92,15 @@ func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence s
 		cmd.SetErr(err)
 		return cmd
 	}
-	t := strconv.FormatUint(token, 10)
-	cmd := f.script.Run(ctx, rdb, append([]string{fence}, keys...), append([]any{t}, args...)...)
+	a := make([]any, 0, 2+len(keys)+len(args))
+	a = append(a, fence)
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, strconv.FormatUint(token, 10))
+	cl := f.script.call(ctx, 1+len(keys), append(a, args...))
+	sendScripts(ctx, rdb, []*call{&cl}, nil)
+	cmd := cl.cmd
 	var rerr redis.Error
 	if err := cmd.Err(); err == redis.Nil {
 		cmd.SetErr(nil) // a body that returns nothing has written

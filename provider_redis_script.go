@@ -2,11 +2,11 @@ package lock
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,32 +65,41 @@ var (
 	forceReleaseScript = newScript(recordLua + forceReleaseLua)
 )
 
-// script is one of the provider's Lua scripts, sent by its SHA1 digest
-// (EVALSHA), and in full (EVAL) when the server does not know it yet. The
-// command is built here, not by go-redis's Script, with the arguments that
-// never change boxed once: an acquisition and its release allocate a third
-// less.
+// script is a Lua script (one of the provider's, or a RedisFence's), sent
+// by its SHA1 digest (EVALSHA) once the digest is known, and in full (EVAL)
+// before that and when the server does not know it. The digest is never
+// computed here: it is the server's answer to SCRIPT LOAD (see learn), so
+// that nothing in this package uses SHA-1, which Go's FIPS 140-3 mode
+// (GODEBUG=fips140=only) refuses with a panic. The command is built here, not
+// by go-redis's Script (which hashes the source when it is made), with the
+// arguments that never change boxed once: an acquisition and its release
+// allocate a third less.
 type script struct {
-	src, sha any // the source and its digest, as command arguments
+	text string
+	src  any                 // text, as a command argument
+	sha  atomic.Pointer[any] // its digest, as a command argument; nil until learned
 }
 
-func newScript(src string) *script {
-	src = expand(src)
-	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
-}
+// newScript returns the provider's script src, its fragments included (see
+// expand).
+func newScript(src string) *script { return scriptOf(expand(src)) }
 
-// cmd returns the command that runs s, with EVALSHA or, when full, EVAL: the
-// first nkeys of args are its keys, the rest its arguments.
+// scriptOf returns the script whose text is src, as it is.
+func scriptOf(src string) *script { return &script{text: src, src: src} }
+
+// cmd returns the command that runs s, with EVALSHA or, when full or the
+// digest is not known yet, EVAL: the first nkeys of args are its keys, the
+// rest its arguments.
 func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *redis.Cmd {
 	e := new(evalCmd)
 	a := e.args[:0]
 	if 3+len(args) > len(e.args) {
 		a = make([]any, 0, 3+len(args))
 	}
-	a = append(a, "evalsha", s.sha, nkeys)
-	if full {
-		a[0], a[1] = "eval", s.src
+	if sha := s.sha.Load(); sha != nil && !full {
+		a = append(a, "evalsha", *sha, nkeys)
+	} else {
+		a = append(a, "eval", s.src, nkeys)
 	}
 	a = append(a, args...)
 	e.cmd = *redis.NewCmd(ctx, a...)
@@ -199,7 +208,8 @@ func (r reply) inspected(key string, err error) (Record, error) {
 }
 
 // call is one call of a script s, as the command cmd: an EVALSHA, and once
-// sendScripts found that the server did not know s, an EVAL of s in full.
+// sendScripts found that the server did not know s (or before s's digest is
+// known), an EVAL of s in full.
 type call struct {
 	s   *script
 	cmd *redis.Cmd
@@ -219,22 +229,69 @@ func (s *script) call(ctx context.Context, nkeys int, args []any) call {
 // command (nil without wait). Each call that the server did not know
 // (restarted, or SCRIPT FLUSH) is sent again in full, with EVAL, in the same
 // way (and the WAIT again after them): one more round trip. Each call's cmd
-// then holds its reply or its error.
+// then holds its reply or its error. A script whose digest is not known yet
+// is sent in full, and its digest learned afterwards (see learn).
 func sendScripts(ctx context.Context, c redis.UniversalClient, calls []*call, wait []any) *redis.Cmd {
+	for _, cl := range calls {
+		if cl.cmd.Args()[0] == "eval" && cl.s.sha.Load() != nil {
+			cl.remake(ctx, false) // made before the digest was learned: by digest now
+		}
+	}
 	waited := sendRound(ctx, c, calls, wait)
 	again := false
 	for _, cl := range calls {
 		if noScript(cl.cmd.Err()) {
-			args := cl.cmd.Args()
-			nkeys, _ := args[2].(int)
-			cl.cmd = cl.s.cmd(ctx, true, nkeys, args[3:])
+			cl.remake(ctx, true)
 			again = true
 		}
 	}
 	if again {
 		waited = sendRound(ctx, c, calls, wait)
 	}
+	learn(ctx, c, calls)
 	return waited
+}
+
+// remake makes cl's command anew, with EVAL when full (see script.cmd).
+func (cl *call) remake(ctx context.Context, full bool) {
+	args := cl.cmd.Args()
+	nkeys, _ := args[2].(int)
+	cl.cmd = cl.s.cmd(ctx, full, nkeys, args[3:])
+}
+
+// learn asks the server for the digest of each script of calls whose
+// digest is not known yet, with SCRIPT LOAD, once the server answered the
+// call (a reply, or an error of the server's): one more round trip for each
+// script, the first time it is used in this process, and none while the
+// server does not answer (the call's own error says so). On a Cluster it
+// asks the primary that answered the call, not every node, so that a node
+// that is down delays nothing. A digest that SCRIPT LOAD did not tell is
+// asked for again after the script's next call. The digest is the server's
+// SHA1 of the text, the same on every node: a node that does not know the
+// script answers NOSCRIPT, which sendScripts handles.
+func learn(ctx context.Context, c redis.UniversalClient, calls []*call) {
+	for _, cl := range calls {
+		var rerr redis.Error
+		if cl.s.sha.Load() != nil || (cl.cmd.Err() != nil && !errors.As(cl.cmd.Err(), &rerr)) {
+			continue
+		}
+		var node redis.Scripter = c
+		args := cl.cmd.Args()
+		if cc, ok := c.(interface {
+			MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+		}); ok && args[2] != 0 {
+			key, _ := args[3].(string)
+			n, err := cc.MasterForKey(ctx, key)
+			if err != nil {
+				continue
+			}
+			node = n
+		}
+		if sha, err := node.ScriptLoad(ctx, cl.s.text).Result(); err == nil {
+			var a any = sha
+			cl.s.sha.Store(&a)
+		}
+	}
 }
 
 // sendRound is one round trip of sendScripts: it sends the commands of
