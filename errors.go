@@ -229,6 +229,12 @@ func (e *RecordError) Error() string {
 // Is reports whether target is ErrCorruptRecord.
 func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord }
 
+// errGrantedLate is the reason of a NotAcquiredError when the lock was
+// granted, but the grant reached the caller after its lease had run out (a
+// slow answer, a paused process): the record may have expired and been
+// granted to another, so it was handed back, never held.
+var errGrantedLate = errors.New("lock: granted after its lease had run out (a slow answer or a paused process); handed back")
+
 // releasedError is ErrReleased for one call on one lock.
 type releasedError struct{ op, key string }
 

@@ -15,12 +15,17 @@ import (
 // period, or the wait ended (its Reason is then the context's cause:
 // ErrTimeout at MaxWait, ErrClosed when the Client closes during the wait),
 // ErrClosed itself when the Client was closed before the call, and the
-// provider's error, naming the operation and the key, otherwise; after a
-// failure nothing of the caller's is left stored. A grant that reaches the
-// caller after the lease it asked for ran out (a slow answer, a paused
-// process) is not a hold: Acquire releases it and returns a *LostError
-// (LostLeaseRanOut). Acquiring, with Wait, a
-// lock that ctx's call chain already holds (see FromContext) would wait for
+// provider's error, naming the operation and the key, otherwise. After a
+// failure nothing of the caller's is left stored when Acquire returns (its
+// clean-up bounded by the release timeout), unless the provider failed:
+// then the clean-up goes on in the background, and what the provider may
+// have stored expires with its TTL. A grant that reaches the caller after
+// its context ended is handed on, never returned. A grant that reaches it
+// after the lease it asked for ran out (a slow answer, a paused process)
+// is not a hold, nor a loss: Acquire hands it back and returns a
+// *NotAcquiredError that says so; with Wait, the waiter renews such a grant
+// before it relies on it, or looks again. Acquiring, with Wait, a lock
+// that ctx's call chain already holds (see FromContext) would wait for
 // itself: it fails at once with ErrInvalidArgument.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
 	key, err := c.checkName(name)
@@ -51,7 +56,7 @@ func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*
 		// Fair wait starts with the waiter: the attempt could take a lock
 		// that is free while others queue for it (its holder died).
 		l, err := a.try(ctx)
-		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) {
+		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) && !errors.Is(err, errGrantedLate) {
 			return a.finish(ctx, l, err)
 		}
 	}
@@ -119,12 +124,21 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	}
 	c.answered()
 	if rec.Owner == owner && !rec.Ended {
+		late := !time.Now().Before(leaseEnd(a.began, a.leaseOf(rec)))
+		if ctx.Err() == nil && !late {
+			return a.granted(rec, a.began), nil
+		}
+		// The grant came after the context ended, or after its lease ran
+		// out (a slow answer, a paused process): not a hold. With Wait,
+		// the waiter goes on.
+		a.cleanUp(ctx, nil, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
 		if ctx.Err() != nil {
-			// The grant came after the context ended: not the caller's.
-			a.cleanUp(ctx, nil, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
 			return nil, a.notAcquired(ctx, nil, "", 0)
 		}
-		return a.granted(rec, a.began), nil
+		if a.o.Wait {
+			return nil, &NotAcquiredError{Key: key, Reason: errGrantedLate}
+		}
+		return nil, a.notAcquired(ctx, errGrantedLate, "", 0)
 	}
 	if rec.Ended {
 		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
@@ -168,7 +182,7 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 // context's: the caller checked the context before the call) makes the
 // reason match ErrUnavailable too, with the provider's last error.
 func (a *acquisition) notAcquired(ctx context.Context, reason error, holder string, retryAfter time.Duration) error {
-	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed)
+	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed) || errors.Is(reason, errGrantedLate)
 	var op *opError
 	failed := reason != nil && !held && errors.As(reason, &op)
 	switch cause := context.Cause(ctx); {
@@ -241,10 +255,7 @@ func (a *acquisition) failed(ctx context.Context, op string, err error) error {
 // granted returns the held Lock of a grant of rec, requested at sent.
 func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 	c, o := a.c, a.o
-	ttl := o.Lease
-	if rec.TTL > 0 && rec.TTL < ttl {
-		ttl = rec.TTL
-	}
+	ttl := a.leaseOf(rec)
 	l := newLock(c, a.key, a.owner, rec.Token, o, sent, ttl)
 	if c.debug {
 		c.log.Debug("lock: acquired", "key", a.key, "owner", a.owner, "token", rec.Token)
@@ -255,6 +266,15 @@ func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 	}
 	l.keep(sent, ttl)
 	return l
+}
+
+// leaseOf returns the lease of a grant of rec: its TTL, or o.Lease when
+// that is shorter or the TTL is unknown.
+func (a *acquisition) leaseOf(rec Record) time.Duration {
+	if rec.TTL > 0 && rec.TTL < a.o.Lease {
+		return rec.TTL
+	}
+	return a.o.Lease
 }
 
 // busyKeys remembers the keys this Client found held lately. A waiter's

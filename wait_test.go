@@ -3,7 +3,9 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1005,3 +1007,54 @@ func TestGrantAfterTheWaitEndedIsHandedOn(t *testing.T) {
 		})
 	}
 }
+
+// Issue 31, item 8: a waiter's request is held up (in go-redis's dial
+// retries during an outage) past its claim window, and its reply grants the
+// lock. The lease counted from the request has run out: the grant is
+// renewed before it is relied on, or, when its record is gone meanwhile,
+// the waiter looks again. Either way the waiter gets the lock, and nothing
+// says a lock was lost: it used to be logged at WARN as "lock: lost ...
+// reason=lease ran out" and reported as a *LostError.
+func TestGrantTooLateToUseIsNotALoss(t *testing.T) {
+	for _, gone := range []bool{false, true} {
+		name := map[bool]string{false: "record kept", true: "record gone"}[gone]
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 20*time.Second)
+			mem := lock.NewMemoryProvider()
+			const window = 100 * time.Millisecond
+			var once atomic.Bool
+			p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+				rec, err := mem.Queue(ctx, key, w)
+				if err == nil && rec.Owner == w.Owner && once.CompareAndSwap(false, true) {
+					if gone {
+						_, _ = mem.ForceRelease(ctx, key)
+					}
+					time.Sleep(3 * window) // the reply is held up past the claim window
+				}
+				return rec, err
+			}}
+			var logs strings.Builder
+			var mu sync.Mutex
+			log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return logs.Write(b)
+			}), nil))
+			rec := newRecorder()
+			c := newClient(t, p, lock.WithClaimWindow(window), lock.WithLogger(log), rec.option())
+			l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Wait: true, Fair: true, MaxWait: 10 * time.Second})
+			require.NoError(t, err)
+			require.True(t, once.Load(), "the reply was held up")
+			require.NoError(t, l.Err())
+			require.NoError(t, l.Release(ctx))
+			assert.NotContains(t, rec.kinds(), lock.EventLost)
+			mu.Lock()
+			defer mu.Unlock()
+			assert.NotContains(t, logs.String(), "lock: lost")
+		})
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

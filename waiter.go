@@ -122,7 +122,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		// Granted after the wait ended: giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
 	case rec.Owner == w.req.Owner && !rec.Ended:
-		return w.grant(rec, sent), nil
+		return w.confirm(ctx, rec, sent, false)
 	case rec.Ended:
 		w.holder, w.retryAfter = rec.Owner, rec.TTL
 		return nil, w.giveUp(ctx, ErrGracePeriod)
@@ -148,10 +148,9 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 // later look of w's that left it queued (a message that came late: a stalled
 // process, a slow connection) is stale: its record expired, and another
 // owner may hold the lock; w looks again. Otherwise the provider stored the
-// record after w's last request was sent, so the lease counts from then;
-// when little of it is left, or when w cannot tell the grant's age (a later
-// look did not show the holder's token), w renews it before it relies on
-// it, and looks again if the record is gone meanwhile.
+// record after w's last request was sent, so the lease counts from then
+// (see confirm); when w cannot tell the grant's age (a later look did not
+// show the holder's token), it renews it before it relies on it.
 func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	if ctx.Err() != nil {
 		// The wait ended as the grant came (select chose it over
@@ -161,14 +160,23 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 	if g.Token <= w.seenToken {
 		return nil, nil
 	}
-	rec := Record{Owner: g.Owner, Token: g.Token, TTL: g.TTL}
-	if !w.blindAgain && time.Until(leaseEnd(w.asked, g.TTL)) > g.TTL/2 {
-		return w.grant(rec, w.asked), nil
+	return w.confirm(ctx, Record{Owner: g.Owner, Token: g.Token, TTL: g.TTL}, w.asked, w.blindAgain)
+}
+
+// confirm turns a grant of rec, whose lease counts from sent, into the
+// lock. When little of that lease is left (a reply or a message that came
+// late: a stalled process, a request held up in the client's retries during
+// an outage) or unsure says its age is unknown, w renews it before it
+// relies on it, and looks again if the record is gone meanwhile: a grant
+// that came too late to use is neither held nor lost.
+func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure bool) (*Lock, error) {
+	if ttl := w.leaseOf(rec); !unsure && time.Until(leaseEnd(sent, ttl)) > ttl/2 {
+		return w.grant(rec, sent), nil
 	}
 	if ended(ctx) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
-	sent := time.Now()
+	sent = time.Now()
 	err := w.c.provider.Renew(ctx, w.key, w.req.Owner, w.o.Lease)
 	switch {
 	case err == nil && ctx.Err() != nil:
@@ -178,6 +186,13 @@ func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
 		rec.TTL = w.o.Lease
 		return w.grant(rec, sent), nil
 	case errors.Is(err, ErrLost):
+		if w.c.debug {
+			w.c.log.Debug("lock: grant came too late to use; looking again", "key", w.key, "owner", w.req.Owner, "token", rec.Token)
+		}
+		select {
+		case w.wake <- struct{}{}: // at once, not at the next poll
+		default:
+		}
 		return nil, nil
 	}
 	return nil, w.giveUp(ctx, w.callFailed(ctx, "renew", err, sent))
