@@ -127,15 +127,26 @@ func (h *Hold) Err() error {
 // Release ends the hold: it cancels the Context and releases every member
 // (together: one round trip's time). It returns nil after a clean release,
 // the *LostError of the first member lost, and the provider's errors
-// otherwise (joined). Release after Release returns the same.
+// otherwise (joined). Release after Release answers as Lock.Release does:
+// what the first returned when it failed, and after a clean one an error
+// matching ErrReleased; while the first is under way it waits for its
+// outcome. Release on a nil *Hold (what a failed acquisition returns)
+// returns an error matching ErrInvalidArgument.
 func (h *Hold) Release(ctx context.Context) error {
+	if h == nil {
+		return invalidf("Release on a nil *Hold: nothing was acquired")
+	}
 	h.mu.Lock()
+	again := h.released
 	h.released = true
 	h.mu.Unlock()
 	h.cancel(context.Canceled)
 	h.releaseAll(ctx)
 	if err := h.Err(); err != nil {
 		return err
+	}
+	if again && h.relErr == nil {
+		return &releasedError{op: "release", key: h.locks[0].key}
 	}
 	return h.relErr
 }
@@ -183,9 +194,10 @@ func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
 }
 
 // run calls fn under h, with a context that ends on a loss (cause: the
-// *LostError) or when ctx ends, and releases h. FromContext finds h's first
-// member in it, and the call chain (Lock.outer) every member, so that a wait
-// for any of them from fn fails at once rather than wait for itself.
+// *LostError) or when ctx ends, and releases h. HoldFromContext finds h in
+// it, FromContext h's first member, and the call chain (Lock.outer) every
+// member, so that a wait for any of them from fn fails at once rather than
+// wait for itself.
 func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	locks := h.Locks()
 	outer, _ := FromContext(ctx)
@@ -193,19 +205,46 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 		locks[i].outer, outer = outer, locks[i]
 	}
 	first := locks[0]
-	first.scope = scope{Context: ctx, l: first}
+	first.scope = scope{Context: &holdScope{Context: ctx, h: h}, l: first}
 	hctx, cancel := context.WithCancelCause(&first.scope)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
 	defer func() {
 		stop()
 		cancel(nil)
 		rerr := h.Release(ctx)
-		if rerr != nil && reported(err, rerr) {
-			rerr = nil
+		if rerr != nil && (reported(err, rerr) || errors.Is(rerr, ErrReleased)) {
+			rerr = nil // said already, or fn released the hold itself
 		}
 		err = errors.Join(err, rerr)
 	}()
 	return fn(hctx)
+}
+
+type holdKey struct{}
+
+// holdScope is the context of a function run under h, in which
+// HoldFromContext finds h.
+type holdScope struct {
+	context.Context
+	h *Hold
+}
+
+func (s *holdScope) Value(key any) any {
+	if key == (holdKey{}) {
+		return s.h
+	}
+	return s.Context.Value(key)
+}
+
+// HoldFromContext returns the Hold of the innermost Semaphore.Do,
+// RWMutex.Do or RDo, or DoAll whose function received ctx, and whether
+// there is one. Its Locks are the members, each with its own key and
+// fencing token: in DoAll's function, a write to each locked resource can
+// be fenced with its own lock's token (FromContext gives the first member
+// only).
+func HoldFromContext(ctx context.Context) (*Hold, bool) {
+	h, ok := ctx.Value(holdKey{}).(*Hold)
+	return h, ok
 }
 
 // together calls fn(0) … fn(n-1) at once, each on a goroutine of its own

@@ -71,8 +71,11 @@ func TestAllNoDeadlockTenThousand(t *testing.T) {
 	}
 }
 
-// TestHoldReleaseTwice: a second Release of a Hold returns what the first
-// did, and calls nothing; Done is closed after the first.
+// TestHoldReleaseTwice: a second Release of a Hold answers as a Lock's
+// does (issue 31, item 5: it returned nil after a clean first one): an
+// error matching ErrReleased, not ErrLost; Done is closed after the first.
+// Release on the nil *Hold and *Lock that failed acquisitions return fails
+// with ErrInvalidArgument instead of panicking.
 func TestHoldReleaseTwice(t *testing.T) {
 	c := newClient(t, lock.NewMemoryProvider())
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -85,8 +88,19 @@ func TestHoldReleaseTwice(t *testing.T) {
 	default:
 		t.Fatal("Done not closed after Release")
 	}
-	assert.NoError(t, h.Release(ctx))
+	err = h.Release(ctx)
+	assert.ErrorIs(t, err, lock.ErrReleased)
+	assert.NotErrorIs(t, err, lock.ErrLost)
 	assert.ErrorIs(t, h.Context().Err(), context.Canceled)
+	assert.NoError(t, c.DoAll(ctx, []string{"a"}, lock.Options{}, func(ctx context.Context) error {
+		h, _ := lock.HoldFromContext(ctx)
+		return h.Release(ctx)
+	}), "DoAll's own release after fn released the hold is not an error")
+
+	var nilHold *lock.Hold
+	assert.ErrorIs(t, nilHold.Release(ctx), lock.ErrInvalidArgument)
+	var nilLock *lock.Lock
+	assert.ErrorIs(t, nilLock.Release(ctx), lock.ErrInvalidArgument)
 	for _, name := range []string{"a", "b"} {
 		st, err := c.Inspect(ctx, name)
 		require.NoError(t, err)
@@ -431,4 +445,53 @@ func TestNestedWaitForAMemberFailsAtOnce(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// TestHoldFromContext (issue 31, item 6): inside DoAll's function,
+// HoldFromContext gives the Hold, whose members each carry their own key
+// and token, so that each write can be fenced with its own lock's token
+// (FromContext gives the first member only); the same in Semaphore.Do and
+// RWMutex.Do and RDo. Outside such a function there is none.
+func TestHoldFromContext(t *testing.T) {
+	c := newClient(t, lock.NewMemoryProvider())
+	ctx := ctxTimeout(t, 10*time.Second)
+	_, ok := lock.HoldFromContext(ctx)
+	assert.False(t, ok)
+	err := c.DoAll(ctx, []string{"account-2", "account-1"}, lock.Options{}, func(ctx context.Context) error {
+		h, ok := lock.HoldFromContext(ctx)
+		require.True(t, ok)
+		keys := map[string]uint64{}
+		for _, l := range h.Locks() {
+			keys[l.Key()] = l.Token()
+		}
+		assert.Len(t, keys, 2)
+		for _, name := range []string{"account-1", "account-2"} {
+			st, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			assert.Equal(t, st.Token, keys[c.Key(name)], "the member of %s has its lock's own token", name)
+		}
+		first, ok := lock.FromContext(ctx)
+		require.True(t, ok)
+		assert.Equal(t, h.Locks()[0], first)
+		return nil
+	})
+	require.NoError(t, err)
+
+	sem, err := c.Semaphore("sem", 2)
+	require.NoError(t, err)
+	require.NoError(t, sem.Do(ctx, 2, lock.Options{}, func(ctx context.Context) error {
+		h, ok := lock.HoldFromContext(ctx)
+		require.True(t, ok)
+		assert.Len(t, h.Locks(), 2)
+		return nil
+	}))
+	rw, err := c.RWMutex("rw", 4)
+	require.NoError(t, err)
+	for _, do := range []func(context.Context, lock.Options, func(context.Context) error) error{rw.Do, rw.RDo} {
+		require.NoError(t, do(ctx, lock.Options{}, func(ctx context.Context) error {
+			_, ok := lock.HoldFromContext(ctx)
+			assert.True(t, ok)
+			return nil
+		}))
+	}
 }

@@ -324,8 +324,12 @@ func (l *Lock) closedFor() time.Duration {
 // with Err saying the same. Release after Release returns what the first
 // returned when it failed, and after a clean one an error matching
 // ErrReleased; it does not call the provider, and while the first is under
-// way it waits for its outcome.
+// way it waits for its outcome. Release on a nil *Lock (what a failed
+// Acquire returns) returns an error matching ErrInvalidArgument.
 func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return invalidf("Release on a nil *Lock: nothing was acquired")
+	}
 	l.mu.Lock()
 	state, end := l.state, l.leaseEnd
 	switch state {
@@ -451,8 +455,11 @@ func (s *scope) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-// FromContext returns the lock held by the innermost Do, Middleware or
-// Primitive call whose handler received ctx, and whether there is one.
+// FromContext returns the lock held by the innermost call whose function
+// received ctx, and whether there is one: Client.Do, Middleware, a
+// Primitive's Run, Lead's function or a Term's Context (the term's lock),
+// and Semaphore.Do, RWMutex.Do and RDo, and DoAll (the hold's first
+// member; HoldFromContext gives every member).
 func FromContext(ctx context.Context) (*Lock, bool) {
 	l, ok := ctx.Value(ctxKey{}).(*Lock)
 	return l, ok
