@@ -50,36 +50,17 @@ func TestFIPS140Only(t *testing.T) {
 }
 
 // fipsLocks takes and hands on locks on p; with rc (the Redis of p), it also
-// runs them again after the server forgot its scripts, and fences writes.
+// does so after the server forgot its scripts, and fences writes.
 func fipsLocks(t *testing.T, ctx context.Context, p lock.Provider, rc redis.UniversalClient) {
 	c := newClient(t, p, lock.WithPrefix(uniqueName(t)+":"))
-	hand := func() (first, second *lock.Lock) {
-		first, err := c.Acquire(ctx, "fips", lock.Options{})
-		require.NoError(t, err)
-		got := make(chan *lock.Lock)
-		go func() {
-			l, err := c.Acquire(ctx, "fips", lock.Options{Wait: true, MaxWait: 10 * time.Second})
-			assert.NoError(t, err, "the waiter")
-			got <- l
-		}()
-		require.Eventually(t, func() bool {
-			info, err := c.Inspect(ctx, "fips")
-			return err == nil && info.Waiters == 1
-		}, 10*time.Second, 5*time.Millisecond, "the waiter queues")
-		require.NoError(t, first.Release(ctx))
-		second = <-got
-		require.NotNil(t, second, "the lock handed to the waiter")
-		assert.Greater(t, second.Token(), first.Token())
-		return first, second
-	}
-	first, second := hand()
+	first, second := testenv.HandOn(t, ctx, c, "fips")
 	require.NoError(t, second.Release(ctx))
 	if rc == nil {
 		return
 	}
 
 	require.NoError(t, rc.ScriptFlush(ctx).Err())
-	_, second = hand()
+	_, second = testenv.HandOn(t, ctx, c, "fips")
 	defer func() { require.NoError(t, second.Release(ctx)) }()
 
 	fence, data, log := fenceKeys(t)
