@@ -64,7 +64,10 @@ type Term struct {
 // every candidate of the role, in any process, is served in the order it
 // began to wait), for as long as ctx allows, and returns the Term it won.
 // role is a lock name: Inspect, List, ForceRelease and lockctl show and free
-// the role under it (do not take it with Acquire or Do elsewhere).
+// the role under it (Status.Kind "role"). A role is not a lock: Campaign on a
+// name held with Acquire or Do, and Acquire or Do on a role held by a
+// Campaign, fail with ErrInvalidArgument as soon as they see the other
+// holding it.
 //
 // ctx bounds the wait only: the Term outlives it (its Context keeps ctx's
 // values, not its cancellation), until Resign or a loss. A campaign that
@@ -74,7 +77,8 @@ type Term struct {
 // closed before), also when ctx ended just as the role was granted (the
 // role is then handed on at once); a *LostError when the role was lost
 // before Campaign could return it (the process was paused past the lease);
-// the provider's error; ErrInvalidArgument for a bad role or options. A
+// the provider's error; ErrInvalidArgument for a bad role or options, or a
+// name held as a lock. A
 // wait that the provider interrupts (a grant that expired before the
 // candidate took it up, a queue entry gone) is taken up again by the lock's
 // waiter, which keeps waiting: it never returns a role it does not hold.
@@ -87,7 +91,7 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.acquire(ctx, key, lo)
+	l, err := c.acquireAs(ctx, key, c.newOwner()+roleTag, lo)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +109,12 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 	l.onLoss(t.cancel)
 	return t, nil
 }
+
+// roleTag ends the owner of a role's candidates and leader, so that Status
+// (Kind "role"), lockctl and the otel module tell a role from a lock, and a
+// role taken with Acquire, or a lock campaigned for, is refused (see
+// roleMix).
+var roleTag = ownerTag(tagRole, 1)
 
 // Role returns the role the term leads.
 func (t *Term) Role() string { return t.role }

@@ -517,3 +517,49 @@ func TestObserveReadsAgainAfterErrors(t *testing.T) {
 		t.Fatal("the channel was not closed when the Client closed")
 	}
 }
+
+// TestRoleIsNotALock (issue 31, item 7): a role's owner is marked, so that
+// Inspect, List and PartOf say "role", and a role is not mixed with a lock
+// of the same name: Campaign on a name held with Acquire, and Acquire (with
+// or without Wait) or Do on a role held by a Campaign, fail at once with
+// ErrInvalidArgument instead of waiting out their deadline.
+func TestRoleIsNotALock(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	mem := lock.NewMemoryProvider()
+	c, other := testenv.NewClient(t, mem), testenv.NewClient(t, mem)
+
+	term, err := c.Campaign(ctx, "scheduler", lock.ElectionOptions{})
+	require.NoError(t, err)
+	st, err := c.Inspect(ctx, "scheduler")
+	require.NoError(t, err)
+	assert.Equal(t, "role", st.Kind)
+	assert.Equal(t, "scheduler", st.Of)
+	kind, of, _ := lock.PartOf(c.Key("scheduler"), term.Owner())
+	assert.Equal(t, []string{"role", "scheduler"}, []string{kind, of})
+	all, _, err := c.List(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	assert.Equal(t, "role", all[0].Kind)
+
+	start := time.Now()
+	for _, o := range []lock.Options{{}, {Wait: true, MaxWait: 10 * time.Second}, {Wait: true, Fair: true, MaxWait: 10 * time.Second}} {
+		_, err = other.Acquire(ctx, "scheduler", o)
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire %+v on a role", o)
+		assert.ErrorContains(t, err, "election role")
+	}
+	err = other.Do(ctx, "scheduler", lock.Options{Wait: true}, func(context.Context) error { return nil })
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Do on a role")
+	require.NoError(t, term.Resign(ctx))
+
+	l, err := other.Acquire(ctx, "job", lock.Options{})
+	require.NoError(t, err)
+	_, err = c.Campaign(ctx, "job", lock.ElectionOptions{})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Campaign on a lock")
+	assert.ErrorContains(t, err, "held as a lock")
+	assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not at a deadline")
+	st, err = c.Inspect(ctx, "job")
+	require.NoError(t, err)
+	assert.Empty(t, st.Kind, "a plain lock")
+	assert.Zero(t, st.Waiters, "the refused candidate left the queue")
+	require.NoError(t, l.Release(ctx))
+}

@@ -36,9 +36,10 @@ type Status struct {
 	// "permit" (a Semaphore's), "reader" (a reader's share of an RWMutex),
 	// "writer" (an RWMutex's writer, at its gate: writing, or waiting for
 	// the readers to leave), "gate" (a caller entering: taking permits or a
-	// reader's share, or waiting for them). Empty for a plain lock, and for
-	// a free one. Of is then the name of the Semaphore or RWMutex, and Limit
-	// its number of permits or of readers.
+	// reader's share, or waiting for them); "role" for an election's role
+	// (Campaign, Lead), Of then its own name. Empty for a plain lock, and
+	// for a free one. Of is then the name of the Semaphore or RWMutex, and
+	// Limit its number of permits or of readers.
 	Kind  string `json:"kind,omitempty"`
 	Of    string `json:"of,omitempty"`
 	Limit int    `json:"limit,omitempty"`
@@ -147,7 +148,8 @@ func status(name, key string, rec Record, now time.Time) Status {
 // PartOf returns what the lock under key, held (or asked for) by owner, is
 // part of, as Status.Kind, Of and Limit say: "permit", "reader", "writer" or
 // "gate", with the name of the Semaphore or RWMutex and its number of
-// permits or readers; empty for a plain lock. It reads the name between
+// permits or readers; "role" for an election's role; empty for a plain
+// lock. It reads the name between
 // the key's braces (see Client.Key) and the owner's last characters, so
 // that an Event (Key, Owner) can be told apart as a Status can; it calls
 // nothing.
@@ -166,6 +168,9 @@ func PartOf(key, owner string) (kind, of string, limit int) {
 func partOf(name, owner string) (kind, of string, limit int) {
 	j := strings.LastIndexByte(name, '#')
 	tag, n, ok := parseTag(owner)
+	if ok && tag == tagRole && n == 1 {
+		return "role", name, 0
+	}
 	if j <= 0 || !ok {
 		return "", "", 0
 	}

@@ -362,12 +362,14 @@ func (sl *slots) check(owner string) error {
 }
 
 // The tags that end the owners of a Semaphore's and an RWMutex's locks,
-// ~<kind><n> (see Status.Kind): a semaphore's permits and the callers at
-// its gate; an RWMutex's readers and the readers at its gate; its writer.
+// and of an election's role, ~<kind><n> (see Status.Kind): a semaphore's
+// permits and the callers at its gate; an RWMutex's readers and the readers
+// at its gate; its writer; a role's candidates and leader (n is 1).
 const (
 	tagPermit byte = 'n'
 	tagReader byte = 'r'
 	tagWriter byte = 'w'
+	tagRole   byte = 'e'
 )
 
 // ownerTag returns the tag of kind for n slots: "~n4".

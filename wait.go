@@ -143,6 +143,9 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	if rec.Ended {
 		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
 	}
+	if err := roleMix(key, owner, rec.Owner); err != nil {
+		return nil, err
+	}
 	c.busy.mark(key)
 	if a.o.Wait {
 		return nil, &NotAcquiredError{Key: key, Reason: ErrHeld, RetryAfter: rec.TTL, Holder: rec.Owner}
@@ -266,6 +269,29 @@ func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
 	}
 	l.keep(sent, ttl)
 	return l
+}
+
+// roleMix returns an error when one of owner, who asks for the lock under
+// key, and holder, who holds it, is an election's candidate (Campaign,
+// Lead) and the other is not: a role taken with Acquire, or a lock
+// campaigned for, would wait for a holder that never hands it over.
+func roleMix(key, owner, holder string) error {
+	if holder == "" {
+		return nil
+	}
+	switch mine, theirs := isRole(owner), isRole(holder); {
+	case mine && !theirs:
+		return invalidf("%q is held as a lock (Acquire, Do), not as an election role: Campaign and Lead cannot take it", key)
+	case !mine && theirs:
+		return invalidf("%q is an election role (Campaign, Lead): take it with Campaign, not as a lock", key)
+	}
+	return nil
+}
+
+// isRole reports whether owner is a role's candidate or leader.
+func isRole(owner string) bool {
+	kind, n, ok := parseTag(owner)
+	return ok && kind == tagRole && n == 1
 }
 
 // leaseOf returns the lease of a grant of rec: its TTL, or o.Lease when

@@ -127,6 +127,9 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		w.holder, w.retryAfter = rec.Owner, rec.TTL
 		return nil, w.giveUp(ctx, ErrGracePeriod)
 	}
+	if err := roleMix(w.key, w.req.Owner, rec.Owner); err != nil {
+		return nil, w.giveUp(ctx, err)
+	}
 	if rec.Owner != "" {
 		w.holder = rec.Owner
 		w.seenToken = max(w.seenToken, rec.Token)

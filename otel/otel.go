@@ -85,7 +85,7 @@ func WithKeyAttribute() Option {
 //   - lock.renewals, counter: lease renewals, by outcome: renewed, error.
 //
 // The attribute lock.part says which piece of a Semaphore or an RWMutex a
-// lock is, as lock.PartOf does: permit, reader, writer or gate. A plain
+// lock is, as lock.PartOf does: permit, reader, writer, gate or role. A plain
 // lock has none. It holds the kind alone (not the Semaphore's name nor its
 // size), so that a metric has at most five times the series it would have
 // without it.

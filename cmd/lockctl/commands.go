@@ -97,7 +97,11 @@ func (c command) show(ctx context.Context, name string) error {
 	fmt.Fprintf(tw, "until:\t%s\n", timestamp(s.Until))
 	fmt.Fprintf(tw, "time left:\t%s\n", left(s.Until, now))
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
-	if s.Kind != "" {
+	switch s.Kind {
+	case "":
+	case "role":
+		fmt.Fprintf(tw, "kind:\t%s\n", partOf(s))
+	default:
 		fmt.Fprintf(tw, "part of:\t%s\n", partOf(s))
 	}
 	return tw.Flush()
@@ -153,14 +157,14 @@ type lockJSON struct {
 	Waiters     *int   `json:"waiters,omitempty"`  // nil for release
 	Error       string `json:"error,omitempty"`    // for a corrupt entry
 	Released    *bool  `json:"released,omitempty"` // set by release alone
-	Kind        string `json:"kind,omitempty"`     // permit, reader, writer or gate: see lock.Status.Kind
+	Kind        string `json:"kind,omitempty"`     // permit, reader, writer, gate or role: see lock.Status.Kind
 	Of          string `json:"of,omitempty"`
 	Limit       int    `json:"limit,omitempty"`
 }
 
 // partOf says what s is part of: "permit of pool (3 permits)", "reader of
-// doc (at most 16 readers)", "writer of doc", "gate of pool"; "-" for a
-// plain lock.
+// doc (at most 16 readers)", "writer of doc", "gate of pool", "election
+// role"; "-" for a plain lock.
 func partOf(s lock.Status) string {
 	switch s.Kind {
 	case "":
@@ -169,6 +173,8 @@ func partOf(s lock.Status) string {
 		return fmt.Sprintf("permit of %s (%d permits)", s.Of, s.Limit)
 	case "reader":
 		return fmt.Sprintf("reader of %s (at most %d readers)", s.Of, s.Limit)
+	case "role":
+		return "election role"
 	}
 	return s.Kind + " of " + s.Of
 }

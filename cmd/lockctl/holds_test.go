@@ -54,3 +54,34 @@ func TestHoldsParts(t *testing.T) {
 		assert.Equal(t, "3", fmt.Sprint(got["limit"]))
 	})
 }
+
+// TestRoleShownAsRole (issue 31, item 7): an election's role is shown as
+// one in ls (PART), show and -json, not as a plain lock ("-").
+func TestRoleShownAsRole(t *testing.T) {
+	forEachStore(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		c, err := lock.NewClient(f.provider(), lock.WithPrefix(f.prefix))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		term, err := c.Campaign(ctx, "scheduler", lock.ElectionOptions{})
+		require.NoError(t, err)
+		defer func() { _ = term.Resign(ctx) }()
+
+		stdout, stderr, code := f.lockctl("ls")
+		require.Equal(t, exitOK, code, stderr)
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		require.Len(t, lines, 2, stdout)
+		assert.True(t, strings.HasSuffix(strings.TrimSpace(lines[0]), "PART"), "a PART column: %q", lines[0])
+		assert.True(t, strings.HasSuffix(strings.TrimSpace(lines[1]), "election role"), "the role's row: %q", lines[1])
+
+		stdout, _, code = f.lockctl("show", "scheduler")
+		require.Equal(t, exitOK, code)
+		assert.Contains(t, stdout, "election role")
+
+		stdout, _, code = f.lockctl("-json", "show", "scheduler")
+		require.Equal(t, exitOK, code)
+		var got map[string]any
+		decode(t, stdout, &got)
+		assert.Equal(t, "role", got["kind"])
+	})
+}
