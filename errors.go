@@ -214,7 +214,12 @@ func (e *LostError) Unwrap() error { return e.Cause }
 // wrote (corrupted, or written by something else). It matches ErrCorruptRecord.
 // The stored value is never changed by the call that reports it.
 type RecordError struct {
-	Key   string
+	// Key is the key that holds the value.
+	Key string
+	// Lock is the key of the lock whose call found the value, when that is
+	// not Key (the Redis provider's fencing counter); empty otherwise.
+	Lock string
+	// Value is what the key holds.
 	Value string
 }
 
@@ -222,6 +227,9 @@ func (e *RecordError) Error() string {
 	v := e.Value
 	if len(v) > 64 {
 		v = v[:64] + "..."
+	}
+	if e.Lock != "" {
+		return fmt.Sprintf("lock: corrupt record at %q (the fencing counter of %q): %q", e.Key, e.Lock, v)
 	}
 	return fmt.Sprintf("lock: corrupt record at %q: %q", e.Key, v)
 }

@@ -739,7 +739,7 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 
 // wrap reports a value of another Redis type as a *RecordError, and a
 // fencing counter that is not an integer as one at the counter's key that
-// names key, the lock (see counterError); every other error (the server's:
+// names key, the lock (RecordError.Lock); every other error (the server's:
 // OOM, READONLY, CLUSTERDOWN...; the network's; the context's) is returned
 // as it is. The Client names the operation and the key.
 func (p *RedisProvider) wrap(key string, err error) error {
@@ -751,7 +751,7 @@ func (p *RedisProvider) wrap(key string, err error) error {
 		case strings.Contains(msg, counterCorrupt):
 			_, value, _ := strings.Cut(msg, counterCorrupt)
 			_, fence, _, _ := RedisKeys(key)
-			return &counterError{lock: key, rec: &RecordError{Key: fence, Value: value}}
+			return &RecordError{Key: fence, Lock: key, Value: value}
 		}
 	}
 	return err

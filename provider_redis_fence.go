@@ -3,7 +3,6 @@ package lock
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -78,25 +77,3 @@ func fenceKey(key, record string) string {
 // something else than an integer, followed by what it holds (see
 // scripts/token.lua).
 const counterCorrupt = "LOCKCORRUPT "
-
-// counterError is a fencing counter that holds something else than an
-// integer, found by a call on the lock under key lock: it is rec (the
-// counter's key and value) for errors.As and errors.Is (ErrCorruptRecord),
-// and its message names the lock too, which the counter's key does not (it
-// serves every lock of a hash slot). RecordError has no field for the lock;
-// once it has one, rec alone is returned, with it set.
-type counterError struct {
-	lock string
-	rec  *RecordError
-}
-
-func (e *counterError) Error() string {
-	v := e.rec.Value
-	if len(v) > 64 {
-		v = v[:64] + "..."
-	}
-	return "lock: corrupt record at " + strconv.Quote(e.rec.Key) + " (the fencing counter of " +
-		strconv.Quote(e.lock) + "): " + strconv.Quote(v)
-}
-
-func (e *counterError) Unwrap() error { return e.rec }
