@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ import (
 // serves no other test's locks.
 func TestCorruptFenceCounterNamesTheLock(t *testing.T) {
 	redisBackends(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 10e9)
+		ctx := ctxTimeout(t, 10*time.Second)
 		c := newClient(t, b.replica(t), lock.WithPrefix(uniqueName(t)+":"))
 		name := "counter"
 		key := c.Key(name)
@@ -73,6 +74,7 @@ func TestCorruptFenceCounterNamesTheLock(t *testing.T) {
 				var rec *lock.RecordError
 				require.True(t, errors.As(err, &rec), "%s: %v is not a *RecordError", op, err)
 				assert.Equal(t, fence, rec.Key, "%s: the RecordError's key is the counter's", op)
+				assert.Equal(t, key, rec.Lock, "%s: the RecordError's lock is the one asked for", op)
 				msg := err.Error()
 				assert.Contains(t, msg, `"`+key+`"`, "%s: the message names the lock the caller asked for", op)
 				assert.Contains(t, msg, `"`+fence+`"`, "%s: the message names the counter", op)
