@@ -24,8 +24,8 @@ const DefaultLeadPause = time.Second
 type ElectionOptions struct {
 	// Lease is the TTL of the role's record while a leader holds it,
 	// renewed every Lease/3: a leader whose process dies is succeeded within
-	// a lease (plus a poll interval of the successor's Client). Zero means
-	// DefaultLease.
+	// a lease and a round trip (the first candidates look again as the TTL
+	// they read runs out, not at their next poll). Zero means DefaultLease.
 	Lease time.Duration
 
 	// MaxDuration bounds a term: at its end the leader loses the role
@@ -236,15 +236,15 @@ func (c *Client) Lead(ctx context.Context, role string, fn func(ctx context.Cont
 			failures++
 			pause := o.Pause << min(failures-1, 4)
 			c.log.Warn("lock: campaign failed", "role", role, "err", err, "again_in", pause)
-			if !pauseLead(ctx, pause) {
-				return context.Cause(ctx)
+			if err := c.pauseLead(ctx, pause); err != nil {
+				return err
 			}
 			continue
 		}
 		failures = 0
 		c.serve(ctx, t, fn, o)
-		if !pauseLead(ctx, o.Pause) {
-			return context.Cause(ctx)
+		if err := c.pauseLead(ctx, o.Pause); err != nil {
+			return err
 		}
 	}
 }
@@ -287,15 +287,18 @@ func (c *Client) serve(ctx context.Context, t *Term, fn func(ctx context.Context
 	}
 }
 
-// pauseLead waits d, and reports false if ctx ends first.
-func pauseLead(ctx context.Context, d time.Duration) bool {
+// pauseLead waits d, and returns nil; or ctx's cause if ctx ends first, or
+// ErrClosed if the Client closes first.
+func (c *Client) pauseLead(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return true
+		return nil
 	case <-ctx.Done():
-		return false
+		return context.Cause(ctx)
+	case <-c.closing.Done():
+		return ErrClosed
 	}
 }
 

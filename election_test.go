@@ -563,3 +563,28 @@ func TestRoleIsNotALock(t *testing.T) {
 	assert.Zero(t, st.Waiters, "the refused candidate left the queue")
 	require.NoError(t, l.Release(ctx))
 }
+
+// TestLeadStopsWhenClosedDuringPause: Close ends a Lead that pauses
+// between terms with ErrClosed at once, as its doc says; pauseLead watched
+// only ctx, so Lead returned only when the pause was over.
+func TestLeadStopsWhenClosedDuringPause(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	c, err := lock.NewClient(lock.NewMemoryProvider())
+	require.NoError(t, err)
+	elected := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Lead(ctx, "pausing", func(context.Context) error {
+			elected <- struct{}{}
+			return nil // the term ends at once: Lead pauses an hour
+		}, lock.LeadOptions{Pause: time.Hour})
+	}()
+	<-elected
+	require.NoError(t, c.Close())
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, lock.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lead went on pausing after Close")
+	}
+}

@@ -47,9 +47,12 @@ var (
 	// context's error, with the last error a call of the Client to the
 	// provider returned since its last success, when there was one: a
 	// deadline shorter than the provider's own retries then says what kept
-	// the provider from answering. A refusal (ErrHeld, ErrGracePeriod,
-	// ErrTimeout while waiting in the queue), a loss and bad input never
-	// match it.
+	// the provider from answering. A call the context had ended before it
+	// was sent does not count, nor, for a waiter the provider had queued
+	// already, a look or renewal that the end of the wait cut short less
+	// than a second after it was sent: that wait timed out in the queue. A
+	// refusal (ErrHeld, ErrGracePeriod, ErrTimeout while waiting in the
+	// queue), a loss and bad input never match it.
 	ErrUnavailable = errors.New("lock: provider unavailable")
 
 	// ErrInvalidArgument reports bad input: an empty or oversized name or owner,

@@ -110,8 +110,9 @@ func HTTPMiddleware(c *Client, opts HTTPOptions) (func(http.Handler) http.Handle
 //   - 400 Bad Request when the lock name is empty or too long
 //     (ErrInvalidArgument).
 //   - 503 Service Unavailable otherwise: the provider unreachable or failing
-//     (ErrUnavailable, also when a wait timed out while the provider did
-//     not answer), the client closed, the request's context ended.
+//     (ErrUnavailable, also when a wait ended while the provider had not
+//     answered a call for a second, or had not answered the first), the
+//     client closed, the request's context ended.
 //
 // It logs nothing; HTTPMiddleware's default handler logs (see
 // HTTPOptions.ErrorHandler).
