@@ -56,6 +56,7 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.G
 		deliver:  deliver,
 		relisten: make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		moved:    make(chan struct{}),
 	}
 	p.sess.add(l)
 	rev, err := l.register(ctx, false)
@@ -64,6 +65,7 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.G
 		return nil, fmt.Errorf("lock: etcd listen %q: %w", inbox, err)
 	}
 	runCtx, cancel := context.WithCancel(p.cli.Ctx()) // ends with the client too
+	l.reached(rev + 1)                                // a message sent before is not this Listen's
 	go l.run(runCtx, rev+1)
 	var once sync.Once
 	return func() {
@@ -87,6 +89,10 @@ type listener struct {
 	deliver  func(lock.Grant)
 	relisten chan struct{} // the session was lost: list the inbox again
 	done     chan struct{} // closed when run returns
+
+	mu    sync.Mutex
+	seen  int64         // every message of the inbox below this revision was delivered; 0 before the watch starts
+	moved chan struct{} // closed, and made again, when seen grows
 }
 
 // register writes the listener's key on the session lease and returns the
@@ -142,6 +148,7 @@ func (l *listener) run(ctx context.Context, rev int64) {
 			}
 		}
 		l.deliver(lock.Grant{}) // grants may be late, entries lost: look again
+		l.reached(rev)
 		if !sleep(ctx, wait) {
 			return
 		}
@@ -190,6 +197,7 @@ func (l *listener) watch(ctx context.Context, rev int64) (int64, error) {
 			if resp.IsProgressNotify() && resp.Header.Revision >= rev {
 				rev = resp.Header.Revision + 1
 			}
+			l.reached(rev)
 		case <-tick.C:
 			if asked {
 				return rev, errStalled
@@ -201,6 +209,53 @@ func (l *listener) watch(ctx context.Context, rev int64) (int64, error) {
 		case <-ctx.Done():
 			return rev, ctx.Err()
 		}
+	}
+}
+
+// reached notes that every message of the inbox below revision rev was
+// delivered.
+func (l *listener) reached(rev int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rev > l.seen {
+		l.seen = rev
+		close(l.moved)
+		l.moved = make(chan struct{})
+	}
+}
+
+// await waits until the message at revision rev was delivered, the Listen
+// stopped, or ctx ended. It does not wait for a Listen whose watch has not
+// started: that Listen was not there when the message was sent.
+func (l *listener) await(ctx context.Context, rev int64) {
+	for {
+		l.mu.Lock()
+		seen, moved := l.seen, l.moved
+		l.mu.Unlock()
+		if seen == 0 || seen > rev {
+			return
+		}
+		select {
+		case <-moved:
+		case <-l.done:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// delivered waits until every Listen of inbox in this provider has
+// delivered the message at revision rev, for at most the request timeout.
+// Queue calls it before it answers a caller that finds its grant in the
+// reply: the watch delivers a message some time after its write, and the
+// caller, answered first, could have released the lock by then, so that
+// its inbox would be told of a grant nobody waits for any more.
+func (p *Provider) delivered(ctx context.Context, inbox string, rev int64) {
+	ctx, cancel := p.request(ctx)
+	defer cancel()
+	for _, l := range p.sess.listening(inbox) {
+		l.await(ctx, rev)
 	}
 }
 

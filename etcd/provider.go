@@ -257,19 +257,25 @@ func granted(rec lock.Record, rev int64) lock.Record {
 }
 
 // Queue implements lock.Provider. LookJoin is served as LookFair: the
-// record and the queue are read in one round trip either way.
+// record and the queue are read in one round trip either way. A caller
+// that finds the lock handed to it (a look again after a Release told its
+// inbox) is answered once this provider's Listens of its inbox have
+// delivered that grant's message (or after the request timeout, when one
+// of them does not): the message never reaches the inbox after the reply,
+// when the caller may have released the lock already.
 func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 	if err := checkWaiter(key, w); err != nil {
 		return lock.Record{}, err
 	}
 	var rec lock.Record
-	var own int64 // the create revision of the caller's entry, when its place must be counted
-	rev, err := p.update(ctx, key, reads{owner: w.Owner}, nil, true, func(st *state, ls *leases) (*change, error) {
+	var own int64  // the create revision of the caller's entry, when its place must be counted
+	var told int64 // the revision of the message of a grant the caller finds in the reply
+	rev, err := p.update(ctx, key, reads{owner: w.Owner, inbox: w.Inbox}, nil, true, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
 		ch, now, r := p.newChange(key, st), time.Now(), st.rec
-		rec, own = lock.Record{}, 0
+		rec, own, told = lock.Record{}, 0, 0
 		if r == nil && w.Look != lock.LookFirst {
 			// Free: the first waiter goes first; it may be the caller.
 			e, dropped := ch.serve(w.Owner, true)
@@ -293,6 +299,9 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 			if st.own != nil {
 				ch.dropEntry(*st.own)
 			}
+			if r != nil {
+				told = st.mail // handed to the caller, and told: see delivered
+			}
 			rec = ch.take(w.Owner, w.TTL, lease, now)
 			return ch, nil
 		case r.ended:
@@ -310,6 +319,9 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 	})
 	if err != nil {
 		return lock.Record{}, err
+	}
+	if told != 0 {
+		p.delivered(ctx, w.Inbox, told)
 	}
 	rec = granted(rec, rev)
 	if own != 0 {

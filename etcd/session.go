@@ -113,6 +113,19 @@ func (s *session) add(l *listener) {
 	s.listeners[l] = struct{}{}
 }
 
+// listening returns the provider's Listens of inbox.
+func (s *session) listening(inbox string) []*listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ls []*listener
+	for l := range s.listeners {
+		if l.inbox == inbox {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
 func (s *session) remove(l *listener) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -170,12 +170,14 @@ type state struct {
 	queue  []entry // the front of the queue, in arrival order
 	total  int64   // entries in the whole queue
 	own    *entry  // the caller's own entry, when asked for and present
+	mail   int64   // the revision of the grant message sent to the caller, when asked for and present
 	deaf   map[string]bool
 }
 
 // reads says what a state is read with.
 type reads struct {
 	owner string // the caller whose own entry is read; none when empty
+	inbox string // with owner: the caller's inbox, whose grant message is read
 	full  bool   // the whole queue rather than its front
 }
 
@@ -189,6 +191,9 @@ func (p *Provider) ops(key string, r reads, heard []string) []clientv3.Op {
 	ops := []clientv3.Op{clientv3.OpGet(p.recordKey(key)), clientv3.OpGet(p.queuePrefix(key), q...)}
 	if r.owner != "" {
 		ops = append(ops, clientv3.OpGet(p.entryKey(key, r.owner)))
+		if r.inbox != "" {
+			ops = append(ops, clientv3.OpGet(p.grantMail(r.inbox, r.owner, key), clientv3.WithKeysOnly()))
+		}
 	}
 	for _, inbox := range heard {
 		ops = append(ops, clientv3.OpGet(p.listenPrefix(inbox), clientv3.WithPrefix(), clientv3.WithCountOnly()))
@@ -224,6 +229,12 @@ func (p *Provider) parse(key string, rev int64, r reads, heard []string, res []*
 			}
 		}
 		i = 3
+		if r.inbox != "" {
+			if kvs := res[3].GetResponseRange().Kvs; len(kvs) > 0 {
+				st.mail = kvs[0].ModRevision
+			}
+			i = 4
+		}
 	}
 	for j, inbox := range heard {
 		if st.deaf == nil {
