@@ -3,10 +3,12 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -83,7 +85,9 @@ func TestElectionFailover(t *testing.T) {
 		rounds = 20
 	}
 	srv := faults.StartRedis(t)
-	c := newClient(t, newRedis(t, srv.Addr))
+	var seen looks
+	c := testenv.NewClient(t, seen.provider(lock.NewRedisProvider(newRedis(t, srv.Addr))))
+	stalls := testenv.WatchStalls(t)
 	var afterKill, afterResign []time.Duration
 	for r := range 2 * rounds {
 		kill := r%2 == 0
@@ -94,8 +98,10 @@ func TestElectionFailover(t *testing.T) {
 		require.Equal(t, "elected", word)
 		leaderTerm := atou(t, f["term"])
 		stats.grants.Add(1)
+		seen.reset()
 		s := lead(t, c, role)
 		time.Sleep(rand.N(electionLease / 3)) // anywhere in the renewal cycle
+		stalls.Reset()
 
 		var from time.Time
 		if kill {
@@ -121,7 +127,8 @@ func TestElectionFailover(t *testing.T) {
 		expect(t, term > leaderTerm, "the successor's term %d is not greater than the leader's %d", term, leaderTerm)
 		if kill {
 			afterKill = append(afterKill, took)
-			expect(t, took <= electionLease+killSlack, "the successor ran %v after the leader was killed, want within its lease (%v) + %v", took, electionLease, killSlack)
+			expect(t, took <= electionLease+killSlack, "the successor ran %v after the leader was killed, want within its lease (%v) + %v; %s (this process held up %v at most)",
+				took, electionLease, killSlack, lookedWhen(seen.all(), from), stalls.Longest().Round(time.Millisecond))
 		} else {
 			afterResign = append(afterResign, took)
 			expect(t, took < electionLease/2, "the successor ran %v after the leader resigned, want at once", took)
@@ -133,6 +140,62 @@ func TestElectionFailover(t *testing.T) {
 	t.Logf("faults: election successor running after Resign: %s", durations(afterResign))
 }
 
+// look is one request of a successor's wait (a Queue call): when it was
+// sent and answered, and what the reply said.
+type look struct {
+	sent, answered time.Time
+	ttl            time.Duration
+	queued         bool
+}
+
+// looks records the looks of a Client's waits.
+type looks struct {
+	mu   sync.Mutex
+	list []look
+}
+
+// provider returns p, with its Queue calls recorded.
+func (ls *looks) provider(p lock.Provider) lock.Provider {
+	return &testenv.Hooked{Provider: p, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		sent := time.Now()
+		rec, err := p.Queue(ctx, key, w)
+		if err == nil {
+			ls.mu.Lock()
+			ls.list = append(ls.list, look{sent: sent, answered: time.Now(), ttl: rec.TTL, queued: rec.Queued})
+			ls.mu.Unlock()
+		}
+		return rec, err
+	}}
+}
+
+func (ls *looks) reset() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.list = nil
+}
+
+func (ls *looks) all() []look {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return slices.Clone(ls.list)
+}
+
+// lookedWhen says, for a message, when the successor looked, from the
+// kill at from: the last look that left it queued, and what it saw, and
+// when it looked next. A look answered with the leader's record and no
+// TTL (0: Redis's PTTL in the record's last millisecond, before the fix of
+// issue 31 item 11) leaves the successor to its poll interval.
+func lookedWhen(ls []look, from time.Time) string {
+	since := func(at time.Time) time.Duration { return at.Sub(from).Round(time.Millisecond) }
+	for i := len(ls) - 1; i > 0; i-- {
+		if prev := ls[i-1]; prev.queued {
+			return fmt.Sprintf("its last look that left it queued, at %v, saw a TTL of %v (due at %v), and the next was sent at %v",
+				since(prev.sent), prev.ttl, since(prev.answered.Add(prev.ttl)), since(ls[i].sent))
+		}
+	}
+	return fmt.Sprintf("it looked %d times", len(ls))
+}
+
 // killSlack is how late, past the lease, a successor may run after its
 // leader was killed. A correct library runs it when the record expires,
 // 0.67-1.0 s after the kill, and a loaded machine adds to that (a
@@ -141,7 +204,16 @@ func TestElectionFailover(t *testing.T) {
 // just before the kill's random third of a lease) runs at its first poll
 // after the expiry: 1 s - x or 2 s - x after the kill, x < 333 ms, so
 // 1.67 s or more whenever the record outlived its first poll; lease + 600
-// ms catches that as lease + 200 ms did.
+// ms catches that as lease + 200 ms did. So does it catch a successor that
+// misses the expiry once, by a poll, which it then runs in the same window,
+// (1.67 s, 2 s]. The one failure of this bound (1.725 s, issue 31 item 11)
+// fell there, and the library had a way to miss the expiry: a look timed
+// by a TTL of a whole lease (the poll interval too, so without the
+// millisecond a waiter adds) could reach Redis in the record's last
+// millisecond, whose PTTL is 0, which the Redis provider reported as "TTL
+// unknown" (TestLookInTheRecordsLastMillisecond). The bound stays: a slow
+// machine has not been seen to take more than 1.2 s, and the failure
+// message says what the successor's looks saw, which tells the two apart.
 const killSlack = 600 * time.Millisecond
 
 // TestElectionFailoverMemory is TestElectionFailover's measure on the
@@ -488,4 +560,73 @@ func roleLeadWriter(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("child: Lead returned %v", err)
 	}
+}
+
+// TestLookInTheRecordsLastMillisecond: a waiter whose look reaches Redis in
+// the last millisecond of the record it waits behind still takes the lock
+// when that record expires, not a poll interval later (issue 31, item 11).
+// Redis's PTTL rounds what is left down, so such a look is answered with a
+// TTL of 0, which a Record reads as "unknown", and a waiter that knows no
+// TTL looks again at its next poll. TestElectionFailover's successor ran
+// 1.725 s after its leader's SIGKILL, most likely that way: its look, timed by a TTL of
+// a whole lease (1 s, the poll interval too, so without the millisecond a
+// waiter adds), most likely landed in the expiry's millisecond. Here the
+// waiter's first look is held by a hooked provider until it reaches Redis
+// in the record's expiry millisecond (PEXPIRETIME, less half a round trip):
+// a round whose look came to Redis before or after it (a reply with more
+// than 1ms left, or none) says nothing, and rounds are tried until 5 land,
+// 50 at most. A waiter answered with a TTL of 0 looks again a poll
+// interval (1 s) after it; one answered with 1ms, at once.
+func TestLookInTheRecordsLastMillisecond(t *testing.T) {
+	const (
+		poll    = time.Second
+		ttl     = 200 * time.Millisecond
+		landing = 5
+	)
+	srv := faults.StartRedis(t)
+	direct := newRedis(t, srv.Addr)
+	rp := lock.NewRedisProvider(newRedis(t, srv.Addr))
+	var aim atomic.Int64 // when the round's first look is sent, Unix ns: 0 once it was
+	var landed atomic.Bool
+	hooked := &testenv.Hooked{Provider: rp, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		if ns := aim.Swap(0); ns > 0 {
+			at := time.Unix(0, ns)
+			time.Sleep(time.Until(at) - 2*time.Millisecond)
+			for time.Now().Before(at) { // a sleep overshoots: spin the last part
+			}
+			rec, err := rp.Queue(ctx, key, w)
+			landed.Store(err == nil && rec.Queued && rec.Owner != "" && rec.TTL <= time.Millisecond)
+			return rec, err
+		}
+		return rp.Queue(ctx, key, w)
+	}}
+	c := testenv.NewClient(t, hooked, lock.WithPollInterval(poll))
+	ctx := ctxTimeout(t, time.Minute)
+	judged := 0
+	for r := 0; judged < landing && r < 10*landing; r++ {
+		name := "last-ms:" + strconv.Itoa(r)
+		_, err := rp.Acquire(ctx, keyOf(name), "gone-holder", ttl) // nobody renews it
+		require.NoError(t, err)
+		ms, err := direct.Do(ctx, "PEXPIRETIME", recordKey(keyOf(name))).Int64()
+		require.NoError(t, err)
+		sent := time.Now()
+		require.NoError(t, direct.Ping(ctx).Err())
+		// A third of a millisecond into the expiry's millisecond, when the
+		// call reaches Redis half a round trip after it is sent.
+		aim.Store(time.UnixMilli(ms).Add(time.Millisecond/3 - time.Since(sent)/2).UnixNano())
+		landed.Store(false)
+		l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 5 * time.Second})
+		require.NoError(t, err)
+		took := time.Since(time.UnixMilli(ms))
+		require.NoError(t, l.Release(ctx))
+		if !landed.Load() {
+			t.Logf("round %d: the look missed the expiry's millisecond; the lock was taken %v after it", r, took.Round(time.Millisecond))
+			continue
+		}
+		judged++
+		t.Logf("round %d: the look came in the record's last millisecond; the lock was taken %v after it", r, took.Round(time.Millisecond))
+		expect(t, took < poll/2, "round %d: a waiter whose look came in the record's last millisecond took the lock %v after it expired, want at once, not at its next poll (%v)",
+			r, took.Round(time.Millisecond), poll)
+	}
+	require.Equal(t, landing, judged, "looks that landed in the expiry's millisecond")
 }
