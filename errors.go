@@ -69,13 +69,22 @@ var (
 )
 
 // NotAcquiredError is returned when a lock was not acquired. It matches
-// ErrNotAcquired and its Reason with errors.Is.
+// ErrNotAcquired, and its Reason and Provider with errors.Is and errors.As.
 type NotAcquiredError struct {
 	// Key is the full key of the lock (prefix and name).
 	Key string
-	// Reason is ErrHeld, ErrGracePeriod, ErrTimeout, or the error of the context
-	// that ended the wait.
+	// Reason is why: ErrHeld, ErrGracePeriod, ErrTimeout (MaxWait),
+	// ErrClosed (the Client closed during the wait), the cause of the
+	// caller's context that ended the wait (context.Canceled,
+	// context.DeadlineExceeded or the cause it was given), or a grant that
+	// came after its lease ran out.
 	Reason error
+	// Provider is set when the wait ended while a call to the provider had
+	// failed or had not been answered: the provider's error, or a note that
+	// it did not answer with the last error it returned before (see
+	// ErrUnavailable), which it matches. Nil for a refusal, and for a wait
+	// that ended while the provider answered.
+	Provider error
 	// RetryAfter is how long the record that blocked the caller had left to live
 	// when it was last seen; zero when unknown.
 	RetryAfter time.Duration
@@ -89,6 +98,9 @@ type NotAcquiredError struct {
 // that says nothing to a reader; it is in Holder.
 func (e *NotAcquiredError) Error() string {
 	msg := "lock: could not acquire " + strconv.Quote(e.Key) + ": " + trimPrefix(e.Reason)
+	if e.Provider != nil {
+		msg += ": " + trimPrefix(e.Provider)
+	}
 	if id := identityOf(e.Holder); id != "" {
 		if e.Reason == ErrHeld {
 			msg += " (" + id + ")"
@@ -102,8 +114,13 @@ func (e *NotAcquiredError) Error() string {
 // Is reports whether target is ErrNotAcquired.
 func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
 
-// Unwrap returns the reason.
-func (e *NotAcquiredError) Unwrap() error { return e.Reason }
+// Unwrap returns the reason, and the provider's error when there is one.
+func (e *NotAcquiredError) Unwrap() []error {
+	if e.Provider == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Provider}
+}
 
 // LostError is returned when a held lock was lost. It matches ErrLost with
 // errors.Is and unwraps to its cause, when there is one.
@@ -288,9 +305,8 @@ func (e *opError) Is(target error) bool {
 	return target == ErrUnavailable && !e.callerEnded
 }
 
-// unansweredError is the reason, in a NotAcquiredError beside the context's
-// error, of an acquisition whose context ended before the provider answered
-// the call op: it matches ErrUnavailable and unwraps to last, the last error
+// unansweredError is the Provider of a NotAcquiredError of an acquisition
+// whose context ended before the provider answered the call op: it matches ErrUnavailable and unwraps to last, the last error
 // a call of the Client to the provider returned since its last success
 // (nil when there was none).
 type unansweredError struct {

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -176,40 +175,37 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	return w.run(ctx)
 }
 
-// notAcquired returns the error of an acquisition that failed for reason: a
-// *NotAcquiredError, emitted as EventSkipped, when the lock was held or in
-// its grace period or when ctx ended (its cause is then the reason, with the
-// provider's error if one came with it), and reason itself (a provider
-// error, naming the operation and the key) otherwise. A provider call that
-// the context ended before the provider answered (its error is the
-// context's: the caller checked the context before the call) makes the
-// reason match ErrUnavailable too, with the provider's last error.
+// notAcquired returns the error of an acquisition that failed for reason:
+// a *NotAcquiredError, emitted as EventSkipped, when the lock was refused
+// (reason ErrHeld, ErrGracePeriod, ErrClosed, a grant that came too late)
+// or ctx ended (its cause is then the Reason, and a provider call that
+// failed or went unanswered as it ended is the Provider), and reason itself
+// otherwise (a provider error, naming the operation and the key; bad
+// input; a corrupt record). A provider call that failed with the context's
+// error was cut short by it (the caller checked the context before the
+// call): it went unanswered, unless the Client closed.
 func (a *acquisition) notAcquired(ctx context.Context, reason error, holder string, retryAfter time.Duration) error {
-	held := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed) || errors.Is(reason, errGrantedLate)
+	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
+	refusal := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed) || errors.Is(reason, errGrantedLate)
 	var op *opError
-	failed := reason != nil && !held && errors.As(reason, &op)
+	failed := errors.As(reason, &op)
 	switch cause := context.Cause(ctx); {
+	case cause == nil && refusal:
 	case cause != nil && failed && !isContextErr(op.err):
-		// The provider failed as the context ended: keep both, and name the
-		// key once (the NotAcquiredError does).
-		reason = fmt.Errorf("%w: %w", cause, &opError{op: op.op, err: op.err})
+		err.Reason, err.Provider = cause, &opError{op: op.op, err: op.err}
 	case cause != nil && failed && !errors.Is(cause, ErrClosed):
-		// The context ended before the provider answered.
-		reason = fmt.Errorf("%w: %w", cause, &unansweredError{op: op.op, last: a.c.lastError()})
-	case cause != nil && reason != nil && !held && !errors.Is(reason, ctx.Err()):
-		reason = fmt.Errorf("%w: %w", cause, reason)
-	case cause != nil:
-		reason = cause
-	case !held:
-		// The provider failed: not a NotAcquiredError, but the end of the
-		// acquisition all the same.
+		err.Reason, err.Provider = cause, &unansweredError{op: op.op, last: a.c.lastError()}
+	case cause != nil && (reason == nil || refusal || failed):
+		err.Reason = cause
+	default:
+		// The provider failed (or bad input, a corrupt record): not a
+		// NotAcquiredError, but the end of the acquisition all the same.
 		a.c.emit(Event{Kind: EventSkipped, Key: a.key, Owner: a.owner, Waited: time.Since(a.began), Err: reason})
 		return reason
 	}
-	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
 	c := a.c
 	if c.debug {
-		c.log.Debug("lock: skipped", "key", a.key, "owner", a.owner, "reason", reason, "holder", holder, "retry_after", retryAfter)
+		c.log.Debug("lock: skipped", "key", a.key, "owner", a.owner, "reason", err.Reason, "provider", err.Provider, "holder", holder, "retry_after", retryAfter)
 	}
 	c.emit(Event{Kind: EventSkipped, Key: a.key, Owner: a.owner, Waited: time.Since(a.began), Err: err})
 	return err
