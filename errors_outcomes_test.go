@@ -21,7 +21,8 @@ import (
 // provider (behind a fake one where the provider must fail), and what the
 // error answers: its message, which of the sentinels (and the context's
 // and the provider's own errors) errors.Is finds in it, and whether
-// errors.As finds a *NotAcquiredError, a *LostError or a *RecordError. It
+// errors.As finds a *NotAcquiredError (and whether its Provider is set), a
+// *LostError or a *RecordError. It
 // pins what callers can test for (issue 32, item 3): a change to how the
 // errors are built must leave every row as it is. LOCK_PRINT_OUTCOMES=1
 // prints the rows the code gives, to compare.
@@ -48,6 +49,9 @@ func TestErrorOutcomes(t *testing.T) {
 		var re *lock.RecordError
 		if errors.As(err, &na) {
 			is = append(is, "*NotAcquiredError")
+			if na.Provider != nil {
+				is = append(is, "Provider")
+			}
 		}
 		if errors.As(err, &le) {
 			is = append(is, "*LostError")
@@ -142,7 +146,7 @@ func TestErrorOutcomes(t *testing.T) {
 			c, _ := down("hang")
 			_, err := c.Acquire(short(ctx, 50*time.Millisecond), "job", lock.Options{})
 			return err
-		}, [2]string{`lock: could not acquire "lock:{job}": context deadline exceeded: acquire: no answer from the provider`, "NotAcquired Unavailable DeadlineExceeded *NotAcquiredError"}},
+		}, [2]string{`lock: could not acquire "lock:{job}": context deadline exceeded: acquire: no answer from the provider`, "NotAcquired Unavailable DeadlineExceeded *NotAcquiredError Provider"}},
 		{"no answer, the last error kept", func(t *testing.T, ctx context.Context) error {
 			c, mode := down("fail")
 			_, err := c.Acquire(ctx, "job", lock.Options{})
@@ -150,7 +154,7 @@ func TestErrorOutcomes(t *testing.T) {
 			mode.Store("hang")
 			_, err = c.Acquire(short(ctx, 50*time.Millisecond), "job", lock.Options{})
 			return err
-		}, [2]string{`lock: could not acquire "lock:{job}": context deadline exceeded: acquire: no answer from the provider (its last error: ` + errDown.Error() + `)`, "NotAcquired Unavailable DeadlineExceeded errDown *NotAcquiredError"}},
+		}, [2]string{`lock: could not acquire "lock:{job}": context deadline exceeded: acquire: no answer from the provider (its last error: ` + errDown.Error() + `)`, "NotAcquired Unavailable DeadlineExceeded errDown *NotAcquiredError Provider"}},
 		{"provider failed as the wait ended", func(t *testing.T, ctx context.Context) error {
 			ctx, cancel := context.WithCancel(ctx)
 			p := &hookedProvider{Provider: lock.NewMemoryProvider(), OnAcquire: func(context.Context, string, string, time.Duration) (lock.Record, error) {
@@ -159,7 +163,7 @@ func TestErrorOutcomes(t *testing.T) {
 			}}
 			_, err := newClient(t, p).Acquire(ctx, "job", lock.Options{})
 			return err
-		}, [2]string{`lock: could not acquire "lock:{job}": context canceled: acquire: ` + errDown.Error(), "NotAcquired Unavailable Canceled errDown *NotAcquiredError"}},
+		}, [2]string{`lock: could not acquire "lock:{job}": context canceled: acquire: ` + errDown.Error(), "NotAcquired Unavailable Canceled errDown *NotAcquiredError Provider"}},
 		{"granted too late", func(t *testing.T, ctx context.Context) error {
 			mem := lock.NewMemoryProvider()
 			p := &hookedProvider{Provider: mem, OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
