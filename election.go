@@ -272,11 +272,7 @@ func (c *Client) serve(ctx context.Context, t *Term, fn func(ctx context.Context
 	failedOnItsOwn := err != nil && fctx.Err() == nil && ctx.Err() == nil
 	stop()
 	cancel(nil)
-	rerr := t.Resign(ctx)
-	if rerr != nil && (reported(err, rerr) || errors.Is(rerr, ErrReleased)) {
-		rerr = nil // said already, or resigned by fn
-	}
-	err = errors.Join(err, rerr)
+	err = joinRelease(err, t.Resign(ctx))
 	if failedOnItsOwn {
 		c.log.Warn("lock: leader's function failed", "role", t.role, "term", t.Token(), "err", err)
 	} else if c.debug {

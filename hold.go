@@ -211,11 +211,7 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	defer func() {
 		stop()
 		cancel(nil)
-		rerr := h.Release(ctx)
-		if rerr != nil && (reported(err, rerr) || errors.Is(rerr, ErrReleased)) {
-			rerr = nil // said already, or fn released the hold itself
-		}
-		err = errors.Join(err, rerr)
+		err = joinRelease(err, h.Release(ctx))
 	}()
 	return fn(hctx)
 }

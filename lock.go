@@ -423,20 +423,22 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	l.onLoss(cancel)
 	defer func() {
 		cancel(nil)
-		rerr := l.Release(ctx)
-		if rerr != nil && (reported(err, rerr) || errors.Is(rerr, ErrReleased)) {
-			rerr = nil // said already, or fn released the lock itself
-		}
-		err = errors.Join(err, rerr)
+		err = joinRelease(err, l.Release(ctx))
 	}()
 	return fn(hctx)
 }
 
-// reported reports whether rerr, a release's error, is a loss that err
-// already carries.
-func reported(err, rerr error) bool {
+// joinRelease returns err, the error of a function run under a hold (a
+// Lock's, a Hold's, a Term's), joined with rerr, the error of the release
+// that ended the hold; but without rerr when it is a loss that err already
+// carries (fn's error is often the loss itself, its context's cause), or
+// ErrReleased (fn released the hold itself).
+func joinRelease(err, rerr error) error {
 	var lost *LostError
-	return errors.As(rerr, &lost) && errors.Is(err, lost)
+	if rerr == nil || errors.Is(rerr, ErrReleased) || errors.As(rerr, &lost) && errors.Is(err, lost) {
+		return err
+	}
+	return errors.Join(err, rerr)
 }
 
 type ctxKey struct{}
