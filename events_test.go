@@ -63,7 +63,7 @@ func TestEventsWithFakeClock(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	clock := testenv.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := newRecorder()
-	c := newClient(t, lock.NewMemoryProvider(), lock.WithClock(clock), rec.option())
+	c := newClient(t, lock.NewMemoryProvider(), lock.WithEventClock(clock), rec.option())
 	l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
 	require.NoError(t, err)
 	start := clock.Now()

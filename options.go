@@ -165,8 +165,10 @@ func WithLogger(l *slog.Logger) ClientOption {
 	}
 }
 
-// WithClock sets the clock that stamps events. The default is the system clock.
-func WithClock(clock Clock) ClientOption {
+// WithEventClock sets the clock that stamps events (Event.Time); it changes
+// nothing else (leases and waits run on the system's clock, and a memory
+// provider's records on MemoryClock's). The default is the system clock.
+func WithEventClock(clock Clock) ClientOption {
 	return func(c *Client) {
 		if clock != nil {
 			c.clock = clock

@@ -44,7 +44,7 @@ var queueTTLArg any = time.Minute.Milliseconds()
 //
 // For a key K it writes the record at K and the wait queue at K+":q", and
 // takes fencing tokens from the counter of K's hash slot (see RedisKeys and
-// provider_redis_fence.go): one slot, so Cluster works. The record lives
+// provider_redis_token.go): one slot, so Cluster works. The record lives
 // until it is released or its TTL ends, the queue while its waiters look;
 // nothing per key outlives them, and the counters (at most 16,384 per key
 // prefix) never expire. A message

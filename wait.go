@@ -125,7 +125,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	if rec.Owner == owner && !rec.Ended {
 		late := !time.Now().Before(leaseEnd(a.began, a.leaseOf(rec)))
 		if ctx.Err() == nil && !late {
-			return a.granted(rec, a.began), nil
+			return a.hold(rec, a.began), nil
 		}
 		// The grant came after the context ended, or after its lease ran
 		// out (a slow answer, a paused process): not a hold. With Wait,
@@ -251,8 +251,9 @@ func (a *acquisition) failed(ctx context.Context, op string, err error) error {
 	return a.c.failed(ctx, op, a.key, err)
 }
 
-// granted returns the held Lock of a grant of rec, requested at sent.
-func (a *acquisition) granted(rec Record, sent time.Time) *Lock {
+// hold returns the held Lock of a grant of rec, requested at sent, and
+// starts its lease timer.
+func (a *acquisition) hold(rec Record, sent time.Time) *Lock {
 	c, o := a.c, a.o
 	ttl := a.leaseOf(rec)
 	l := newLock(c, a.key, a.owner, rec.Token, o, sent, ttl)

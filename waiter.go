@@ -221,7 +221,7 @@ func (w *waiter) callFailed(ctx context.Context, op string, err error, sent time
 
 func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 	w.state = granted
-	return w.granted(rec, sent)
+	return w.hold(rec, sent)
 }
 
 // giveUp leaves the queue, passing on a lock handed to w meanwhile, and
