@@ -205,7 +205,7 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 		locks[i].outer, outer = outer, locks[i]
 	}
 	first := locks[0]
-	first.scope = scope{Context: &holdScope{Context: ctx, h: h}, l: first}
+	first.scope = scope{Context: ctx, l: first, h: h}
 	hctx, cancel := context.WithCancelCause(&first.scope)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
 	defer func() {
@@ -214,22 +214,6 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 		err = joinRelease(err, h.Release(ctx))
 	}()
 	return fn(hctx)
-}
-
-type holdKey struct{}
-
-// holdScope is the context of a function run under h, in which
-// HoldFromContext finds h.
-type holdScope struct {
-	context.Context
-	h *Hold
-}
-
-func (s *holdScope) Value(key any) any {
-	if key == (holdKey{}) {
-		return s.h
-	}
-	return s.Context.Value(key)
 }
 
 // HoldFromContext returns the Hold of the innermost Semaphore.Do,

@@ -441,18 +441,27 @@ func joinRelease(err, rerr error) error {
 	return errors.Join(err, rerr)
 }
 
-type ctxKey struct{}
+// The keys of the values FromContext and HoldFromContext find.
+type (
+	ctxKey  struct{}
+	holdKey struct{}
+)
 
 // scope is the context of a handler run under l: ctx, in which FromContext
-// finds l. It lives in the Lock, saving an allocation.
+// finds l, and HoldFromContext h when l is the first member of a Hold run
+// (Hold.run). It lives in the Lock, saving an allocation.
 type scope struct {
 	context.Context
 	l *Lock
+	h *Hold
 }
 
 func (s *scope) Value(key any) any {
-	if key == (ctxKey{}) {
+	switch {
+	case key == (ctxKey{}):
 		return s.l
+	case key == (holdKey{}) && s.h != nil:
+		return s.h
 	}
 	return s.Context.Value(key)
 }
