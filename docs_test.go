@@ -3,6 +3,9 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,8 +26,8 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// The tests of this file check what the README and the module READMEs say
-// against the repository (issue 22).
+// The tests of this file check what the README, the pages of docs/ and the
+// module READMEs say against the repository (issues 22 and 32).
 
 // moduleREADMEs are the READMEs that tell a user how to depend on a module
 // of this repository, or name its version.
@@ -59,6 +62,48 @@ func docSection(t *testing.T, text, heading string) string {
 	return rest
 }
 
+// docPages returns README.md and the pages of docs/, the README first.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	require.NotEmpty(t, pages, "docs/ should hold the pages the README links to")
+	return append([]string{"README.md"}, pages...)
+}
+
+// goBlocks returns the fenced Go blocks of text (opened by a line "```go",
+// indented or not), without their fences.
+func goBlocks(text string) []string {
+	var blocks []string
+	var cur []string
+	in := false
+	for _, line := range strings.Split(text, "\n") {
+		switch trimmed := strings.TrimSpace(line); {
+		case !in && strings.HasPrefix(trimmed, "```go"):
+			in, cur = true, nil
+		case in && trimmed == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n"))
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	return blocks
+}
+
+// codeLines returns the lines of code that are not blank, without their
+// indentation, with each run of spaces and tabs inside them as one space (so
+// that gofmt's alignment of comments does not matter).
+func codeLines(code string) []string {
+	var lines []string
+	for _, line := range strings.Split(code, "\n") {
+		if line = strings.Join(strings.Fields(line), " "); line != "" {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
 // codeBlocks returns the fenced code blocks of text, without their fences.
 func codeBlocks(text string) []string {
 	var blocks []string
@@ -80,20 +125,20 @@ var (
 // historyOfVersions are the sentences that may name an earlier version of
 // this module, as history; any other mention names the latest.
 var historyOfVersions = []string{
-	"This test found a bug in v0.1.0", // README.md, Guarantees
+	"This test found a bug in v0.1.0", // docs/guarantees.md
 }
 
-// TestDocsNameOneVersion checks that the README and the module READMEs name
-// one version of this module, the latest section of CHANGELOG.md, or none,
-// and that the README's Install section names it (issue 22: the README said
-// v0.1.1 while the CHANGELOG's latest was v0.1.2).
+// TestDocsNameOneVersion checks that the README, the pages of docs/ and the
+// module READMEs name one version of this module, the latest section of
+// CHANGELOG.md, or none, and that the README's Install section names it
+// (issue 22: the README said v0.1.1 while the CHANGELOG's latest was v0.1.2).
 func TestDocsNameOneVersion(t *testing.T) {
 	changelog := readDoc(t, "CHANGELOG.md")
 	m := regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+)\b`).FindStringSubmatch(changelog)
 	require.NotNil(t, m, "CHANGELOG.md should have a section per version, \"## vX.Y.Z — date\"")
 	latest := m[1]
 
-	for _, path := range moduleREADMEs {
+	for _, path := range append(moduleREADMEs, docPages(t)[1:]...) {
 		for _, line := range strings.Split(readDoc(t, path), "\n") {
 			for _, loc := range versionPattern.FindAllStringIndex(line, -1) {
 				v := line[loc[0]:loc[1]]
@@ -110,25 +155,112 @@ func TestDocsNameOneVersion(t *testing.T) {
 	assert.Contains(t, install, latest, "README.md's Install section should name the latest version")
 }
 
-// TestREADMEQuickstartTick checks that the README's first example defines
-// the tick it passes to RunTick, and computes it as examples/quickstart,
-// which CI runs, does (issue 22: it passed an undefined tick).
+// TestREADMEQuickstartTick checks that each example of the README and of
+// docs/ that passes a tick to RunTick defines it first, and computes it and
+// calls RunTick as examples/quickstart, which CI runs, does (issue 22: the
+// README's quickstart passed an undefined tick).
 func TestREADMEQuickstartTick(t *testing.T) {
-	blocks := codeBlocks(docSection(t, readDoc(t, "README.md"), "## Quickstart"))
-	require.NotEmpty(t, blocks)
-	first := blocks[0]
 	quickstart := readDoc(t, "examples/quickstart/main.go")
+	for _, page := range docPages(t) {
+		var seen int
+		for _, block := range goBlocks(readDoc(t, page)) {
+			runAt := strings.Index(block, "RunTick(")
+			if runAt < 0 || !strings.Contains(block, "tick") {
+				continue
+			}
+			seen++
+			tickAt := strings.Index(block, "tick := ")
+			require.True(t, tickAt >= 0 && runAt > tickAt, "%s: an example should define tick before it calls RunTick", page)
+			tickLine, _, _ := strings.Cut(block[tickAt:], "\n")
+			tickLine, _, _ = strings.Cut(tickLine, " //")
+			same := slices.ContainsFunc(strings.Split(quickstart, "\n"), func(l string) bool { return strings.TrimSpace(l) == strings.TrimSpace(tickLine) })
+			assert.True(t, same, "%s: examples/quickstart should compute the tick as the example does: %s", page, strings.TrimSpace(tickLine))
 
-	tickAt := strings.Index(first, "tick := ")
-	runAt := strings.Index(first, "RunTick(")
-	require.True(t, tickAt >= 0 && runAt > tickAt, "the first example should define tick before it calls RunTick")
-	tickLine, _, _ := strings.Cut(first[tickAt:], "\n")
-	tickLine, _, _ = strings.Cut(tickLine, " //")
-	assert.Contains(t, quickstart, strings.TrimSpace(tickLine), "examples/quickstart should compute the tick as the README does")
+			call, _, _ := strings.Cut(block[runAt:], "\n")
+			call = call[:strings.LastIndex(call, ",")+1] // up to the function
+			assert.Contains(t, quickstart, "c."+call, "%s: examples/quickstart should call RunTick as the example does", page)
+		}
+		if page == "README.md" {
+			assert.NotZero(t, seen, "README.md should show RunTick's loop")
+		}
+	}
+}
 
-	call, _, _ := strings.Cut(first[runAt:], "\n")
-	call = call[:strings.LastIndex(call, ",")+1] // up to the function
-	assert.Contains(t, quickstart, "c."+call, "examples/quickstart should call RunTick as the README does")
+// TestDocsCodeCompiles checks that every Go block of the README and of
+// docs/ is compiled: its lines (those not blank, without indentation) are
+// found one after the other in a function of an example file of this
+// package, which go test compiles and runs (issue 32: a user's code did not
+// compile from a README block). example_readme_test.go holds those the
+// other example files do not.
+func TestDocsCodeCompiles(t *testing.T) {
+	files, err := filepath.Glob("example*_test.go")
+	require.NoError(t, err)
+	var funcs [][]string // the lines of each function of the example files
+	fset := token.NewFileSet()
+	for _, path := range files {
+		src := []byte(readDoc(t, path))
+		f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok {
+				funcs = append(funcs, codeLines(string(src[fset.Position(fn.Pos()).Offset:fset.Position(fn.End()).Offset])))
+			}
+		}
+	}
+	require.NotEmpty(t, funcs)
+
+	var blocks int
+	for _, page := range docPages(t) {
+		for i, block := range goBlocks(readDoc(t, page)) {
+			blocks++
+			want := codeLines(block)
+			require.NotEmpty(t, want, "%s: Go block %d is empty", page, i+1)
+			compiled := slices.ContainsFunc(funcs, func(fn []string) bool {
+				for j := 0; j+len(want) <= len(fn); j++ {
+					if slices.Equal(fn[j:j+len(want)], want) {
+						return true
+					}
+				}
+				return false
+			})
+			assert.True(t, compiled, "%s: Go block %d, which begins %q, is not compiled: no function of %s holds its lines, one after the other (add it, line for line, to one in example_readme_test.go)",
+				page, i+1, want[0], strings.Join(files, ", "))
+		}
+	}
+	assert.NotZero(t, blocks, "the README should show Go code")
+}
+
+// TestDocsLockctlPrefix checks that the pages of docs/ run lockctl under the
+// prefix that the README's Redis example gives to lock.WithPrefix, as
+// cmd/lockctl's TestDocsUseOnePrefix checks of the READMEs (issue 22).
+func TestDocsLockctlPrefix(t *testing.T) {
+	m := regexp.MustCompile(`lock\.WithPrefix\("([^"]+)"\)`).FindStringSubmatch(readDoc(t, "README.md"))
+	require.NotNil(t, m, "README.md should give lock.WithPrefix a prefix in its Redis example")
+	var runs int
+	for _, page := range docPages(t)[1:] {
+		for _, line := range strings.Split(readDoc(t, page), "\n") {
+			if line = strings.TrimSpace(line); strings.HasPrefix(line, "$ lockctl") {
+				runs++
+				assert.Contains(t, line, "-prefix "+m[1]+" ", "%s: %q should look under the services' prefix", page, line)
+			}
+		}
+	}
+	assert.NotZero(t, runs, "docs/operations.md should show lockctl being run")
+}
+
+// TestDocsLinks checks that the relative links of the README and of docs/
+// name files that exist.
+func TestDocsLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	for _, page := range docPages(t) {
+		for _, m := range link.FindAllStringSubmatch(readDoc(t, page), -1) {
+			if strings.Contains(m[1], "://") {
+				continue
+			}
+			_, err := os.Stat(filepath.Join(filepath.Dir(page), m[1]))
+			assert.NoError(t, err, "%s links to %s", page, m[1])
+		}
+	}
 }
 
 // TestREADMEHTTPQueue runs the README's HTTP queueing example: requests for
