@@ -40,7 +40,7 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // takes any redis.UniversalClient: single node, Sentinel (failover) or
 // Cluster. Each operation is one Lua script, one round trip; scripts that
 // callers ask for while GOMAXPROCS (at least 2) are under way share one
-// pipeline (see the README's "Many callers at once share round trips").
+// pipeline (see docs/redis.md, "Many callers at once share round trips").
 //
 // For a key K it writes the record at K and the wait queue at K+":q", and
 // takes fencing tokens from the counter of K's hash slot (see RedisKeys and
@@ -117,7 +117,7 @@ var ErrNotReplicated = errors.New("lock: not replicated")
 // told; one that cannot be confirmed is not told, and the waiter's next look
 // (its own request and WAIT) takes it or fails with ErrNotReplicated, and
 // hands it on. It narrows what a failover loses: a grant that only the old
-// master had is never used (measured in the README's Guarantees). It does not make
+// master had is never used (measured in docs/guarantees.md). It does not make
 // Redis consistent: a replica that did not acknowledge may still be
 // promoted, and WAIT cannot undo a write. Each grant waits for the slowest
 // of n replicas, and while fewer than n are reachable every acquisition

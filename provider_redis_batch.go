@@ -13,7 +13,7 @@ import (
 // callers ask for while the server is busy, together in one pipeline as
 // soon as a round trip ends. Under load, Redis then reads many scripts at a
 // time instead of one per read and write (about a quarter less CPU per
-// acquisition and release at 32 goroutines: see the README),
+// acquisition and release at 32 goroutines: see docs/performance.md),
 // and no caller waits for more than the round trip under way before its
 // own is sent. Without concurrent callers nothing changes: each script is
 // its own round trip, as go-redis would send it.

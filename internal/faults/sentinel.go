@@ -403,7 +403,7 @@ func (s *Sentinel) waitReplicas(ctx context.Context, master string) error {
 // replica from its start: a client that still knew it as the master would
 // otherwise be granted locks by an empty master, in the moment before it
 // replicates. (Left alone, it would come back as an empty master until the
-// sentinels convert it, some seconds later: see the README's Guarantees.)
+// sentinels convert it, some seconds later: see docs/guarantees.md.)
 func (s *Sentinel) Rejoin(ctx context.Context, r *Redis, master string) error {
 	host, port, _ := net.SplitHostPort(master)
 	if err := r.Start("--replicaof", host, port, "--masteruser", replUser, "--masterauth", replUser,
