@@ -245,14 +245,21 @@ func (l *listener) await(ctx context.Context, rev int64) {
 	}
 }
 
+// deliveryWait bounds how long a reply waits for a Listen to deliver the
+// message of the grant it tells (see delivered). A watch delivers within
+// milliseconds, or a few hundred on a loaded machine; one that has not by
+// then is stalled (its progress request will tell), and the caller, who
+// looked again perhaps because no message came, is not held up for it.
+const deliveryWait = 500 * time.Millisecond
+
 // delivered waits until every Listen of inbox in this provider has
-// delivered the message at revision rev, for at most the request timeout.
-// Queue calls it before it answers a caller that finds its grant in the
-// reply: the watch delivers a message some time after its write, and the
-// caller, answered first, could have released the lock by then, so that
-// its inbox would be told of a grant nobody waits for any more.
+// delivered the message at revision rev, for at most deliveryWait. Queue
+// calls it before it answers a caller that finds its grant in the reply:
+// the watch delivers a message some time after its write, and the caller,
+// answered first, could have released the lock by then, so that its inbox
+// would be told of a grant nobody waits for any more.
 func (p *Provider) delivered(ctx context.Context, inbox string, rev int64) {
-	ctx, cancel := p.request(ctx)
+	ctx, cancel := context.WithTimeout(ctx, deliveryWait)
 	defer cancel()
 	for _, l := range p.sess.listening(inbox) {
 		l.await(ctx, rev)

@@ -260,9 +260,9 @@ func granted(rec lock.Record, rev int64) lock.Record {
 // record and the queue are read in one round trip either way. A caller
 // that finds the lock handed to it (a look again after a Release told its
 // inbox) is answered once this provider's Listens of its inbox have
-// delivered that grant's message (or after the request timeout, when one
-// of them does not): the message never reaches the inbox after the reply,
-// when the caller may have released the lock already.
+// delivered that grant's message (or after half a second, when a stalled
+// one has not): the message does not reach the inbox after the reply, when
+// the caller may have released the lock already.
 func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 	if err := checkWaiter(key, w); err != nil {
 		return lock.Record{}, err
