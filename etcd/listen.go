@@ -91,7 +91,7 @@ type listener struct {
 	done     chan struct{} // closed when run returns
 
 	mu    sync.Mutex
-	seen  int64         // every message of the inbox below this revision was delivered; 0 before the watch starts
+	seen  int64         // every message of the inbox below this revision was delivered; 0 until Listen listed the inbox
 	moved chan struct{} // closed, and made again, when seen grows
 }
 
@@ -225,8 +225,8 @@ func (l *listener) reached(rev int64) {
 }
 
 // await waits until the message at revision rev was delivered, the Listen
-// stopped, or ctx ended. It does not wait for a Listen whose watch has not
-// started: that Listen was not there when the message was sent.
+// stopped, or ctx ended. It does not wait for a Listen that has not listed
+// the inbox yet: that Listen was not there when the message was sent.
 func (l *listener) await(ctx context.Context, rev int64) {
 	for {
 		l.mu.Lock()
