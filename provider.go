@@ -167,7 +167,8 @@ type Record struct {
 	// stays closed until the record expires.
 	Ended bool
 	// TTL is the time the record had left to live when it was read; zero when the
-	// provider does not know.
+	// provider does not know. A record still there reports at least 1ms (in
+	// its last millisecond, too).
 	TTL time.Duration
 	// Queued is set by Queue when the caller is in the key's wait queue.
 	Queued bool

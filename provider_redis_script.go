@@ -165,8 +165,14 @@ func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error
 	default:
 		return reply{}, r.unexpected(op, key)
 	}
-	if pttl > 0 {
+	switch {
+	case pttl > 0:
 		r.rec.TTL = time.Duration(pttl) * time.Millisecond
+	case pttl == 0 && r.rec.Owner != "":
+		// PTTL rounds down: a record in its last millisecond has 0 left,
+		// which a Record would read as "unknown" (a waiter would look
+		// again a poll interval later, not as the record expires).
+		r.rec.TTL = time.Millisecond
 	}
 	return r, nil
 }

@@ -22,6 +22,7 @@ func (s *suite) runClient(t *testing.T) {
 	t.Run("GrantToStalledWaiterPassesOn", s.grantToStalledWaiterPassesOn)
 	t.Run("CancelledWaitLeavesNothing", s.cancelledWaitLeavesNothing)
 	t.Run("TimeoutInQueueIsNotAnOutage", s.timeoutInQueueIsNotAnOutage)
+	t.Run("RecordReportsTTLToItsEnd", s.ttlToTheEnd)
 }
 
 // newClient returns a Client on p, closed at the end of the test.

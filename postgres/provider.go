@@ -402,7 +402,7 @@ func (r *row) record() lock.Record {
 		Owner: r.owner,
 		Token: uint64(r.token),
 		Ended: r.ended,
-		TTL:   max(r.expires.Sub(r.clock).Truncate(time.Millisecond), 0),
+		TTL:   max(r.expires.Sub(r.clock).Truncate(time.Millisecond), time.Millisecond), // live rows only: at least 1ms, never "unknown"
 		Since: r.since,
 	}
 }
