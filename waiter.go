@@ -96,7 +96,7 @@ func (w *waiter) lookAgain() time.Duration {
 		return min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
 	}
 	if w.seenTTL > 0 {
-		return min(w.c.poll, w.seenTTL+time.Millisecond)
+		return min(w.c.poll, w.seenTTL) + time.Millisecond
 	}
 	return w.c.poll
 }

@@ -85,8 +85,11 @@ func (s *suite) cancelledWaitLeavesNothing(t *testing.T) {
 // before it was sent is not one it failed to answer).
 func (s *suite) timeoutInQueueIsNotAnOutage(t *testing.T) {
 	ctx := s.ctx
+	// MaxWait is long enough for every waiter's first request to be
+	// answered on a loaded machine (a wait that ends before the provider
+	// ever answered it does match ErrUnavailable), and a multiple of poll.
 	const (
-		poll    = 20 * time.Millisecond
+		poll    = 50 * time.Millisecond
 		waiters = 16
 	)
 	rounds := 4
@@ -112,7 +115,7 @@ func (s *suite) timeoutInQueueIsNotAnOutage(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := cs[i%len(cs)].Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 5 * poll})
+				_, err := cs[i%len(cs)].Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 10 * poll})
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
