@@ -1,8 +1,9 @@
 // Package lock provides distributed locks for Go services that run as several
 // replicas: a job that must run once, a migration the others wait for, an order
-// that two requests must not process at once. A Provider stores the locks (in
-// memory, or in Redis for several processes); a Client acquires, renews and
-// releases them; Middleware and New wrap a handler so that it runs under a lock.
+// that two requests must not process at once. A [Provider] stores the locks:
+// [MemoryProvider] in this process, [RedisProvider] on a Redis server,
+// Sentinel or Cluster, and the postgres and etcd modules of this repository
+// on PostgreSQL and etcd. A [Client] acquires, renews and releases them.
 //
 //	c, _ := lock.NewClient(lock.NewMemoryProvider())
 //	defer c.Close()
@@ -12,12 +13,34 @@
 //
 // A held lock is a lease that the holder renews while it runs. When it is lost
 // (renewal fails, the record is gone, MaxDuration is reached) the holder is
-// told: its context is cancelled with an error matching ErrLost. Every grant
-// carries a fencing token that the protected resource can check.
+// told: its context is cancelled with an error matching [ErrLost]. Every grant
+// carries a fencing token that the protected resource can check
+// ([RedisFence], [SQLFence]).
 //
-// Made of locks, on every provider: leader election (Client.Lead,
-// Client.Campaign), semaphores (Client.Semaphore), read-write locks
-// (Client.RWMutex) and all-or-nothing multi-locks (Client.AcquireAll).
+// # Using it
+//
+// Locks: [Client.Do], [Client.Acquire] (which returns the held [Lock]),
+// [Middleware] and [HTTPMiddleware] (a lock per call, named from its
+// argument or request), [New] (a [Primitive]: a job that runs in one replica
+// at a time, that the others wait for, or that runs at most once per window)
+// and [Client.RunTick] for scheduled jobs. Made of locks, on every provider:
+// leader election ([Client.Campaign], [Client.Lead], [Client.Observe]),
+// semaphores ([Client.Semaphore]), read-write locks ([Client.RWMutex]) and
+// all-or-nothing multi-locks ([Client.AcquireAll], [Client.DoAll]), which
+// return a [Hold]. Operators: [Client.Inspect], [Client.List],
+// [Client.ForceRelease]; [WithEvents] reports every grant, wait, renewal,
+// loss and release as an [Event] ([PartOf] says what its lock is part of).
+// Errors are tested with errors.Is against the Err values;
+// [NotAcquiredError] and [LostError] say why.
+//
+// # Writing a backend
+//
+// Only a backend's author needs these: the [Provider] contract and its
+// values ([Record], [Waiter], [Look], [Grant]), the input checks every
+// provider makes first ([CheckKey], [CheckOwner], [CheckTTL], [CheckInbox],
+// and their combinations [CheckKeyOwner], [CheckArgs], [CheckWaiter]),
+// and the conformance suite in the locktest package, which the built-in
+// providers pass as any other backend must.
 package lock
 
 import (
