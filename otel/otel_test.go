@@ -535,7 +535,7 @@ func attr(s sdktrace.ReadOnlySpan, key attribute.Key) attribute.Value {
 // TestParts checks lock.part on the metrics and spans of the locks a
 // Semaphore and an RWMutex are made of: a permit, a reader's share, a
 // writer's gate, and the gate that a semaphore's caller and a reader pass;
-// a plain lock has none. With the key attribute or without.
+// an election's role (issue 31, item 7); a plain lock has none. With the key attribute or without.
 func TestParts(t *testing.T) {
 	for name, opts := range map[string][]lockotel.Option{"without key": nil, "with key": {lockotel.WithKeyAttribute()}} {
 		t.Run(name, func(t *testing.T) {
@@ -566,20 +566,24 @@ func TestParts(t *testing.T) {
 			require.NoError(t, err)
 			want[plain.Owner()] = ""
 			require.NoError(t, plain.Release(ctx))
+			term, err := c.Campaign(ctx, "scheduler", lock.ElectionOptions{})
+			require.NoError(t, err)
+			want[term.Owner()] = "role"
+			require.NoError(t, term.Resign(ctx))
 
 			rm := tm.collect(t)
 			// The semaphore's caller and the reader passed a gate each.
-			assert.Equal(t, map[string]int64{"permit acquired": 1, "reader acquired": 1, "writer acquired": 1, "gate acquired": 2, "none acquired": 1},
+			assert.Equal(t, map[string]int64{"permit acquired": 1, "reader acquired": 1, "writer acquired": 1, "gate acquired": 2, "role acquired": 1, "none acquired": 1},
 				partCounts(t, rm, "lock.acquisitions"))
-			assert.Equal(t, map[string]int64{"permit acquired": 1, "reader acquired": 1, "writer acquired": 1, "gate acquired": 2, "none acquired": 1},
+			assert.Equal(t, map[string]int64{"permit acquired": 1, "reader acquired": 1, "writer acquired": 1, "gate acquired": 2, "role acquired": 1, "none acquired": 1},
 				partCounts(t, rm, "lock.wait.duration"))
-			assert.Equal(t, map[string]int64{"permit released": 1, "reader released": 1, "writer released": 1, "gate released": 2, "none released": 1},
+			assert.Equal(t, map[string]int64{"permit released": 1, "reader released": 1, "writer released": 1, "gate released": 2, "role released": 1, "none released": 1},
 				partCounts(t, rm, "lock.releases"))
-			assert.Equal(t, map[string]int64{"permit released": 1, "reader released": 1, "writer released": 1, "gate released": 2, "none released": 1},
+			assert.Equal(t, map[string]int64{"permit released": 1, "reader released": 1, "writer released": 1, "gate released": 2, "role released": 1, "none released": 1},
 				partCounts(t, rm, "lock.hold.duration"))
 
 			spans := tm.spans.Ended()
-			assert.Len(t, spans, 2*6, "a wait and a hold for each lock")
+			assert.Len(t, spans, 2*7, "a wait and a hold for each lock")
 			for _, s := range spans {
 				key, owner := attr(s, "lock.key").AsString(), attr(s, "lock.owner").AsString()
 				part, ok := want[owner]
