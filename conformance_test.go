@@ -3,6 +3,7 @@ package lock_test
 import (
 	"testing"
 
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/locktest"
 )
 
@@ -10,9 +11,13 @@ import (
 // against every built-in backend (memory, miniredis, real Redis), so that they
 // prove themselves the way any other backend does; then, on the Redis
 // backends, the checks of what the Redis provider stores, which read its keys
-// (lock.RedisKeys) and so cannot be part of the generic suite.
+// (lock.RedisKeys) and so cannot be part of the generic suite. Under -short
+// the suite runs on memory and Redis only, without its long checks.
 func TestProviderConformance(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
+		if b.name == "miniredis" {
+			testenv.SkipShort(t, "the suite on miniredis (5-7 s); memory and Redis run it")
+		}
 		locktest.Run(t, locktest.Backend{
 			New:             b.replica,
 			Expires:         canExpire(t, b),

@@ -30,9 +30,7 @@ import (
 // no goroutine per lock, every lock still held after several renewals, and
 // renewals at about one call per lock per third of a lease.
 func TestManyLocksHeld(t *testing.T) {
-	if testing.Short() {
-		t.Skip("holds 10,000 locks for several seconds")
-	}
+	testenv.SkipShort(t, "a footprint test: holds 10,000 locks for several seconds")
 	rc := realRedis(t)
 	ctx := ctxTimeout(t, 2*time.Minute)
 	const n = 10_000
@@ -129,6 +127,7 @@ func countingListen(p lock.Provider, delivered *atomic.Int64) *hookedProvider {
 // other locks, and an uncontended release costs Redis the same bytes with
 // them as without them.
 func TestIdleClientsHearNothing(t *testing.T) {
+	testenv.SkipShort(t, "a footprint test of 3-5 s")
 	rc := realRedis(t)
 	ctx := ctxTimeout(t, 2*time.Minute)
 	var heard atomic.Int64
@@ -233,6 +232,7 @@ func heapAlloc() uint64 {
 // checks that the provider, still in use, holds about as much memory as when it
 // was empty: its maps and its expiry heap were given back.
 func TestMemoryProviderGivesMemoryBack(t *testing.T) {
+	testenv.SkipShort(t, "a footprint test of 2-4 s")
 	const n = 200_000
 	ctx := context.Background()
 	clock := testenv.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -277,6 +277,7 @@ func TestMemoryProviderGivesMemoryBack(t *testing.T) {
 // record, and the heap ends about where it started: the tokens come from one
 // counter, and nothing of a released name is kept (issue 17).
 func TestMemoryProviderKeepsNothingPerName(t *testing.T) {
+	testenv.SkipShort(t, "a footprint test of 2-10 s")
 	const n = 1_000_000
 	ctx := context.Background()
 	p := lock.NewMemoryProvider()

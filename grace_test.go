@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // GracePeriod and OncePer: the lock kept closed after a run.
@@ -187,6 +188,7 @@ func TestOncePerCountsFromTheStart(t *testing.T) {
 // skipped; with OncePer a little under a tick (counted from the start),
 // every tick runs.
 func TestEveryTickRunsWithOncePer(t *testing.T) {
+	testenv.SkipShort(t, "6 ticks of 1.2 s (7 s); TestOncePerCountsFromTheStart checks OncePer quickly")
 	// The ticks fire late on a loaded machine; what counts is how much later
 	// one tick fires than another. With GracePeriod, tick i+1 is skipped if
 	// it is less than the run (600ms) later than tick i, and tick i+2 runs

@@ -14,12 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // TestAllNoDeadlockTenThousand: four callers, each a Client of its own, take
-// overlapping sets of locks listed in opposite orders, 10,000 times in all,
-// on the memory provider and on Redis: every attempt is granted within the
-// test's bound (no deadlock), and no lock is ever held by two at once.
+// overlapping sets of locks listed in opposite orders, 10,000 times in all
+// (1,000 under -short), on the memory provider and on Redis: every attempt
+// is granted within the test's bound (no deadlock), and no lock is ever held
+// by two at once.
 func TestAllNoDeadlockTenThousand(t *testing.T) {
 	for _, b := range backends(t) {
 		if b.name == "miniredis" {
@@ -30,7 +32,7 @@ func TestAllNoDeadlockTenThousand(t *testing.T) {
 			base := uniqueName(t)
 			names := []string{base + "-a", base + "-b", base + "-c", base + "-d"}
 			sets := [][]int{{0, 1, 2}, {2, 1, 0}, {3, 1}, {1, 3, 0}}
-			const attempts = 10000
+			attempts := testenv.ShortSize(t, 10000, 1000, "10,000 attempts take 10-30 s")
 			var held [4]atomic.Int64
 			var granted, overlaps atomic.Int64
 			var wg sync.WaitGroup
@@ -245,6 +247,7 @@ func TestPartOfDoesNotAllocate(t *testing.T) {
 // reader's slot is granted after that. The reader must fail (its gate was
 // lost), not read beside the writer.
 func TestReaderWhoseGateRanOutDoesNotReadBesideAWriter(t *testing.T) {
+	testenv.SkipShort(t, "a read-write regression test of 3 s (a gate lease runs out)")
 	ctx := ctxTimeout(t, 20*time.Second)
 	mem := lock.NewMemoryProvider()
 	cw := newClient(t, mem, lock.WithPollInterval(50*time.Millisecond))

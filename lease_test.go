@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // A held lock's lease: renewal, its events, Extend, MaxDuration, and the
@@ -161,6 +162,7 @@ func TestMaxDurationBoundsHold(t *testing.T) {
 // a short lease, taken while one with a long lease is held, or after another
 // was released, is still renewed on time.
 func TestLeaseTimersOfOneClient(t *testing.T) {
+	testenv.SkipShort(t, "holds two 1 s leases for 2 s each (4 s)")
 	ctx := ctxTimeout(t, time.Minute)
 	c := newClient(t, lock.NewMemoryProvider())
 	long, err := c.Acquire(ctx, uniqueName(t)+"-long", lock.Options{Lease: time.Minute})
@@ -184,6 +186,7 @@ func TestLeaseTimersOfOneClient(t *testing.T) {
 // short enough to be renewed a few times each: every hold is renewed on time
 // (the shared lease timer keeps its heap right under churn).
 func TestLeaseTimersUnderChurn(t *testing.T) {
+	testenv.SkipShort(t, "churns renewals for 4 s, with holds of up to 2.4 s (~6 s)")
 	ctx := ctxTimeout(t, time.Minute)
 	c := newClient(t, lock.NewMemoryProvider())
 	base := uniqueName(t)
@@ -262,6 +265,7 @@ func TestHungExtendDoesNotHideLoss(t *testing.T) {
 // lease unrenewed until it runs out: the timer retries as after any failed
 // renewal.
 func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
+	testenv.SkipShort(t, "a lease regression test of 3.5 s")
 	mem := lock.NewMemoryProvider()
 	const extendBy = 2 * time.Second
 	p := &hookedProvider{Provider: mem}
@@ -299,6 +303,7 @@ func TestFailedExtendDoesNotStopRenewal(t *testing.T) {
 // lock: the next renewal is timed from when the last one was sent, as the
 // lease is.
 func TestSlowRenewalRepliesKeepTheLock(t *testing.T) {
+	testenv.SkipShort(t, "a lease regression test of 3.5 s")
 	mem := lock.NewMemoryProvider()
 	p := &hookedProvider{Provider: mem}
 	over := make(chan struct{})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // The tests of this file port Alepha's primitive tests (alepha-behaviour.md,
@@ -825,6 +826,7 @@ func TestPrimitive_WokenWaiterAcquiresAtOnce(t *testing.T) {
 // held, closed, or the wait ended), however long the cleanup after the
 // failure takes.
 func TestPrimitive_ProviderFailureIsReturned(t *testing.T) {
+	testenv.SkipShort(t, "2 s (a failing provider's clean-up)")
 	// Acquire fails at once, so the failure comes before the deadline
 	// whatever the load (mwDownProvider's fails after 100 ms: a stall past
 	// both that and the deadline lets the hook see the deadline instead).
@@ -854,6 +856,7 @@ func TestPrimitive_ProviderFailureIsReturned(t *testing.T) {
 // A waiting Run that is opening the Client's subscription does not hold up
 // the Client's other Runs: a no-wait Run of a free lock returns at once.
 func TestPrimitive_SlowSubscribeDoesNotBlockOtherRuns(t *testing.T) {
+	testenv.SkipShort(t, "3 s; TestSlowSubscribeDoesNotBlockClient checks the same on a Client")
 	const delay = 2 * time.Second
 	mem := lock.NewMemoryProvider()
 	// Listen takes a while (a pub/sub connection that is slow to open).

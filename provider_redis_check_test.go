@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // TestCheckServerReal checks the shared Redis, changing nothing on it: the
@@ -87,6 +88,7 @@ func TestCheckServerConfigRefused(t *testing.T) {
 // TestCheckServerCluster checks a one-master Cluster through a ClusterClient:
 // the master is reported in Nodes and its warnings name it.
 func TestCheckServerCluster(t *testing.T) {
+	testenv.SkipShort(t, "a Cluster test of 2 s (starts a Cluster node)")
 	addr := faults.StartRedis(t, "--cluster-enabled", "yes", "--cluster-announce-ip", "127.0.0.1",
 		"--maxmemory-policy", "allkeys-lru",
 		"--save", "", "--appendonly", "no").Addr

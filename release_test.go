@@ -187,6 +187,7 @@ func TestReleaseFindsLockGone(t *testing.T) {
 }
 
 func TestReleaseFindsLockGoneWithLocalWaiter(t *testing.T) {
+	testenv.SkipShort(t, "2 s on three backends")
 	// A release that finds the lock gone while a waiter of the same Client is
 	// queued reports the loss, and the waiter still gets the lock.
 	eachBackend(t, func(t *testing.T, b backend) {

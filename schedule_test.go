@@ -150,7 +150,7 @@ func TestAcquireTickHeldUntilReleased(t *testing.T) {
 // out (a grace period not raised to the period) still runs a short tick again.
 func TestRunTickReplicasMemory(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	plan := tickPlan{job: "report", every: 400 * time.Millisecond, ticks: 10}
+	plan := tickPlan{job: "report", every: 400 * time.Millisecond, ticks: testenv.ShortSize(t, 10, 5, "10 ticks of 400 ms")}
 	plan.base = time.Now().Truncate(plan.every).Add(2 * plan.every)
 	skews := plan.skews()
 
@@ -187,6 +187,7 @@ func TestRunTickReplicasMemory(t *testing.T) {
 // the period, so a late replica still runs a tick again if it is not kept
 // out.
 func TestScheduleReplicaProcesses(t *testing.T) {
+	testenv.SkipShort(t, "three replica processes for 12 ticks of 500 ms (6-8 s); TestRunTickReplicasMemory checks the same in one process")
 	rc := realRedis(t)
 	run := uniqueName(t)
 	logKey := "lock-test:" + run + ":log"

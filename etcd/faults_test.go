@@ -28,6 +28,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/etcd"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // memberEnv, in a child process's environment, holds the memberSpec of the
@@ -645,9 +646,7 @@ func (h *history) regranted(locks []string, at time.Time) (longest time.Duration
 // already ended (the Client found its lock lost first) held nothing, and
 // is counted apart (void).
 func TestFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the fault test starts 3 etcd processes")
-	}
+	testenv.SkipShort(t, "a fault test: starts 3 etcd processes")
 	n := 10
 	if os.Getenv("LOCK_LONG_FAULTS") == "1" {
 		n = 50

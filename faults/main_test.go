@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 		// parent may kill it at any point) and without a summary.
 		os.Exit(m.Run())
 	}
+	testenv.SkipShortMain("faults", "the fault suite (~5 minutes: servers killed, partitioned, failed over; Sentinel and Cluster)")
 	// go-redis logs every failed dial; the tests fail dials on purpose.
 	redis.SetLogger(quietLogger{})
 	code := m.Run()

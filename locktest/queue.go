@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // runQueue checks the wait-queue part of the Provider contract: Queue,
@@ -276,6 +277,7 @@ func (s *suite) leaveAfterLostReplyReleases(t *testing.T) {
 // without Owner, takes them out of the queue, and keeps the key closed to
 // them until the record expires.
 func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
+	testenv.SkipShort(t, "a conformance check of 2 s (a grace period runs out)")
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	recA := mustAcquire(t, p, key, a, queueTTL)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -54,6 +55,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 	if name := os.Getenv(electionChildEnv); name != "" {
 		os.Exit(electionWriter(name))
 	}
+	testenv.SkipShort(t, "a fault test of ~20 s (leaders stopped and continued)")
 	const (
 		procs  = 3
 		rounds = 20

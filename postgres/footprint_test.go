@@ -13,12 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // TestNothingKeptPerName: a lock per resource, 100,000 acquire+release
 // cycles on distinct names (and waits that queued), leaves no row in the
 // provider's tables: tokens come from one sequence (issue 17).
 func TestNothingKeptPerName(t *testing.T) {
+	testenv.SkipShort(t, "a footprint test: 100,000 acquire+release cycles (~90 s)")
 	prefix := testPrefix(t)
 	c := newClient(t, newProvider(t, prefix))
 	ctx := ctxTimeout(t, 5*time.Minute)
