@@ -102,6 +102,13 @@ func (s *suite) timeoutInQueueIsNotAnOutage(t *testing.T) {
 		newClient(t, s.b.New(t), lock.WithPollInterval(poll)),
 		newClient(t, s.b.New(t), lock.WithPollInterval(poll)),
 	}
+	// Each Client opens its inbox first (a fair wait starts with it), so
+	// that no wait below spends its MaxWait on Listen.
+	for _, c := range cs {
+		l, err := c.Acquire(ctx, name+":warm-up", lock.Options{Wait: true, Fair: true})
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
 	h, err := holder.Acquire(ctx, name, lock.Options{Lease: time.Minute})
 	require.NoError(t, err)
 	var (
