@@ -399,7 +399,7 @@ func (c *Client) leader(ctx context.Context, role string) (Leader, error) {
 		return Leader{}, err
 	}
 	l := Leader{Role: role}
-	if s.Held() && !s.GracePeriod {
+	if !s.Free() && !s.GracePeriod {
 		l.Owner, l.Identity, l.Term, l.Since = s.Owner, s.Identity, s.Token, s.Since
 	}
 	return l, nil

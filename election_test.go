@@ -160,7 +160,7 @@ func TestCampaignEndedAsGrantedHandsOn(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	st, err := c.Inspect(context.Background(), role)
 	require.NoError(t, err)
-	assert.False(t, st.Held(), "the role granted to a campaign that ended is handed on: %+v", st)
+	assert.True(t, st.Free(), "the role granted to a campaign that ended is handed on: %+v", st)
 }
 
 // TestElectionBadInput: bad roles, options, functions and pauses are
@@ -183,7 +183,7 @@ func TestElectionBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty role")
 	st, err := c.Inspect(ctx, "r")
 	require.NoError(t, err)
-	assert.False(t, st.Held(), "nothing was taken")
+	assert.True(t, st.Free(), "nothing was taken")
 }
 
 // TestLeadHandsOverWhenFunctionReturns: two Leads of one role on two
@@ -411,7 +411,7 @@ func TestLeadResignsWhenFunctionPanics(t *testing.T) {
 	assert.Equal(t, "leader bug", <-recovered, "the panic goes on")
 	st, err := c.Inspect(context.Background(), role)
 	require.NoError(t, err)
-	assert.False(t, st.Held(), "the role was resigned: %+v", st)
+	assert.True(t, st.Free(), "the role was resigned: %+v", st)
 	assert.Zero(t, stopped.Load())
 }
 

@@ -419,7 +419,7 @@ func ExampleClient_Inspect_readme() {
 		if err != nil {
 			return err
 		}
-		// s.Owner, s.Identity ("web-1:4242"), s.Token, s.Since, s.Until, s.GracePeriod, s.Waiters; s.Held()
+		// s.Owner, s.Identity ("web-1:4242"), s.Token, s.Since, s.Until, s.GracePeriod, s.Waiters; s.Free()
 
 		locks, more, err := c.List(ctx, 100) // the locks under the Client's prefix, held or in a window, by name
 		if err != nil {
@@ -427,14 +427,14 @@ func ExampleClient_Inspect_readme() {
 		}
 
 		freed, err := c.ForceRelease(ctx, "nightly-report") // frees it whoever holds it; the first waiter gets it
-		fmt.Println(s.Identity, s.Held(), len(locks), more, strings.HasPrefix(freed.Owner, "worker-1/"))
+		fmt.Println(s.Identity, s.Free(), len(locks), more, strings.HasPrefix(freed.Owner, "worker-1/"))
 		return err
 	}
 	fmt.Println("err:", operator())
 	<-held.Done() // the holder learns at its next renewal
 	fmt.Println("holder:", errors.Is(held.Err(), lock.ErrLost))
 	// Output:
-	// worker-1 true 1 false true
+	// worker-1 false 1 false true
 	// err: <nil>
 	// holder: true
 }

@@ -336,7 +336,7 @@ func ExampleClient_Inspect() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("held:", s.Held(), "by", s.Identity, "token", s.Token == l.Token())
+	fmt.Println("free:", s.Free(), "by", s.Identity, "token", s.Token == l.Token())
 
 	locks, more, err := operator.List(ctx, 100)
 	if err != nil {
@@ -350,12 +350,12 @@ func ExampleClient_Inspect() {
 		panic(err)
 	}
 	s, _ = operator.Inspect(ctx, "nightly-report")
-	fmt.Println("held after ForceRelease:", s.Held())
+	fmt.Println("free after ForceRelease:", s.Free())
 	fmt.Println("holder's release:", l.Release(ctx) != nil) // it finds the lock lost
 	// Output:
-	// held: true by worker-1:4242 token true
+	// free: false by worker-1:4242 token true
 	// listed: nightly-report lock:{nightly-report} more: false
-	// held after ForceRelease: false
+	// free after ForceRelease: true
 	// holder's release: true
 }
 

@@ -106,7 +106,7 @@ func TestHoldReleaseTwice(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		st, err := c.Inspect(ctx, name)
 		require.NoError(t, err)
-		assert.False(t, st.Held(), name)
+		assert.True(t, st.Free(), name)
 	}
 }
 

@@ -49,8 +49,10 @@ type Status struct {
 	Err error `json:"-"`
 }
 
-// Held reports whether the lock is held, or closed for a grace period.
-func (s Status) Held() bool { return s.Owner != "" }
+// Free reports whether the lock can be taken now: nobody holds it, and it
+// is in no grace period (a lock in one has an Owner, its last holder, and
+// GracePeriod set).
+func (s Status) Free() bool { return s.Owner == "" }
 
 // Inspect returns who holds the lock called name, since when and until
 // when, without changing anything. A free lock has an empty Owner.
@@ -121,7 +123,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Status, error) 
 		return Status{}, c.failed(ctx, "force release", key, err)
 	}
 	s := status(name, key, rec, time.Now())
-	if s.Held() {
+	if !s.Free() {
 		c.log.Warn("lock: forced release", "key", key, "owner", s.Owner, "token", s.Token, "since", s.Since)
 		c.emit(Event{Kind: EventForceReleased, Key: key, Owner: s.Owner, Token: s.Token})
 	}

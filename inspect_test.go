@@ -32,14 +32,14 @@ func TestInspectAndForceRelease(t *testing.T) {
 		s, err := operator.Inspect(ctx, name)
 		require.NoError(t, err)
 		assert.Equal(t, lock.Status{Name: name, Key: operator.Key(name)}, s, "a free lock")
-		assert.False(t, s.Held())
+		assert.True(t, s.Free())
 
 		before := time.Now()
 		l, err := holder.Acquire(ctx, name, lock.Options{Lease: 900 * time.Millisecond})
 		require.NoError(t, err)
 		s, err = operator.Inspect(ctx, name)
 		require.NoError(t, err)
-		assert.True(t, s.Held())
+		assert.False(t, s.Free())
 		assert.Equal(t, l.Owner(), s.Owner)
 		assert.True(t, strings.HasPrefix(l.Owner(), "host-a:42/"), "the owner starts with the holder's identity: %q", l.Owner())
 		assert.Equal(t, "host-a:42", s.Identity)
@@ -94,7 +94,7 @@ func TestInspectAndForceRelease(t *testing.T) {
 
 		s, err = operator.ForceRelease(ctx, name)
 		require.NoError(t, err)
-		assert.False(t, s.Held(), "a forced release of a free lock finds nothing")
+		assert.True(t, s.Free(), "a forced release of a free lock finds nothing")
 		assert.Empty(t, drainKind(rec, lock.EventForceReleased), "nothing forced, nothing emitted")
 	})
 }

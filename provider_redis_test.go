@@ -40,13 +40,13 @@ func redisStorageConformance(t *testing.T, b backend) {
 		assert.NoError(t, p.Release(ctx, key, a))
 	})
 
-	t.Run("RedisUpdateOnAbsentRecordStoresNothing", func(t *testing.T) {
+	t.Run("RedisRenewOrFinishOfAbsentRecordStoresNothing", func(t *testing.T) {
 		key, a := uniqueName(t), newOwner()
 		require.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost, "renewing an absent record")
 		require.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "ending an absent record")
 		n, err := b.raw.Exists(ctx, rawKey(key)).Result()
 		require.NoError(t, err)
-		assert.Zero(t, n, "an update of an absent record does not create one")
+		assert.Zero(t, n, "a renewal or finish of an absent record does not create one")
 	})
 
 	t.Run("RedisBadInputStoresNothing", func(t *testing.T) {
@@ -69,8 +69,8 @@ func redisStorageConformance(t *testing.T, b backend) {
 			t.Run(c.name, func(t *testing.T) {
 				_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
 				require.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-				require.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update rejects it")
-				require.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update(ended) rejects it")
+				require.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Renew rejects it")
+				require.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Finish rejects it")
 				if c.ttl >= time.Millisecond {
 					require.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
 				}
@@ -154,8 +154,8 @@ func redisStorageConformance(t *testing.T, b backend) {
 			_, err := p.Acquire(ctx, key, o, time.Second)
 			assertCorrupt(t, err, key, want, "Acquire")
 			assertCorrupt(t, p.Release(ctx, key, o), key, want, "Release")
-			assertCorrupt(t, p.Renew(ctx, key, o, time.Second), key, want, "Update")
-			assertCorrupt(t, p.Finish(ctx, key, o, time.Second), key, want, "Update(ended)")
+			assertCorrupt(t, p.Renew(ctx, key, o, time.Second), key, want, "Renew")
+			assertCorrupt(t, p.Finish(ctx, key, o, time.Second), key, want, "Finish")
 			w := lock.Waiter{Owner: o, TTL: time.Second, Inbox: "inbox-" + o}
 			_, err = p.Queue(ctx, key, w)
 			assertCorrupt(t, err, key, want, "Queue")

@@ -39,7 +39,7 @@ func newClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.C
 // returns a *lock.LostError (LostTaken, naming the new holder), and the
 // goroutine, reading Err right after Done, gets that same error, never nil
 // (issue 23: Done used to be closed before the provider had answered). With
-// a grace period too, whose release is an Update.
+// a grace period too, whose release is a Finish.
 func (s *suite) releaseOfTakenLock(t *testing.T) {
 	ctx := s.ctx
 	for _, grace := range []time.Duration{0, time.Second} {

@@ -102,7 +102,7 @@ func (s *suite) oneLeaderAtATime(t *testing.T) {
 	// A candidate that gave up as the role was handed to it hands it back.
 	assert.Eventually(t, func() bool {
 		st, err := cs[0].Inspect(s.ctx, role)
-		return err == nil && !st.Held() && st.Waiters == 0
+		return err == nil && st.Free() && st.Waiters == 0
 	}, 10*time.Second, 5*time.Millisecond, "every candidate resigned or gave up: the role ends vacant")
 }
 
@@ -150,7 +150,7 @@ func (s *suite) resignHandsOverInArrivalOrder(t *testing.T) {
 	require.NoError(t, prev.Resign(ctx))
 	st, err := cs[0].Inspect(ctx, role)
 	require.NoError(t, err)
-	assert.False(t, st.Held(), "the last Resign, with nobody waiting, leaves the role vacant")
+	assert.True(t, st.Free(), "the last Resign, with nobody waiting, leaves the role vacant")
 }
 
 // endedCandidateNeverLeads: a candidate whose context ends while it waits
@@ -226,7 +226,7 @@ func (s *suite) endedCandidateNeverLeads(t *testing.T) {
 			assert.ErrorIs(t, res.err, context.Canceled, "round %d", r)
 			assert.Eventually(t, func() bool {
 				st, err := cs[0].Inspect(ctx, role)
-				return err == nil && !st.Held()
+				return err == nil && st.Free()
 			}, 10*time.Second, 5*time.Millisecond, "round %d: a grant to the candidate that gave up passes on: the role is vacant", r)
 		}
 		leader, err = cs[0].Campaign(ctx, role, lock.ElectionOptions{})
@@ -436,7 +436,7 @@ func (s *suite) leadCampaignsAgainAfterLoss(t *testing.T) {
 	assert.ErrorIs(t, causes[losses], context.Canceled, "the last term's function ends with Lead's context")
 	st, err := op.Inspect(s.ctx, role)
 	require.NoError(t, err)
-	assert.False(t, st.Held(), "Lead resigned when its context ended: the role is vacant, found %+v", st)
+	assert.True(t, st.Free(), "Lead resigned when its context ended: the role is vacant, found %+v", st)
 }
 
 // observeSeesEveryTerm: an observer sees the role vacant, then each of three

@@ -26,12 +26,12 @@ func (s *suite) runRecords(t *testing.T) {
 	t.Run("ReleaseByWrongOwner", s.releaseByWrongOwner)
 	t.Run("ReleaseByOwnerFreesKey", s.releaseByOwnerFreesKey)
 	t.Run("ReleaseAbsentKey", s.releaseAbsentKey)
-	t.Run("UpdateRenewsOnlyForOwner", s.updateRenewsOnlyForOwner)
-	t.Run("UpdateEndedKeepsKeyClosedUntilTTL", s.updateEndedKeepsKeyClosedUntilTTL)
-	t.Run("UpdateOnAbsentRecordChangesNothing", s.updateOnAbsentRecordChangesNothing)
+	t.Run("RenewOnlyForOwner", s.renewOnlyForOwner)
+	t.Run("FinishKeepsKeyClosedUntilTTL", s.finishKeepsKeyClosedUntilTTL)
+	t.Run("RenewOrFinishOfAbsentRecordChangesNothing", s.renewOrFinishOfAbsentRecord)
 	t.Run("GraceWriteAfterReleaseDoesNotRecreate", s.graceWriteAfterReleaseDoesNotRecreate)
 	t.Run("GraceWriteDoesNotOverwriteNewHolder", s.graceWriteDoesNotOverwriteNewHolder)
-	t.Run("UpdateOnEndedRecordChangesNothing", s.updateOnEndedRecordChangesNothing)
+	t.Run("RenewOrFinishOfEndedRecordChangesNothing", s.renewOrFinishOfEndedRecord)
 	t.Run("TTLExpiryFreesKey", s.ttlExpiryFreesKey)
 	t.Run("TTLLongerThan25Days", s.ttlLongerThan25Days)
 	t.Run("BadInput", s.badInput)
@@ -140,7 +140,7 @@ func (s *suite) releaseAbsentKey(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrLost, "releasing a key that holds no record reports ErrLost")
 }
 
-func (s *suite) updateRenewsOnlyForOwner(t *testing.T) {
+func (s *suite) renewOnlyForOwner(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	recA := mustAcquire(t, p, key, a, 10*time.Second)
@@ -157,7 +157,7 @@ func (s *suite) updateRenewsOnlyForOwner(t *testing.T) {
 	assert.NoError(t, p.Release(ctx, key, a))
 }
 
-func (s *suite) updateEndedKeepsKeyClosedUntilTTL(t *testing.T) {
+func (s *suite) finishKeepsKeyClosedUntilTTL(t *testing.T) {
 	testenv.SkipShort(t, "a conformance check of 1 s (a grace period runs out)")
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
@@ -190,14 +190,14 @@ func (s *suite) updateEndedKeepsKeyClosedUntilTTL(t *testing.T) {
 	assert.NoError(t, p.Release(ctx, key, o))
 }
 
-func (s *suite) updateOnAbsentRecordChangesNothing(t *testing.T) {
+func (s *suite) renewOrFinishOfAbsentRecord(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	assert.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost, "renewing an absent record")
 	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "ending an absent record")
 	o := newOwner()
 	rec := mustAcquire(t, p, key, o, 10*time.Second)
-	assert.False(t, rec.Ended, "an update of an absent record does not create one")
+	assert.False(t, rec.Ended, "a renewal or finish of an absent record does not create one")
 	assert.NoError(t, p.Release(ctx, key, o))
 }
 
@@ -236,7 +236,7 @@ func (s *suite) graceWriteDoesNotOverwriteNewHolder(t *testing.T) {
 	assert.NoError(t, p.Release(ctx, key, o))
 }
 
-func (s *suite) updateOnEndedRecordChangesNothing(t *testing.T) {
+func (s *suite) renewOrFinishOfEndedRecord(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	recA := mustAcquire(t, p, key, a, 10*time.Second)
@@ -310,8 +310,8 @@ func (s *suite) badInput(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
 			assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-			assert.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update rejects it")
-			assert.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Update(ended) rejects it")
+			assert.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Renew rejects it")
+			assert.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Finish rejects it")
 			if c.ttl >= time.Millisecond {
 				assert.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
 			}

@@ -81,7 +81,7 @@ func (c command) show(ctx context.Context, name string) error {
 	if c.json {
 		return c.printJSON(toJSON(s, true))
 	}
-	if !s.Held() {
+	if s.Free() {
 		_, err := fmt.Fprintf(c.stdout, "lock %q (key %s) is free\n", s.Name, s.Key)
 		return err
 	}
@@ -116,12 +116,12 @@ func (c command) release(ctx context.Context, name string) error {
 	}
 	if c.json {
 		out := toJSON(s, false) // ForceRelease does not count the waiters
-		released := s.Held()
+		released := !s.Free()
 		out.Released = &released
 		return c.printJSON(out)
 	}
 	switch {
-	case !s.Held():
+	case s.Free():
 		_, err = fmt.Fprintf(c.stdout, "lock %q (key %s) was free: nothing released\n", s.Name, s.Key)
 	case s.GracePeriod:
 		_, err = fmt.Fprintf(c.stdout, "ended the grace period of lock %q (key %s): owner %s, token %d, held since %s\n",
@@ -200,7 +200,7 @@ func toJSON(s lock.Status, withWaiters bool) lockJSON {
 		out.State, out.Error = "corrupt", s.Err.Error()
 	case s.GracePeriod:
 		out.State = "grace period"
-	case s.Held():
+	case !s.Free():
 		out.State = "held"
 	}
 	if withWaiters && s.Err == nil {
@@ -228,7 +228,7 @@ func state(s lock.Status) string {
 		return "corrupt: " + s.Err.Error()
 	case s.GracePeriod:
 		return "grace period"
-	case s.Held():
+	case !s.Free():
 		return "held"
 	}
 	return "free"

@@ -631,7 +631,7 @@ func testCommands(t *testing.T, f *fixture) {
 		assert.Equal(t, "grace period", got["state"], "the state it was found in")
 		st, err := s.a.Inspect(ctx, "window")
 		require.NoError(t, err)
-		assert.False(t, st.Held(), "the grace period should be over")
+		assert.True(t, st.Free(), "the grace period should be over")
 	})
 }
 
