@@ -16,9 +16,10 @@ import (
 // ErrClosed itself when the Client was closed before the call, and the
 // provider's error, naming the operation and the key, otherwise. After a
 // failure nothing of the caller's is left stored when Acquire returns (its
-// clean-up bounded by the release timeout), unless the provider failed:
-// then the clean-up goes on in the background, and what the provider may
-// have stored expires with its TTL. A grant that reaches the caller after
+// clean-up bounded by the release timeout), unless a call to the provider
+// failed or went unanswered: then the clean-up goes on in the background,
+// so that an outage does not keep the caller past its deadline, and what
+// the provider may have stored expires with its TTL. A grant that reaches the caller after
 // its context ended is handed on, never returned. A grant that reaches it
 // after the lease it asked for ran out (a slow answer, a paused process)
 // is not a hold, nor a loss: Acquire hands it back and returns a
@@ -117,9 +118,10 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	rec, err := c.provider.Acquire(ctx, key, owner, a.o.Lease)
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
-		err = a.failed(ctx, "acquire", err)
-		a.cleanUp(ctx, err, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
-		return nil, a.notAcquired(ctx, err, "", 0)
+		// The provider may not answer that either: in the background,
+		// so that the caller is not kept waiting (Close waits for it).
+		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+		return nil, a.notAcquired(ctx, a.failed(ctx, "acquire", err), "", 0)
 	}
 	c.answered()
 	if rec.Owner == owner && !rec.Ended {
@@ -128,9 +130,11 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 			return a.hold(rec, a.began), nil
 		}
 		// The grant came after the context ended, or after its lease ran
-		// out (a slow answer, a paused process): not a hold. With Wait,
-		// the waiter goes on.
-		a.cleanUp(ctx, nil, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+		// out (a slow answer, a paused process): not a hold. It is handed
+		// back before the call returns (the provider answers), so that
+		// nothing of the caller's is left stored. With Wait, the waiter
+		// goes on.
+		_ = c.provider.Release(c.detached(ctx), key, owner)
 		if ctx.Err() != nil {
 			return nil, a.notAcquired(ctx, nil, "", 0)
 		}
@@ -209,23 +213,6 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 	}
 	c.emit(Event{Kind: EventSkipped, Key: a.key, Owner: a.owner, Waited: time.Since(a.began), Err: err})
 	return err
-}
-
-// cleanUp removes what a failed acquisition may have left stored (a record
-// whose grant was lost with its reply, or came after the context ended; a
-// waiter's place in the queue, or a lock handed to it meanwhile) before the
-// call returns, on a context of its own bounded by the release timeout,
-// so that nothing of the caller's is found stored once Acquire has failed.
-// When the acquisition failed because the provider did (reason matches
-// ErrUnavailable) it runs in the background instead: the caller is not
-// kept waiting for a provider that fails, and what was stored then
-// expires with its TTL.
-func (a *acquisition) cleanUp(ctx context.Context, reason error, fn func(ctx context.Context)) {
-	if errors.Is(reason, ErrUnavailable) {
-		a.c.background(ctx, fn)
-		return
-	}
-	fn(a.c.detached(ctx))
 }
 
 // ended reports whether ctx has ended, or will in a moment: its deadline

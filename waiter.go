@@ -114,7 +114,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	sent := time.Now()
 	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
 	if err != nil {
-		return nil, w.giveUp(ctx, w.callFailed(ctx, "wait", err, sent))
+		return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "wait", err, sent))
 	}
 	w.c.answered()
 	switch {
@@ -198,7 +198,7 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 		}
 		return nil, nil
 	}
-	return nil, w.giveUp(ctx, w.callFailed(ctx, "renew", err, sent))
+	return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "renew", err, sent))
 }
 
 // slowAnswer is how long a call of a queued waiter may go unanswered before
@@ -226,13 +226,29 @@ func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 
 // giveUp leaves the queue, passing on a lock handed to w meanwhile, and
 // returns why: a *NotAcquiredError when ctx ended or reason is
-// ErrGracePeriod, the provider's error otherwise. It leaves before it
-// returns (see cleanUp), so that a caller whose wait ended finds nothing of
-// its own stored.
+// ErrGracePeriod or a refusal, reason itself otherwise. It leaves before
+// it returns, on a context of its own bounded by the release timeout, so
+// that a caller whose wait ended finds nothing of its own stored: the
+// provider answered w's last call, or no call was under way.
 func (w *waiter) giveUp(ctx context.Context, reason error) error {
-	w.state = gaveUp
-	c, key, req := w.c, w.key, w.req
-	c.inbox.leave(w) // from now on, a grant for w is handed back
-	w.cleanUp(ctx, reason, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
+	w.quit()
+	_ = w.c.provider.Leave(w.c.detached(ctx), w.key, w.req)
 	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
+}
+
+// giveUpFailed is giveUp after a call that failed or went unanswered: the
+// provider may not answer the Leave either, so w leaves in the background
+// (Close waits for it) and the caller is not kept waiting; if the Leave
+// fails, the queue entry expires with its TTL.
+func (w *waiter) giveUpFailed(ctx context.Context, reason error) error {
+	w.quit()
+	c, key, req := w.c, w.key, w.req
+	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
+	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
+}
+
+// quit marks w as gone: from now on, a grant for w is handed back.
+func (w *waiter) quit() {
+	w.state = gaveUp
+	w.c.inbox.leave(w)
 }
