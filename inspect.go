@@ -136,7 +136,7 @@ func status(name, key string, rec Record, now time.Time) Status {
 	if rec.Owner == "" {
 		return s
 	}
-	s.Owner, s.Token, s.Since, s.GracePeriod, s.Waiters = rec.Owner, rec.Token, rec.Since, rec.Ended, rec.Waiters
+	s.Owner, s.Token, s.Since, s.GracePeriod, s.Waiters = rec.Owner, rec.Token, rec.Since, rec.Finished, rec.Waiters
 	if i := strings.LastIndexByte(rec.Owner, '/'); i > 0 {
 		s.Identity = rec.Owner[:i]
 	}

@@ -21,7 +21,7 @@ type Provider interface {
 	// otherwise the existing one, left unchanged, with its remaining TTL. When the
 	// existing record is owner's own and not ended (an earlier attempt whose reply
 	// was lost), its TTL is reset to ttl and it is returned. The caller holds the
-	// lock iff the returned record's Owner is owner and Ended is false.
+	// lock iff the returned record's Owner is owner and Finished is false.
 	//
 	// A stored value that is not a record yields a *RecordError.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error)
@@ -163,9 +163,9 @@ type Record struct {
 	// Token is the fencing token of the grant: strictly greater than the token of
 	// every earlier grant of the same key by the same backend.
 	Token uint64
-	// Ended is true during a grace period: the holder has finished and the key
-	// stays closed until the record expires.
-	Ended bool
+	// Finished is true during a grace period: the holder has finished
+	// (Provider.Finish) and the key stays closed until the record expires.
+	Finished bool
 	// TTL is the time the record had left to live when it was read; zero when the
 	// provider does not know. A record still there reports at least 1ms (in
 	// its last millisecond, too).

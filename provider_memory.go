@@ -139,7 +139,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 		return rec, nil
 	}
 	rec := m.held(r, w.Owner, w.TTL, now)
-	if rec.Ended || rec.Owner == w.Owner {
+	if rec.Finished || rec.Owner == w.Owner {
 		m.dequeue(key, w.Owner) // granted, or closed for a window: not waiting
 	} else {
 		rec.Queued, rec.Position = true, m.enqueue(key, w)
@@ -356,7 +356,7 @@ func (m *MemoryProvider) inspect(r *memRecord, now time.Time) Record {
 
 // record returns r as a Record, its TTL counted from now.
 func (r *memRecord) record(now time.Time) Record {
-	return Record{Owner: r.owner, Token: r.token, Ended: r.ended, TTL: r.deadline.Sub(now), Since: r.since}
+	return Record{Owner: r.owner, Token: r.token, Finished: r.ended, TTL: r.deadline.Sub(now), Since: r.since}
 }
 
 // grant stores a new record for owner under the free key. The caller holds m.mu.

@@ -206,7 +206,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	default:
 		return Record{}, r.unexpected("acquire", key)
 	}
-	if rec.Owner == owner && !rec.Ended {
+	if rec.Owner == owner && !rec.Finished {
 		err = p.replicated(key, acked)
 	}
 	return rec, err
@@ -241,7 +241,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	if err == nil {
 		err = checkVersion(key, rec)
 	}
-	if err == nil && rec.Owner == w.Owner && !rec.Ended && !rec.Queued {
+	if err == nil && rec.Owner == w.Owner && !rec.Finished && !rec.Queued {
 		err = p.replicated(key, acked)
 	}
 	return rec, err
@@ -676,7 +676,7 @@ func parseGrant(s string) (Grant, bool) {
 	v, ttl, _ := strings.Cut(head, " ")
 	rec, err := parseRecord(key, v)
 	ms, terr := strconv.ParseInt(ttl, 10, 64)
-	if err != nil || terr != nil || rec.Ended {
+	if err != nil || terr != nil || rec.Finished {
 		return Grant{}, false
 	}
 	if checkVersion(key, rec) != nil {
@@ -788,5 +788,5 @@ func parseRecord(key, v string) (Record, error) {
 	if err != nil || len(since) > 15 {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
-	return Record{Owner: owner, Token: token, Ended: ended, Since: time.UnixMilli(int64(ms))}, nil
+	return Record{Owner: owner, Token: token, Finished: ended, Since: time.UnixMilli(int64(ms))}, nil
 }

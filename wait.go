@@ -124,7 +124,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		return nil, a.notAcquired(ctx, a.failed(ctx, "acquire", err), "", 0)
 	}
 	c.answered()
-	if rec.Owner == owner && !rec.Ended {
+	if rec.Owner == owner && !rec.Finished {
 		late := !time.Now().Before(leaseEnd(a.began, a.leaseOf(rec)))
 		if ctx.Err() == nil && !late {
 			return a.hold(rec, a.began), nil
@@ -143,7 +143,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		}
 		return nil, a.notAcquired(ctx, errGrantedLate, "", 0)
 	}
-	if rec.Ended {
+	if rec.Finished {
 		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
 	}
 	if err := roleMix(key, owner, rec.Owner); err != nil {

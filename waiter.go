@@ -118,12 +118,12 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	}
 	w.c.answered()
 	switch {
-	case rec.Owner == w.req.Owner && !rec.Ended && ctx.Err() != nil:
+	case rec.Owner == w.req.Owner && !rec.Finished && ctx.Err() != nil:
 		// Granted after the wait ended: giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
-	case rec.Owner == w.req.Owner && !rec.Ended:
+	case rec.Owner == w.req.Owner && !rec.Finished:
 		return w.confirm(ctx, rec, sent, false)
-	case rec.Ended:
+	case rec.Finished:
 		w.holder, w.retryAfter = rec.Owner, rec.TTL
 		return nil, w.giveUp(ctx, ErrGracePeriod)
 	}

@@ -124,7 +124,7 @@ func (s *stored) record(now time.Time, minTTL time.Duration) lock.Record {
 	return lock.Record{
 		Owner: s.owner,
 		Token: s.token,
-		Ended: s.ended,
+		Finished: s.ended,
 		TTL:   min(left, life),
 		Since: time.UnixMilli(s.since),
 	}

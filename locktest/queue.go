@@ -75,7 +75,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 		}
 		assert.Equal(t, a, rec.Owner, "waiter %d: a queued caller is shown the holder", i+1)
 		assert.Equal(t, recA.Token, rec.Token, "waiter %d: the holder's token", i+1)
-		assert.False(t, rec.Ended, "waiter %d", i+1)
+		assert.False(t, rec.Finished, "waiter %d", i+1)
 		assert.Positive(t, rec.TTL, "waiter %d: the holder's remaining TTL", i+1)
 		assert.LessOrEqual(t, rec.TTL, queueTTL, "waiter %d: queueing does not extend the holder's TTL", i+1)
 	}
@@ -97,7 +97,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 		h := holder(t, p, key)
 		assert.Equal(t, w.Owner, h.Owner, "Release hands the key to waiter %d, the first in the queue", i+1)
 		assert.Equal(t, g.Token, h.Token, "the stored record carries the token of the Grant")
-		assert.False(t, h.Ended, "a handed-over record is not ended")
+		assert.False(t, h.Finished, "a handed-over record is not ended")
 		assertTTL(t, w.TTL, h.TTL, "the handed-over record has the waiter's TTL")
 		prev, last = w.Owner, g.Token
 	}
@@ -119,7 +119,7 @@ func (s *suite) freeKeyTakesIt(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, w.Owner, rec.Owner, "a Queue on a free key takes it")
 			assert.False(t, rec.Queued, "a caller that took the key is not queued")
-			assert.False(t, rec.Ended)
+			assert.False(t, rec.Finished)
 			assert.NotZero(t, rec.Token, "the grant carries a fencing token")
 			assertTTL(t, queueTTL, rec.TTL, "the record has the waiter's TTL")
 			h := holder(t, s.p, key)
@@ -293,7 +293,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	w1.Look = lock.LookAgain
 	rec, err := p.Queue(ctx, key, w1)
 	require.NoError(t, err)
-	assert.True(t, rec.Ended, "a look again during the grace period sees the ended record")
+	assert.True(t, rec.Finished, "a look again during the grace period sees the ended record")
 	assert.Equal(t, a, rec.Owner, "the ended record is the holder's")
 	assert.Equal(t, recA.Token, rec.Token)
 	assert.False(t, rec.Queued, "no caller is queued during a grace period")
@@ -304,7 +304,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 		w2.Look = join(contended)
 		rec, err = p.Queue(ctx, key, w2)
 		require.NoError(t, err)
-		assert.True(t, rec.Ended, "a newcomer (Contended %v) sees the ended record", contended)
+		assert.True(t, rec.Finished, "a newcomer (Contended %v) sees the ended record", contended)
 		assert.False(t, rec.Queued, "a newcomer (Contended %v) is not queued during a grace period", contended)
 	}
 	if !s.expires(t) {
@@ -314,7 +314,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		rec, err := p.Queue(ctx, key, w1)
-		return err == nil && rec.Owner == w1.Owner && !rec.Ended
+		return err == nil && rec.Owner == w1.Owner && !rec.Finished
 	}, 5*grace, 10*time.Millisecond, "once the grace period has passed, a look again takes the key")
 	h := holder(t, p, key)
 	assert.Equal(t, w1.Owner, h.Owner)
@@ -374,7 +374,7 @@ func (s *suite) againFindsOwnGrant(t *testing.T) {
 	rec, err := p.Queue(ctx, key, w1)
 	require.NoError(t, err)
 	assert.Equal(t, w1.Owner, rec.Owner, "a look again finds the key handed to the waiter")
-	assert.False(t, rec.Ended)
+	assert.False(t, rec.Finished)
 	assert.False(t, rec.Queued, "a waiter that holds the key is not queued")
 	assert.Greater(t, rec.Token, recA.Token)
 	assertTTL(t, queueTTL, rec.TTL, "the found record has the waiter's TTL")
@@ -461,7 +461,7 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 		require.NoError(t, p.Finish(ctx, key, w3.Owner, queueTTL), "the non-fair taker ends its record")
 		rec, err = p.Queue(ctx, key, again)
 		require.NoError(t, err)
-		assert.True(t, rec.Ended, "the waiter's next look finds the grace period")
+		assert.True(t, rec.Finished, "the waiter's next look finds the grace period")
 		assert.False(t, rec.Queued, "and it is not queued in it")
 		require.NoError(t, p.Release(ctx, key, w3.Owner))
 		return
@@ -470,7 +470,7 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	rec, err = p.Queue(ctx, key, again)
 	require.NoError(t, err)
 	assert.Equal(t, w1.Owner, rec.Owner, "the first waiter's next look gets the key")
-	assert.False(t, rec.Ended)
+	assert.False(t, rec.Finished)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
 	assertFree(t, ctx, p, key, "nobody is left in the queue")
 	// A grant message, if the Release sent one, went to w1 alone.
@@ -728,7 +728,7 @@ func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w 
 		switch {
 		case err != nil:
 			return 0, "", err
-		case rec.Owner == w.Owner && !rec.Ended:
+		case rec.Owner == w.Owner && !rec.Finished:
 			return rec.Token, how, nil
 		case !rec.Queued:
 			return 0, "", fmt.Errorf("neither granted nor queued: %+v", rec)
