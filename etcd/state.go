@@ -122,11 +122,11 @@ func (s *stored) record(now time.Time, minTTL time.Duration) lock.Record {
 		left = overdueTTL
 	}
 	return lock.Record{
-		Owner: s.owner,
-		Token: s.token,
+		Owner:    s.owner,
+		Token:    s.token,
 		Finished: s.ended,
-		TTL:   min(left, life),
-		Since: time.UnixMilli(s.since),
+		TTL:      min(left, life),
+		Since:    time.UnixMilli(s.since),
 	}
 }
 

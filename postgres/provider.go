@@ -399,11 +399,11 @@ func (r *row) record() lock.Record {
 		return lock.Record{}
 	}
 	return lock.Record{
-		Owner: r.owner,
-		Token: uint64(r.token),
+		Owner:    r.owner,
+		Token:    uint64(r.token),
 		Finished: r.ended,
-		TTL:   max(r.expires.Sub(r.clock).Truncate(time.Millisecond), time.Millisecond), // live rows only: at least 1ms, never "unknown"
-		Since: r.since,
+		TTL:      max(r.expires.Sub(r.clock).Truncate(time.Millisecond), time.Millisecond), // live rows only: at least 1ms, never "unknown"
+		Since:    r.since,
 	}
 }
 
