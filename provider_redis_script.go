@@ -283,9 +283,7 @@ func learn(ctx context.Context, c redis.UniversalClient, calls []*call) {
 		}
 		var node redis.Scripter = c
 		args := cl.cmd.Args()
-		if cc, ok := c.(interface {
-			MasterForKey(ctx context.Context, key string) (*redis.Client, error)
-		}); ok && args[2] != 0 {
+		if cc, ok := c.(clusterClient); ok && args[2] != 0 {
 			key, _ := args[3].(string)
 			n, err := cc.MasterForKey(ctx, key)
 			if err != nil {

@@ -19,14 +19,14 @@ import (
 // clean-up bounded by the release timeout), unless a call to the provider
 // failed or went unanswered: then the clean-up goes on in the background,
 // so that an outage does not keep the caller past its deadline, and what
-// the provider may have stored expires with its TTL. A grant that reaches the caller after
-// its context ended is handed on, never returned. A grant that reaches it
-// after the lease it asked for ran out (a slow answer, a paused process)
-// is not a hold, nor a loss: Acquire hands it back and returns a
-// *NotAcquiredError that says so; with Wait, the waiter renews such a grant
-// before it relies on it, or looks again. Acquiring, with Wait, a lock
-// that ctx's call chain already holds (see FromContext) would wait for
-// itself: it fails at once with ErrInvalidArgument.
+// the provider may have stored expires with its TTL. A grant that reaches
+// the caller after its context ended is handed on, never returned. A grant
+// that reaches it after the lease it asked for ran out (a slow answer, a
+// paused process) is not a hold, nor a loss: Acquire hands it back and
+// returns a *NotAcquiredError that says so; with Wait, the waiter renews
+// such a grant before it relies on it, or looks again. Acquiring, with
+// Wait, a lock that ctx's call chain already holds (see FromContext) would
+// wait for itself: it fails at once with ErrInvalidArgument.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
 	key, err := c.checkName(name)
 	if err != nil {
