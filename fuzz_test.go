@@ -403,19 +403,24 @@ func FuzzOptions(f *testing.F) {
 		}
 		// A lease of a few milliseconds can run out before the grant reaches
 		// the caller (a loaded machine, the race detector): Acquire then
-		// returns the loss and holds nothing, and Do does not run.
-		if errors.Is(err, lock.ErrLost) {
+		// hands the grant back and returns a NotAcquiredError that says so
+		// (issue 31, item 8; the loss itself, in the instant between that
+		// check and the lease timer), holds nothing, and Do does not run.
+		late := func(err error) bool {
+			return errors.Is(err, lock.ErrNotAcquired) && strings.Contains(err.Error(), "granted after its lease had run out")
+		}
+		if errors.Is(err, lock.ErrLost) || late(err) {
 			require.Nil(t, l)
 		} else {
 			require.NoError(t, err, "Acquire with %+v", o)
 			require.NotZero(t, l.Token())
 		}
-		if !ran {
+		if !ran && !late(doErr) {
 			require.ErrorIs(t, doErr, lock.ErrLost, "Do did not run its handler with %+v", o)
 		}
 		// A very short MaxDuration may end the hold before the release.
-		if doErr != nil && !errors.Is(doErr, lock.ErrLost) {
-			t.Fatalf("Do with %+v returned %v, want nil or ErrLost", o, doErr)
+		if doErr != nil && !errors.Is(doErr, lock.ErrLost) && !late(doErr) {
+			t.Fatalf("Do with %+v returned %v, want nil, ErrLost or a grant too late to hold", o, doErr)
 		}
 		if l != nil {
 			if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
