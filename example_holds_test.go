@@ -21,7 +21,7 @@ func ExampleSemaphore() {
 	b, _ := sem.Acquire(ctx, 1, lock.Options{})
 	_, err = sem.Acquire(ctx, 1, lock.Options{}) // a third, without waiting
 	fmt.Println(err)
-	fmt.Println(a.Locks()[0].Key(), b.Locks()[0].Key())
+	fmt.Println("tokens in grant order:", a.Token() < b.Token())
 	_ = a.Release(ctx)
 	err = sem.Do(ctx, 1, lock.Options{Wait: true}, func(ctx context.Context) error {
 		fmt.Println("calling the API")
@@ -30,8 +30,8 @@ func ExampleSemaphore() {
 	fmt.Println(err)
 	_ = b.Release(ctx)
 	// Output:
-	// lock: could not acquire "lock:{partner-api#1}": held by another owner
-	// lock:{partner-api#1} lock:{partner-api#0}
+	// lock: could not acquire "lock:{partner-api}": held by another owner
+	// tokens in grant order: true
 	// calling the API
 	// <nil>
 }
@@ -57,13 +57,13 @@ func ExampleRWMutex() {
 	fmt.Println("writer after the readers:", w.Token() > r2.Token())
 	_ = w.Downgrade(ctx) // now a reader, with no writer in between
 	st, _ := m.Inspect(ctx)
-	fmt.Println("readers:", len(st.Held), "writing:", st.Writing)
+	fmt.Println("holders:", len(st.Holders), "as:", st.Holders[0].Kind, "weight:", st.Holders[0].Weight)
 	_ = w.Release(ctx)
 	// Output:
 	// two readers: true
 	// true
 	// writer after the readers: true
-	// readers: 1 writing: false
+	// holders: 1 as: reader weight: 1
 }
 
 // Moving stock between two warehouses takes both locks or neither, whatever

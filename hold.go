@@ -1,10 +1,10 @@
 package lock
 
-// Holds: what a semaphore, a read-write lock and a multi-lock grant. Each is
-// a set of ordinary locks, held together: every member has its own lease,
-// renewal and fencing token, and the loss of any one ends the whole hold.
-// They are built on Acquire and Release alone, so every Provider runs them
-// as it is.
+// Holds: what a semaphore, a read-write lock and a multi-lock grant. A
+// semaphore's or a read-write lock's hold is one claim on a counted name
+// (see semaphore.go); a multi-lock's is a set of ordinary locks, held
+// together. Every member has its own lease, renewal and fencing token, and
+// the loss of any one ends the whole hold.
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 	"sync"
 )
 
-// Hold is a set of locks held together: the permits a Semaphore granted,
-// a read or write hold of an RWMutex, or the locks of AcquireAll. Each
-// member is a Lock with a lease of its own, renewed in the background; the
+// Hold is what a Semaphore or an RWMutex grants (one member: the claim,
+// a Lock whose Key is the name's), or the locks of AcquireAll, held
+// together. Each member is a Lock with a lease of its own, renewed in the
+// background; the
 // loss of any member ends the hold: its Context is cancelled with that
 // member's *LostError as cause (the error names the member's key), and the
 // other members are released at once. Its methods are safe for concurrent
@@ -26,14 +27,11 @@ type Hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	rw *RWMutex // of a write hold, for Downgrade
-
 	mu       sync.Mutex
 	locks    []*Lock
 	lostErr  *LostError
-	write    bool // a write hold of rw, until Downgrade
+	write    bool // an RWMutex's write hold, until Downgrade
 	released bool // Release was called
-	moving   bool // a Downgrade is under way
 
 	relOnce sync.Once
 	relErr  error
@@ -70,9 +68,8 @@ func (h *Hold) watch(l *Lock) {
 	})
 }
 
-// lose ends h for the loss e of l, if l is a member (a write hold's gate is
-// not, once Downgrade has left it): the context first, then the other
-// members are released.
+// lose ends h for the loss e of l, a member: the context first, then the
+// other members are released.
 func (h *Hold) lose(l *Lock, e *LostError) {
 	h.mu.Lock()
 	first := h.lostErr == nil && slices.Contains(h.locks, l)
@@ -88,19 +85,18 @@ func (h *Hold) lose(l *Lock, e *LostError) {
 }
 
 // Locks returns the members of the hold, in the order of their keys for
-// AcquireAll, in the order they were taken for a Semaphore: each has its
-// key and its own fencing token (Lock.Token).
+// AcquireAll; the one claim of a Semaphore's or an RWMutex's hold. Each
+// has its key and its own fencing token (Lock.Token).
 func (h *Hold) Locks() []*Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]*Lock(nil), h.locks...)
 }
 
-// Token returns the fencing token of the grant, for a Semaphore's permits
-// and an RWMutex's holds: the token of the name's gate when the holder
-// passed it, strictly greater than every earlier hold's of the same name,
-// readers', writers' and permits' alike. For AcquireAll it is zero: each
-// member has its own (Locks).
+// Token returns the fencing token of the grant, for a Semaphore's and an
+// RWMutex's holds: its claim's, strictly greater than every earlier hold's
+// of the same name, readers' and writers' alike. For AcquireAll it is
+// zero: each member has its own (Locks).
 func (h *Hold) Token() uint64 { return h.token }
 
 // Context returns a context that is cancelled when the hold ends: on the

@@ -31,31 +31,39 @@ type Status struct {
 	GracePeriod bool `json:"grace_period,omitempty"`
 	// Waiters is the number of acquisitions queued for the lock.
 	Waiters int `json:"waiters,omitempty"`
-	// Kind says what the lock is part of, when it is one of the locks a
-	// Semaphore or an RWMutex is made of (its holder's owner says so):
-	// "permit" (a Semaphore's), "reader" (a reader's share of an RWMutex),
-	// "writer" (an RWMutex's writer, at its gate: writing, or waiting for
-	// the readers to leave), "gate" (a caller entering: taking permits or a
-	// reader's share, or waiting for them); "role" for an election's role
-	// (Campaign, Lead), Of then its own name. Empty for a plain lock, and
-	// for a free one. Of is then the name of the Semaphore or RWMutex, and
-	// Limit its number of permits or of readers.
-	Kind  string `json:"kind,omitempty"`
-	Of    string `json:"of,omitempty"`
-	Limit int    `json:"limit,omitempty"`
+	// Kind says what it is, when it is not a plain lock: "semaphore" or
+	// "rwmutex" for a Semaphore or an RWMutex as a whole (Limit its permits
+	// or readers, Used the weight held, Holders and Queue its holds and
+	// waiters); for one of their holds or waiters, "permit" (a Semaphore's:
+	// Weight permits), "reader" or "writer" (an RWMutex's), Of then the
+	// name of the Semaphore or RWMutex and Limit its permits or readers;
+	// "role" for an election's role (Campaign, Lead), Of then its own name.
+	// Empty for a plain lock, and for a free one.
+	Kind   string `json:"kind,omitempty"`
+	Of     string `json:"of,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Weight int    `json:"weight,omitempty"`
+	Used   int    `json:"used,omitempty"`
+	// Holders and Queue are a Semaphore's or an RWMutex's holds, in the
+	// order they were granted, and waiters, in arrival order (Owner,
+	// Identity, Kind, Weight; a hold's Token, Since and Until).
+	Holders []Status `json:"holders,omitempty"`
+	Queue   []Status `json:"queue,omitempty"`
 	// Err is set by List alone, for a key that holds something other than a
 	// record: a *RecordError. The other fields but Name and Key are then
 	// empty.
 	Err error `json:"-"`
 }
 
-// Free reports whether the lock can be taken now: nobody holds it, and it
-// is in no grace period (a lock in one has an Owner, its last holder, and
-// GracePeriod set).
-func (s Status) Free() bool { return s.Owner == "" }
+// Free reports whether nobody holds the name: no lock holder, and no grace
+// period (a lock in one has an Owner, its last holder, and GracePeriod
+// set), and, for a Semaphore or an RWMutex, no hold.
+func (s Status) Free() bool { return s.Owner == "" && s.Used == 0 }
 
 // Inspect returns who holds the lock called name, since when and until
-// when, without changing anything. A free lock has an empty Owner.
+// when, without changing anything. A free lock has an empty Owner. When no
+// lock of that name is held, a Semaphore or an RWMutex of that name that
+// is held or waited for is returned (Kind "semaphore" or "rwmutex").
 func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
 	key, err := c.checkName(name)
 	if err != nil {
@@ -65,7 +73,53 @@ func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
 	if err != nil {
 		return Status{}, c.failed(ctx, "inspect", key, err)
 	}
+	if rec.Owner != "" {
+		return status(name, key, rec, time.Now()), nil
+	}
+	s, err := c.inspectCounted(ctx, name, key)
+	if err != nil || s.Limit > 0 {
+		return s, err
+	}
 	return status(name, key, rec, time.Now()), nil
+}
+
+// inspectCounted returns the Status of the Semaphore or RWMutex called
+// name, whose key is key: Limit 0 when it holds nothing.
+func (c *Client) inspectCounted(ctx context.Context, name, key string) (Status, error) {
+	cs, err := c.provider.InspectClaims(ctx, key)
+	if err != nil {
+		return Status{Name: name, Key: key}, c.failed(ctx, "inspect", key, err)
+	}
+	return countedStatus(name, key, cs, time.Now()), nil
+}
+
+// countedStatus makes the Status of the counted name whose claims are cs,
+// read at now.
+func countedStatus(name, key string, cs Claims, now time.Time) Status {
+	s := Status{Name: name, Key: key, Limit: cs.Limit, Waiters: len(cs.Queue)}
+	for i, rec := range cs.Holders {
+		h := status(name, key, rec, now)
+		h.Weight = cs.Weights[i]
+		if h.Kind == "writer" && h.Weight < cs.Limit {
+			h.Kind = "reader" // downgraded
+		}
+		s.Used += h.Weight
+		s.Holders = append(s.Holders, h)
+	}
+	for _, q := range cs.Queue {
+		w := status(name, key, Record{Owner: q.Owner}, now)
+		w.Weight = q.Weight
+		s.Queue = append(s.Queue, w)
+	}
+	for _, h := range append(s.Holders, s.Queue...) {
+		switch h.Kind {
+		case "permit":
+			s.Kind = "semaphore"
+		case "reader", "writer":
+			s.Kind = "rwmutex"
+		}
+	}
+	return s
 }
 
 // List returns the locks under the Client's prefix that are held or in a
@@ -92,12 +146,21 @@ func (c *Client) List(ctx context.Context, limit int) (locks []Status, more bool
 		s := Status{Name: name, Key: key, Err: err}
 		if err == nil {
 			s = status(name, key, rec, now)
+			s.Limit, s.Used, s.Waiters = max(s.Limit, rec.Limit), rec.Used, rec.Waiters
 		}
 		locks = append(locks, s)
 		return true
 	})
 	if err != nil {
 		return nil, false, c.failed(ctx, "list", c.prefix, err)
+	}
+	// A Semaphore or an RWMutex is read whole: its holds and its queue.
+	for i, s := range locks {
+		if s.Err == nil && s.Owner == "" && s.Limit > 0 {
+			if cs, err := c.inspectCounted(ctx, s.Name, s.Key); err == nil && cs.Limit > 0 {
+				locks[i] = cs
+			}
+		}
 	}
 	slices.SortFunc(locks, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
 	return locks, more, nil
@@ -147,14 +210,15 @@ func status(name, key string, rec Record, now time.Time) Status {
 	return s
 }
 
-// PartOf returns what the lock under key, held (or asked for) by owner, is
-// part of, as Status.Kind, Of and Limit say: "permit", "reader", "writer" or
-// "gate", with the name of the Semaphore or RWMutex and its number of
+// PartOf returns what the hold under key, held (or asked for) by owner, is
+// part of, as Status.Kind, Of and Limit say: "permit", "reader" or
+// "writer", with the name of the Semaphore or RWMutex and its number of
 // permits or readers; "role" for an election's role; empty for a plain
 // lock. It reads the name between
 // the key's braces (see Client.Key) and the owner's last characters, so
 // that an Event (Key, Owner) can be told apart as a Status can; it calls
-// nothing.
+// nothing. (A write hold that Downgrade made a read hold keeps the
+// writer's owner: its events say "writer".)
 func PartOf(key, owner string) (kind, of string, limit int) {
 	i := strings.IndexByte(key, '{')
 	j := strings.LastIndexByte(key, '}')
@@ -164,37 +228,25 @@ func PartOf(key, owner string) (kind, of string, limit int) {
 	return partOf(key[i+1:j], owner)
 }
 
-// partOf returns what the lock called name, held by owner, is part of: see
-// Status.Kind, from the tag that ends the holder's owner (see parseTag). It
-// does not allocate.
+// partOf returns what the hold of the name called name, held by owner, is
+// part of: see Status.Kind, from the tag that ends the holder's owner (see
+// parseTag). It does not allocate.
 func partOf(name, owner string) (kind, of string, limit int) {
-	j := strings.LastIndexByte(name, '#')
 	tag, n, ok := parseTag(owner)
-	if ok && tag == tagRole && n == 1 {
-		return "role", name, 0
-	}
-	if j <= 0 || !ok {
+	if !ok {
 		return "", "", 0
 	}
-	of, slot := name[:j], name[j+1:]
 	switch {
-	case slot == "gate" && tag == tagWriter:
-		return "writer", of, n
-	case slot == "gate" && (tag == tagPermit || tag == tagReader):
-		return "gate", of, n
-	case tag == tagPermit && isSlot(slot, n):
-		return "permit", of, n
-	case tag == tagReader && len(slot) > 1 && slot[0] == 'r' && isSlot(slot[1:], n):
-		return "reader", of, n
+	case tag == tagRole && n == 1:
+		return "role", name, 0
+	case tag == tagPermit:
+		return "permit", name, n
+	case tag == tagReader:
+		return "reader", name, n
+	case tag == tagWriter:
+		return "writer", name, n
 	}
 	return "", "", 0
-}
-
-// isSlot reports whether s is a slot's number below n, written as
-// strconv.Itoa writes it.
-func isSlot(s string, n int) bool {
-	k, ok := number(s)
-	return ok && k < n && (s[0] != '0' || len(s) == 1)
 }
 
 // number returns the value of s, decimal digits only (at most 9 of them),

@@ -54,7 +54,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	d = min(d, l.maxDeadline.Sub(now))
-	err = l.c.provider.Renew(rctx, l.key, l.owner, d)
+	err = l.c.renew(rctx, l.key, l.owner, l.claim, d)
 	switch {
 	case errors.Is(err, ErrLost):
 		return l.lose(l.found(ctx, err, end)) // found gone or taken

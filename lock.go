@@ -64,6 +64,7 @@ import (
 type Lock struct {
 	c           *Client
 	key, owner  string
+	claim       claim // of a counted name; zero for a lock
 	token       uint64
 	opts        Options
 	start       time.Time // monotonic, when the granting request was sent
@@ -110,11 +111,12 @@ const (
 
 // newLock returns the Lock of a grant with ttl requested at sent; keep
 // starts its timers.
-func newLock(c *Client, key, owner string, token uint64, o Options, sent time.Time, ttl time.Duration) *Lock {
+func newLock(c *Client, key, owner string, cl claim, token uint64, o Options, sent time.Time, ttl time.Duration) *Lock {
 	l := &Lock{
 		c:           c,
 		key:         key,
 		owner:       owner,
+		claim:       cl,
 		token:       token,
 		opts:        o,
 		start:       sent,
@@ -274,7 +276,7 @@ func (l *Lock) found(ctx context.Context, err error, end time.Time) *LostError {
 	var pe *LostError
 	if errors.As(err, &pe) && pe.Holder != "" && pe.Holder != l.owner {
 		e.Holder = pe.Holder
-	} else {
+	} else if !l.claim.counted() {
 		ctx, cancel := context.WithTimeout(withoutCancel(ctx), min(l.c.releaseTimeout, time.Second))
 		rec, err := l.c.provider.Inspect(ctx, l.key)
 		cancel()
@@ -370,7 +372,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.releasedAgain()
 	case lost:
 		// The lease ran out without a renewal; the record may still be ours.
-		_ = c.provider.Release(c.detached(ctx), l.key, l.owner)
+		_ = c.release(c.detached(ctx), l.key, l.owner, l.claim)
 		return l.Err() // the loss
 	}
 
@@ -382,7 +384,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if closed > 0 {
 		err = c.provider.Finish(rctx, l.key, l.owner, closed)
 	} else {
-		err = c.provider.Release(rctx, l.key, l.owner)
+		err = c.release(rctx, l.key, l.owner, l.claim)
 	}
 	switch {
 	case err == nil:
@@ -500,10 +502,10 @@ func FromContext(ctx context.Context) (*Lock, bool) {
 }
 
 // heldBy reports whether ctx's call chain holds the lock under key with c.
-func heldBy(ctx context.Context, c *Client, key string) bool {
+func heldBy(ctx context.Context, c *Client, key string, counted bool) bool {
 	l, _ := FromContext(ctx)
 	for ; l != nil; l = l.outer {
-		if l.c == c && l.key == key && l.held() {
+		if l.c == c && l.key == key && l.claim.counted() == counted && l.held() {
 			return true
 		}
 	}

@@ -81,9 +81,12 @@ type Provider interface {
 	// and holds a record, and the record as Inspect returns it, until fn
 	// returns false or every key was seen; err is a *RecordError for a key
 	// whose value is not a record. The backend's own companion keys (the Redis
-	// provider's fencing counters and queues) are not keys of records. A key
-	// taken or freed while List runs may be seen or not. List returns the
-	// first error that stopped it.
+	// provider's fencing counters and queues) are not keys of records. A
+	// counted name that holds claims or waiters is listed too, with a Record
+	// whose Limit is set (see Record.Limit; its TTL is the longest a live
+	// claim has left): a key that is both a lock and a counted name is seen
+	// twice. A key taken or freed while List runs may be seen or not. List
+	// returns the first error that stopped it.
 	List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error
 
 	// ForceRelease deletes the record under key whoever holds it, held or in
@@ -93,6 +96,110 @@ type Provider interface {
 	// next renewal (a *LostError). A stored value that is not a record is left
 	// as it is and yields a *RecordError.
 	ForceRelease(ctx context.Context, key string) (Record, error)
+
+	// The counted names: a name with a limit, holding claims, each with its
+	// owner, weight, lease and fencing token, whose weights add up to at
+	// most the limit (a Semaphore's permits, an RWMutex's readers, a
+	// writer claiming them all). A counted name and a lock of the same key
+	// are two things: neither sees the other. Each call below is atomic,
+	// as the lock's are, and judges expiry by the store's clock: a claim
+	// whose TTL has run out is gone for every call, which frees its weight
+	// (see ClaimsQueue for what a freed weight does).
+
+	// AcquireClaim takes c for owner c.Owner when it fits: the weights of
+	// the live claims and c.Weight add up to at most c.Limit, and nobody
+	// is queued for key. A taken claim gets a fresh fencing token (from
+	// the counters of the locks: strictly greater than every earlier
+	// grant's of key, lock or claim) and lives c.TTL. When c.Owner holds
+	// a live claim already (an earlier attempt whose reply was lost), its
+	// TTL is reset to c.TTL and it is returned as it is.
+	//
+	// The returned Record says what the name holds after the call: Owner
+	// is c.Owner, with the claim's Token, TTL and Since, when c.Owner
+	// holds a claim; otherwise Owner, Token and TTL are those of the live
+	// claim that expires first (empty when none is live). Limit is the
+	// name's limit and Used the weight its live claims hold. While a name
+	// holds a claim or a waiter, its limit is the one they gave; a call
+	// with another c.Limit changes nothing, and its Record has the stored
+	// Limit (the caller reports the mismatch). c.Inbox and c.Look are not
+	// read.
+	AcquireClaim(ctx context.Context, key string, c Claim) (Record, error)
+
+	// QueueClaim is AcquireClaim for a caller that waits: when c does not
+	// fit, or others are queued for key, the caller joins key's queue of
+	// claims, or keeps its place in it, and the returned Record has Queued
+	// and Position set. The queue is served in arrival order, by every
+	// call that frees weight (ReleaseClaim, LeaveClaim, LowerClaim, and any
+	// call that finds a claim expired): the head is granted while it fits,
+	// then the next, and so on; a head that does not fit yet is never
+	// overtaken. Each caller granted from the queue gets a claim of its
+	// own weight, with its c.TTL, and a Grant with its Weight on its inbox
+	// (see Listen); a waiter whose inbox nobody listens to may be skipped.
+	// QueueClaim serves the queue first, so that it may grant the caller
+	// itself (and tell it, too). c.Look is as in Waiter, for a provider
+	// that wants it; a claim is never granted past a queued caller.
+	QueueClaim(ctx context.Context, key string, c Claim) (Record, error)
+
+	// LeaveClaim takes c.Owner out of key's queue of claims, and serves
+	// the queue (the callers behind it may fit now). If a claim was
+	// granted to c.Owner meanwhile, LeaveClaim releases it as ReleaseClaim
+	// does. A key without c.Owner in its queue is not an error.
+	LeaveClaim(ctx context.Context, key string, c Claim) error
+
+	// RenewClaim sets the TTL of owner's live claim under key to ttl. It
+	// returns a *LostError when owner holds no live claim there, and
+	// changes nothing then.
+	RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error
+
+	// ReleaseClaim deletes owner's live claim under key and serves the
+	// queue with the weight freed. It returns a *LostError when owner
+	// holds no live claim there, and changes nothing then. An operator may
+	// call it with an owner that InspectClaims shows: the holder finds out
+	// at its next renewal.
+	ReleaseClaim(ctx context.Context, key, owner string) error
+
+	// LowerClaim sets the weight of owner's live claim under key to weight
+	// when that is less than its weight (never more), keeping its token
+	// and TTL, and serves the queue with the weight freed (an RWMutex's
+	// writer that becomes a reader lets the readers behind it in). It
+	// returns a *LostError when owner holds no live claim there, and
+	// changes nothing then.
+	LowerClaim(ctx context.Context, key, owner string, weight int) error
+
+	// InspectClaims returns the live claims and the queue of the counted
+	// name key, without changing anything; a name that holds neither has
+	// Limit 0.
+	InspectClaims(ctx context.Context, key string) (Claims, error)
+}
+
+// Claim describes a claim on a counted name to Provider.AcquireClaim,
+// QueueClaim and LeaveClaim, and a waiter of its queue to InspectClaims.
+type Claim struct {
+	// Owner identifies the claim (one hold), as a lock's owner does.
+	Owner string
+	// Weight is how much of the limit the claim takes: 1 to Limit.
+	Weight int
+	// Limit is the name's limit: 1 to MaxPermits.
+	Limit int
+	// TTL is the claim's time to live.
+	TTL time.Duration
+	// Inbox and Look are a waiter's, as in Waiter.
+	Inbox string
+	Look  Look
+}
+
+// Claims is a counted name as Provider.InspectClaims found it.
+type Claims struct {
+	// Limit is the name's limit; 0 when it holds no claim and no waiter.
+	Limit int
+	// Holders are the live claims, in the order they were granted: Owner,
+	// Token, TTL (the time left) and Since of each in its Record, and its
+	// weight in Weights at the same index.
+	Holders []Record
+	Weights []int
+	// Queue is the waiters, in arrival order: Owner, Weight, Limit, TTL
+	// and Inbox as they asked.
+	Queue []Claim
 }
 
 // Waiter describes a waiting caller to Provider.Queue and Provider.Leave.
@@ -144,14 +251,17 @@ func (l Look) String() string {
 }
 
 // Grant is a message from a provider to a waiter's inbox: the lock under Key
-// was handed to Owner from the queue, with Token and TTL, or, with no Owner,
-// the lock under Key entered a grace period and its waiters should look
-// again; with no Key, every waiter of the inbox should look again.
+// was handed to Owner from the queue, with Token and TTL, or, with Weight, a
+// claim of that weight on the counted name Key was granted to Owner; with
+// no Owner, the lock under Key entered a grace period and its waiters
+// should look again; with no Key, every waiter of the inbox should look
+// again.
 type Grant struct {
-	Key   string
-	Owner string
-	Token uint64
-	TTL   time.Duration
+	Key    string
+	Owner  string
+	Token  uint64
+	TTL    time.Duration
+	Weight int // of a claim; 0 for a lock
 }
 
 // Record is the state stored under a key.
@@ -182,6 +292,11 @@ type Record struct {
 	// Waiters is the number of callers in the key's wait queue, as Inspect
 	// and List read it; zero from the other methods.
 	Waiters int
+	// Limit and Used are a counted name's limit and the weight its live
+	// claims hold, as the claim methods and List read them (List reports
+	// a counted name that holds claims or waiters with Limit set, and
+	// Owner, Token, Finished and Since empty); zero for a lock.
+	Limit, Used int
 }
 
 // Limits on keys and owners, checked before anything is sent to a provider.
@@ -286,6 +401,35 @@ func CheckInbox(inbox string) error {
 		return invalidf("inbox is %d bytes, more than %d", len(inbox), MaxKeyLen)
 	case hasSpace(inbox, false):
 		return invalidf("inbox %q contains white space", inbox)
+	}
+	return nil
+}
+
+// MaxPermits is the largest limit of a counted name: the most permits of a
+// Semaphore, and readers of an RWMutex.
+const MaxPermits = 1024
+
+// CheckClaim checks the arguments of AcquireClaim: CheckKey, CheckOwner
+// and CheckTTL of c's, a Limit from 1 to MaxPermits and a Weight from 1
+// to Limit. QueueClaim and LeaveClaim check CheckInbox of c.Inbox too.
+func CheckClaim(key string, c Claim) error {
+	if err := CheckArgs(key, c.Owner, c.TTL); err != nil {
+		return err
+	}
+	switch {
+	case c.Limit < 1 || c.Limit > MaxPermits:
+		return invalidf("limit %d, not between 1 and %d", c.Limit, MaxPermits)
+	case c.Weight < 1 || c.Weight > c.Limit:
+		return invalidf("weight %d, not between 1 and the limit %d", c.Weight, c.Limit)
+	}
+	return nil
+}
+
+// CheckWeight checks the weight of LowerClaim: at least 1, at most
+// MaxPermits.
+func CheckWeight(weight int) error {
+	if weight < 1 || weight > MaxPermits {
+		return invalidf("weight %d, not between 1 and %d", weight, MaxPermits)
 	}
 	return nil
 }

@@ -29,7 +29,9 @@ type MemoryProvider struct {
 	token   uint64
 	queues  map[string][]Waiter // wait queues, in arrival order
 	inboxes map[string]*memInbox
-	spare   []*memRecord // deleted records, for grant to use again
+	spare   []*memRecord        // deleted records, for grant to use again
+	names   map[string]*memName // counted names (provider_memory_claims.go)
+	counted timeHeap[*memName]  // by their soonest deadline
 
 	// The most entries records and queues have held since they were made.
 	recordsPeak, queuesPeak int
@@ -90,6 +92,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 		records: make(map[string]*memRecord),
 		queues:  make(map[string][]Waiter),
 		inboxes: make(map[string]*memInbox),
+		names:   make(map[string]*memName),
 	}
 	for _, o := range opts {
 		o(m)
@@ -302,6 +305,11 @@ func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key st
 			found = append(found, entry{key, m.inspect(r, now)})
 		}
 	}
+	for key, n := range m.names {
+		if strings.HasPrefix(key, prefix) {
+			found = append(found, entry{key, n.listed(now)})
+		}
+	}
 	m.mu.Unlock()
 	slices.SortFunc(found, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	for _, e := range found {
@@ -398,13 +406,13 @@ func (m *MemoryProvider) serve(key string, now time.Time) []memMessage {
 	return nil
 }
 
-// Len returns the number of live records, so that tests can check that nothing
-// was left behind.
+// Len returns the number of live records and counted names, so that tests
+// can check that nothing was left behind.
 func (m *MemoryProvider) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
-	return len(m.records)
+	return len(m.records) + len(m.names)
 }
 
 // owned returns key's record if owner holds it (an ended record counts as
@@ -462,6 +470,7 @@ func (m *MemoryProvider) expire() time.Time {
 		delete(m.records, r.key)
 		m.keepSpare(r)
 	}
+	m.expireNames(now)
 	m.compact()
 	return now
 }

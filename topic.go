@@ -103,7 +103,7 @@ func (in *inbox) leave(w *waiter) {
 // in the background.
 func (in *inbox) handBack(g Grant) {
 	c := in.c
-	c.background(context.Background(), func(ctx context.Context) { _ = c.provider.Release(ctx, g.Key, g.Owner) })
+	c.background(context.Background(), func(ctx context.Context) { _ = c.release(ctx, g.Key, g.Owner, claimOf(g)) })
 }
 
 // deliver hands g to its waiter, or back when its waiter gave up; a grant

@@ -42,14 +42,20 @@ func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, err
 
 // acquireAs is acquire with owner as the acquisition's id.
 func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*Lock, error) {
+	return c.acquireClaim(ctx, key, owner, claim{}, o)
+}
+
+// acquireClaim is acquireAs for cl: of a counted name, or a lock when cl
+// is zero.
+func (c *Client) acquireClaim(ctx context.Context, key, owner string, cl claim, o Options) (*Lock, error) {
 	o, err := o.resolved()
 	if err != nil {
 		return nil, err
 	}
-	if o.Wait && heldBy(ctx, c, key) {
-		return nil, invalidf("lock %q is held by this call chain: waiting for it would never end", key)
+	if o.Wait && heldBy(ctx, c, key, cl.counted()) {
+		return nil, invalidf("%q is held by this call chain: waiting for it would never end", key)
 	}
-	a := acquisition{c: c, key: key, owner: owner, o: o, began: time.Now()}
+	a := acquisition{c: c, key: key, owner: owner, claim: cl, o: o, began: time.Now()}
 	if !o.Wait || !o.Fair && !c.busy.has(key) {
 		// One attempt first: a free lock is granted in one round trip,
 		// without the waiter's set-up; a waiter starts after a busy one. A
@@ -78,6 +84,7 @@ type acquisition struct {
 	c     *Client
 	key   string
 	owner string
+	claim claim // of a counted name; zero for a lock
 	o     Options
 	began time.Time
 }
@@ -115,15 +122,19 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		// came while the context was live (see notAcquired).
 		return nil, a.notAcquired(ctx, nil, "", 0)
 	}
-	rec, err := c.provider.Acquire(ctx, key, owner, a.o.Lease)
+	rec, err := c.take(ctx, key, owner, a.claim, a.o.Lease)
 	if err != nil {
 		// The record may have been stored with the reply lost: remove it.
 		// The provider may not answer that either: in the background,
 		// so that the caller is not kept waiting (Close waits for it).
-		c.background(ctx, func(ctx context.Context) { _ = c.provider.Release(ctx, key, owner) })
+		cl := a.claim
+		c.background(ctx, func(ctx context.Context) { _ = c.release(ctx, key, owner, cl) })
 		return nil, a.notAcquired(ctx, a.failed(ctx, "acquire", err), "", 0)
 	}
 	c.answered()
+	if err := a.limitMix(rec); err != nil {
+		return nil, err
+	}
 	if rec.Owner == owner && !rec.Finished {
 		late := !time.Now().Before(leaseEnd(a.began, a.leaseOf(rec)))
 		if ctx.Err() == nil && !late {
@@ -134,7 +145,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		// back before the call returns (the provider answers), so that
 		// nothing of the caller's is left stored. With Wait, the waiter
 		// goes on.
-		_ = c.provider.Release(c.detached(ctx), key, owner)
+		_ = c.release(c.detached(ctx), key, owner, a.claim)
 		if ctx.Err() != nil {
 			return nil, a.notAcquired(ctx, nil, "", 0)
 		}
@@ -243,7 +254,7 @@ func (a *acquisition) failed(ctx context.Context, op string, err error) error {
 func (a *acquisition) hold(rec Record, sent time.Time) *Lock {
 	c, o := a.c, a.o
 	ttl := a.leaseOf(rec)
-	l := newLock(c, a.key, a.owner, rec.Token, o, sent, ttl)
+	l := newLock(c, a.key, a.owner, a.claim, rec.Token, o, sent, ttl)
 	if c.debug {
 		c.log.Debug("lock: acquired", "key", a.key, "owner", a.owner, "token", rec.Token)
 	}
@@ -270,6 +281,16 @@ func roleMix(key, owner, holder string) error {
 		return invalidf("%q is an election role (Campaign, Lead): take it with Campaign, not as a lock", key)
 	}
 	return nil
+}
+
+// limitMix returns an error when rec, the answer to a claim's request,
+// shows the counted name held or waited for with another limit than the
+// acquisition's (the provider changed nothing then).
+func (a *acquisition) limitMix(rec Record) error {
+	if !a.claim.counted() || rec.Limit == a.claim.limit {
+		return nil
+	}
+	return invalidf("%q is in use with a limit of %d, not %d: every caller of a semaphore or read-write lock must give the same", a.key, rec.Limit, a.claim.limit)
 }
 
 // isRole reports whether owner is a role's candidate or leader.

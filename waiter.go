@@ -112,11 +112,14 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent := time.Now()
-	rec, err := w.c.provider.Queue(ctx, w.key, w.req)
+	rec, err := w.c.queue(ctx, w.key, w.claim, w.req)
 	if err != nil {
 		return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "wait", err, sent))
 	}
 	w.c.answered()
+	if err := w.limitMix(rec); err != nil {
+		return nil, w.giveUp(ctx, err)
+	}
 	switch {
 	case rec.Owner == w.req.Owner && !rec.Finished && ctx.Err() != nil:
 		// Granted after the wait ended: giveUp's Leave hands it on.
@@ -180,7 +183,7 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent = time.Now()
-	err := w.c.provider.Renew(ctx, w.key, w.req.Owner, w.o.Lease)
+	err := w.c.renew(ctx, w.key, w.req.Owner, w.claim, w.o.Lease)
 	switch {
 	case err == nil && ctx.Err() != nil:
 		return nil, w.giveUp(ctx, nil) // renewed after the wait ended: handed on
@@ -232,7 +235,7 @@ func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 // provider answered w's last call, or no call was under way.
 func (w *waiter) giveUp(ctx context.Context, reason error) error {
 	w.quit()
-	_ = w.c.provider.Leave(w.c.detached(ctx), w.key, w.req)
+	_ = w.c.leave(w.c.detached(ctx), w.key, w.claim, w.req)
 	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
 }
 
@@ -242,8 +245,8 @@ func (w *waiter) giveUp(ctx context.Context, reason error) error {
 // fails, the queue entry expires with its TTL.
 func (w *waiter) giveUpFailed(ctx context.Context, reason error) error {
 	w.quit()
-	c, key, req := w.c, w.key, w.req
-	c.background(ctx, func(ctx context.Context) { _ = c.provider.Leave(ctx, key, req) })
+	c, key, cl, req := w.c, w.key, w.claim, w.req
+	c.background(ctx, func(ctx context.Context) { _ = c.leave(ctx, key, cl, req) })
 	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
 }
 

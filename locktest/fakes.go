@@ -60,6 +60,36 @@ func silenced(p lock.Provider, dead *atomic.Bool) *testenv.Hooked {
 			}
 			return p.Release(ctx, key, owner)
 		},
+		OnAcquireClaim: func(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
+			if dead.Load() {
+				return lock.Record{}, errDead
+			}
+			return p.AcquireClaim(ctx, key, c)
+		},
+		OnQueueClaim: func(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
+			if dead.Load() {
+				return lock.Record{}, errDead
+			}
+			return p.QueueClaim(ctx, key, c)
+		},
+		OnLeaveClaim: func(ctx context.Context, key string, c lock.Claim) error {
+			if dead.Load() {
+				return errDead
+			}
+			return p.LeaveClaim(ctx, key, c)
+		},
+		OnRenewClaim: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+			if dead.Load() {
+				return errDead
+			}
+			return p.RenewClaim(ctx, key, owner, ttl)
+		},
+		OnReleaseClaim: func(ctx context.Context, key, owner string) error {
+			if dead.Load() {
+				return errDead
+			}
+			return p.ReleaseClaim(ctx, key, owner)
+		},
 	}
 }
 

@@ -29,7 +29,7 @@ func (s *suite) runHolds(t *testing.T) {
 	t.Run("SemaphoreLargeRequestAtHeadIsNotOvertaken", s.semaphoreNoBarging)
 	t.Run("SemaphoreCancelledHeadDoesNotStallQueue", s.semaphoreCancelledHead)
 	t.Run("SemaphoreDeadHoldersPermitComesBack", s.semaphoreDeadHolder)
-	t.Run("SemaphoreDeadHeadStallsAtMostGateLease", s.semaphoreDeadHead)
+	t.Run("SemaphoreDeadHeadStallsAtMostClaimWindow", s.semaphoreDeadHead)
 	t.Run("SemaphoreRefusesAnotherN", s.semaphoreRefusesAnotherN)
 	t.Run("RWReadersOverlapWritersExcludeEveryone", s.rwExclusion)
 	t.Run("RWWriterIsNotStarvedByReaders", s.rwWriterNotStarved)
@@ -49,6 +49,10 @@ func (s *suite) callers(t *testing.T, n int) []*lock.Client {
 	}
 	return cs
 }
+
+// claimWindow is the Client's default claim window (see
+// lock.WithClaimWindow).
+const claimWindow = time.Second
 
 // waitOpts waits up to 20s, with leases of 5s.
 var waitOpts = lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second}
@@ -83,7 +87,7 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 					return nil
 				})
 				if errors.Is(err, lock.ErrLost) && lost.Add(1) <= int64(rounds) {
-					// The gate or a permit was lost while it entered (a
+					// The hold was lost as it was granted (a
 					// machine too loaded to renew in time): no hold, and the
 					// library said so; the round is asked again.
 					continue
@@ -122,13 +126,14 @@ func (s *suite) semaphoreRefusesBadWeights(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a grace period")
 }
 
-// gateTaken waits until someone is at the gate of sem.
-func gateTaken(t *testing.T, ctx context.Context, inspect func(context.Context) (lock.GateStatus, error)) {
+// queuedFor waits until someone is in the queue of a semaphore or a
+// read-write lock.
+func queuedFor(t *testing.T, ctx context.Context, inspect func(context.Context) (lock.Status, error)) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		st, err := inspect(ctx)
-		return err == nil && st.Gate.Owner != ""
-	}, 10*time.Second, 5*time.Millisecond, "a caller is at the gate")
+		return err == nil && len(st.Queue) > 0
+	}, 10*time.Second, 5*time.Millisecond, "a caller is queued")
 }
 
 // semaphoreNoBarging: with one of two permits held, a request for two
@@ -162,7 +167,7 @@ func (s *suite) semaphoreNoBarging(t *testing.T) {
 	}
 	wg.Add(1)
 	go take(1, 2, "two")
-	gateTaken(t, s.ctx, sem[0].Inspect)
+	queuedFor(t, s.ctx, sem[0].Inspect)
 	wg.Add(1)
 	go take(2, 1, "one")
 	time.Sleep(300 * time.Millisecond)
@@ -193,7 +198,7 @@ func (s *suite) semaphoreCancelledHead(t *testing.T) {
 		_, err := sem[1].Acquire(headCtx, 1, waitOpts)
 		headErr <- err
 	}()
-	gateTaken(t, s.ctx, sem[0].Inspect)
+	queuedFor(t, s.ctx, sem[0].Inspect)
 	next := make(chan *lock.Hold, 1)
 	go func() {
 		h, err := sem[2].Acquire(s.ctx, 1, waitOpts)
@@ -247,11 +252,11 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 	assert.NoError(t, h.Release(s.ctx))
 }
 
-// semaphoreDeadHead: the caller at the head of the queue, holding the gate
-// and one of two permits while it waits for the other, dies; the other
-// permit is released. The caller behind it is granted a permit once the
-// dead one's gate expires: within GateLease (and the claim window of the
-// permit handed to the dead one), not the dead one's lease.
+// semaphoreDeadHead: the caller at the head of the queue, waiting for both
+// of two permits while one is held, dies; the held permit is released and
+// both are granted to the dead one. The caller behind it is granted a
+// permit once that grant expires: within the claim window (1s), not the
+// dead one's lease.
 func (s *suite) semaphoreDeadHead(t *testing.T) {
 	testenv.SkipShort(t, "a conformance check of 1 s (a dead head's gate lease runs out)")
 	if !s.expires(t) {
@@ -275,21 +280,22 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 			_ = h.Release(s.ctx)
 		}
 	}()
-	gateTaken(t, s.ctx, semA.Inspect)
-	time.Sleep(100 * time.Millisecond) // it holds one permit and waits for the other
+	queuedFor(t, s.ctx, semA.Inspect)
+	time.Sleep(100 * time.Millisecond) // it waits for both permits
 	dead.Store(true)
 	died := time.Now()
 	require.NoError(t, a.Release(s.ctx))
 	h, err := semB.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
 	require.NoError(t, err, "the caller behind a dead head is served")
 	took := time.Since(died)
-	t.Logf("served %v after the head died (GateLease %v, the dead one's lease 20s)", took, lock.GateLease)
-	assert.Less(t, took, lock.GateLease+s.b.TTLGranularity+5*time.Second, "within GateLease and a margin, not the dead one's lease")
+	t.Logf("served %v after the head died (claim window %v, the dead one's lease 20s)", took, claimWindow)
+	assert.Less(t, took, claimWindow+s.b.TTLGranularity+5*time.Second, "within the claim window and a margin, not the dead one's lease")
 	assert.NoError(t, h.Release(s.ctx))
 }
 
-// semaphoreRefusesAnotherN: a caller that finds a permit held under
-// another N fails with ErrInvalidArgument.
+// semaphoreRefusesAnotherN: a caller that finds the semaphore held under
+// another N fails with ErrInvalidArgument, waiting or not, and changes
+// nothing.
 func (s *suite) semaphoreRefusesAnotherN(t *testing.T) {
 	name := uniqueName(t)
 	cs := s.callers(t, 2)
@@ -300,8 +306,8 @@ func (s *suite) semaphoreRefusesAnotherN(t *testing.T) {
 	h, err := a.Acquire(s.ctx, 1, lock.Options{})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, h.Release(s.ctx)) }()
-	for range 2 { // the scan starts at another permit each time
-		hb, err := b.Acquire(s.ctx, 2, lock.Options{Wait: true, MaxWait: 5 * time.Second})
+	for _, o := range []lock.Options{{}, {Wait: true, MaxWait: 5 * time.Second}} {
+		hb, err := b.Acquire(s.ctx, 1, o)
 		if hb != nil {
 			_ = hb.Release(s.ctx)
 		}
@@ -399,8 +405,11 @@ func (s *suite) rwWriterNotStarved(t *testing.T) {
 	t.Logf("writer granted after %v", time.Since(began))
 	st, err := w.Inspect(s.ctx)
 	require.NoError(t, err)
-	assert.True(t, st.Writing, "Inspect says a writer holds it")
-	assert.Empty(t, st.Held, "no reader holds it while the writer does")
+	if assert.Len(t, st.Holders, 1, "the writer alone holds it") {
+		assert.Equal(t, "writer", st.Holders[0].Kind, "Inspect says a writer holds it")
+		assert.Equal(t, 8, st.Holders[0].Weight, "the writer's claim is the whole limit")
+	}
+	assert.Equal(t, "rwmutex", st.Kind)
 	assert.NoError(t, h.Release(s.ctx))
 }
 
@@ -444,7 +453,7 @@ func (s *suite) rwPhases(t *testing.T) {
 	for i, who := range []string{"reader-1", "reader-2", "writer-2"} {
 		wg.Add(1)
 		go enter(i+1, who, who == "writer-2")
-		waitersAre(t, s.ctx, cs[0], name+"#gate", i+1)
+		waitersAre(t, s.ctx, cs[0], name, i+1)
 	}
 	require.NoError(t, w1.Release(s.ctx))
 	wg.Wait()
@@ -483,14 +492,14 @@ func (s *suite) rwDowngrade(t *testing.T) {
 		assert.NoError(t, err, "reader")
 		read <- r
 	}()
-	waitersAre(t, s.ctx, cs[0], name+"#gate", 1)
+	waitersAre(t, s.ctx, cs[0], name, 1)
 	wrote := make(chan *lock.Hold, 1)
 	go func() {
 		w, err := m[2].Lock(s.ctx, waitOpts)
 		assert.NoError(t, err, "second writer")
 		wrote <- w
 	}()
-	waitersAre(t, s.ctx, cs[0], name+"#gate", 2)
+	waitersAre(t, s.ctx, cs[0], name, 2)
 	require.NoError(t, h.Downgrade(s.ctx))
 	var r *lock.Hold
 	select {

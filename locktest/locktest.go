@@ -116,6 +116,7 @@ func Run(t *testing.T, b Backend) {
 	s := &suite{b: b, p: b.New(t), ctx: ctx}
 	s.runRecords(t)
 	s.runQueue(t)
+	s.runClaims(t)
 	s.runInspect(t)
 	s.runClient(t)
 	s.runElection(t)

@@ -27,6 +27,14 @@ type Hooked struct {
 	OnInspect      func(ctx context.Context, key string) (lock.Record, error)
 	OnList         func(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error
 	OnForceRelease func(ctx context.Context, key string) (lock.Record, error)
+
+	OnAcquireClaim  func(ctx context.Context, key string, c lock.Claim) (lock.Record, error)
+	OnQueueClaim    func(ctx context.Context, key string, c lock.Claim) (lock.Record, error)
+	OnLeaveClaim    func(ctx context.Context, key string, c lock.Claim) error
+	OnRenewClaim    func(ctx context.Context, key, owner string, ttl time.Duration) error
+	OnReleaseClaim  func(ctx context.Context, key, owner string) error
+	OnLowerClaim    func(ctx context.Context, key, owner string, weight int) error
+	OnInspectClaims func(ctx context.Context, key string) (lock.Claims, error)
 }
 
 func (p *Hooked) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
@@ -113,4 +121,53 @@ func SlowRelease(p lock.Provider, d time.Duration) *Hooked {
 			return p.Finish(ctx, key, owner, ttl)
 		},
 	}
+}
+
+func (p *Hooked) AcquireClaim(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
+	if p.OnAcquireClaim != nil {
+		return p.OnAcquireClaim(ctx, key, c)
+	}
+	return p.Provider.AcquireClaim(ctx, key, c)
+}
+
+func (p *Hooked) QueueClaim(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
+	if p.OnQueueClaim != nil {
+		return p.OnQueueClaim(ctx, key, c)
+	}
+	return p.Provider.QueueClaim(ctx, key, c)
+}
+
+func (p *Hooked) LeaveClaim(ctx context.Context, key string, c lock.Claim) error {
+	if p.OnLeaveClaim != nil {
+		return p.OnLeaveClaim(ctx, key, c)
+	}
+	return p.Provider.LeaveClaim(ctx, key, c)
+}
+
+func (p *Hooked) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if p.OnRenewClaim != nil {
+		return p.OnRenewClaim(ctx, key, owner, ttl)
+	}
+	return p.Provider.RenewClaim(ctx, key, owner, ttl)
+}
+
+func (p *Hooked) ReleaseClaim(ctx context.Context, key, owner string) error {
+	if p.OnReleaseClaim != nil {
+		return p.OnReleaseClaim(ctx, key, owner)
+	}
+	return p.Provider.ReleaseClaim(ctx, key, owner)
+}
+
+func (p *Hooked) LowerClaim(ctx context.Context, key, owner string, weight int) error {
+	if p.OnLowerClaim != nil {
+		return p.OnLowerClaim(ctx, key, owner, weight)
+	}
+	return p.Provider.LowerClaim(ctx, key, owner, weight)
+}
+
+func (p *Hooked) InspectClaims(ctx context.Context, key string) (lock.Claims, error) {
+	if p.OnInspectClaims != nil {
+		return p.OnInspectClaims(ctx, key)
+	}
+	return p.Provider.InspectClaims(ctx, key)
 }
