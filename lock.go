@@ -23,11 +23,12 @@
 // [Middleware] and [HTTPMiddleware] (a lock per call, named from its
 // argument or request), [New] (a [Primitive]: a job that runs in one replica
 // at a time, that the others wait for, or that runs at most once per window)
-// and [Client.RunTick] for scheduled jobs. Made of locks, on every provider:
-// leader election ([Client.Campaign], [Client.Lead], [Client.Observe]),
-// semaphores ([Client.Semaphore]), read-write locks ([Client.RWMutex]) and
-// all-or-nothing multi-locks ([Client.AcquireAll], [Client.DoAll]), which
-// return a [Hold]. Operators: [Client.Inspect], [Client.List],
+// and [Client.RunTick] for scheduled jobs. On every provider too: leader
+// election ([Client.Campaign], [Client.Lead], [Client.Observe]) and
+// all-or-nothing multi-locks ([Client.AcquireAll], [Client.DoAll]), made
+// of locks; semaphores ([Client.Semaphore]) and read-write locks
+// ([Client.RWMutex]), one counted claim per hold; the last three return a
+// [Hold]. Operators: [Client.Inspect], [Client.List],
 // [Client.ForceRelease]; [WithEvents] reports every grant, wait, renewal,
 // loss and release as an [Event] ([PartOf] says what its lock is part of).
 // Errors are tested with errors.Is against the Err values;
@@ -36,9 +37,10 @@
 // # Writing a backend
 //
 // Only a backend's author needs these: the [Provider] contract and its
-// values ([Record], [Waiter], [Look], [Grant]), the input checks every
-// provider makes first ([CheckKey], [CheckOwner], [CheckTTL], [CheckInbox],
-// and their combinations [CheckKeyOwner], [CheckArgs], [CheckWaiter]),
+// values ([Record], [Waiter], [Look], [Grant], [Claim], [Claims]), the
+// input checks every provider makes first ([CheckKey], [CheckOwner],
+// [CheckTTL], [CheckInbox], [CheckWeight], and their combinations
+// [CheckKeyOwner], [CheckArgs], [CheckWaiter], [CheckClaim]),
 // and the conformance suite in the locktest package, which the built-in
 // providers pass as any other backend must.
 package lock
