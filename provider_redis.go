@@ -47,7 +47,11 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // provider_redis_token.go): one slot, so Cluster works. The record lives
 // until it is released or its TTL ends, the queue while its waiters look;
 // nothing per key outlives them, and the counters (at most 16,384 per key
-// prefix) never expire. A message
+// prefix) never expire. A counted name K (see Provider.AcquireClaim) keeps
+// its claims, their deadlines and its queue at R+":c", R+":cd" and R+":cq",
+// R the record's key, apart from the lock of K; its claims expire by the
+// server's clock, and its Since is the server's too (see
+// provider_redis_claims.go). A message
 // is published only to hand a lock to a waiter (on that waiter's inbox
 // channel) and to tell waiters that the lock entered a grace period: a
 // release that nobody waits for publishes nothing. A waiter whose inbox
@@ -379,7 +383,9 @@ const listBatch = 256
 // List implements Provider with SCAN, on every primary of a Cluster in
 // turn, and inspects each batch of keys in one pipeline. Keys that end with
 // ":fence" or ":q" are taken for the companions of records (see RedisKeys),
-// and a key of the form K{crc} for the record of key K without a hash tag.
+// those that end with ":cd" or ":cq" for a counted name's, one that ends
+// with ":c" for a counted name's claims (see provider_redis_claims.go), and
+// a key of the form K{crc} for the record of key K without a hash tag.
 func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
 	if err := p.check(); err != nil {
 		return err
@@ -433,39 +439,91 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 // errStopList ends a List whose function returned false.
 var errStopList = errors.New("lock: list stopped")
 
-// inspectAll inspects the records among found in one pipeline and calls fn
-// with each; it reports whether fn asked for more.
+// inspectAll inspects the records and counted names among found in one
+// pipeline and calls fn with each; it reports whether fn asked for more.
 func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient, found []string, fn func(string, Record, error) bool) bool {
-	var keys []string
-	var calls []*call
+	var items []listed
 	for _, k := range found {
-		if strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":q") {
+		switch {
+		case strings.HasSuffix(k, ":fence"), strings.HasSuffix(k, ":q"),
+			strings.HasSuffix(k, deadlinesSuffix), strings.HasSuffix(k, claimQueueSuffix):
 			continue
+		case strings.HasSuffix(k, claimsSuffix):
+			if key, ok := countedName(k); ok {
+				items = appendListed(ctx, items, key, true)
+				continue
+			}
 		}
-		key := keyOfRecord(k)
-		r, f, q, err := RedisKeys(key)
-		if err != nil {
-			continue
-		}
-		keys = append(keys, key)
-		cl := inspectScript.call(ctx, 3, []any{r, f, q})
-		calls = append(calls, &cl)
+		items = appendListed(ctx, items, keyOfRecord(k), false)
 	}
-	if len(calls) == 0 {
+	return p.inspectListed(ctx, c, items, fn)
+}
+
+// listed is a key that List inspects: a lock, or a counted name.
+type listed struct {
+	key     string
+	counted bool
+	call    call
+}
+
+// appendListed appends the inspection of key, a counted name or a lock, to
+// items; a key that has no Redis keys is left out.
+func appendListed(ctx context.Context, items []listed, key string, counted bool) []listed {
+	if counted {
+		rk, _ := recordKey(key)
+		cl := claimInspectScript.call(ctx, 4, []any{rk + claimsSuffix, fenceKey(key, rk), rk + deadlinesSuffix, rk + claimQueueSuffix, "n"})
+		return append(items, listed{key: key, counted: true, call: cl})
+	}
+	r, f, q, err := RedisKeys(key)
+	if err != nil {
+		return items
+	}
+	return append(items, listed{key: key, call: inspectScript.call(ctx, 3, []any{r, f, q})})
+}
+
+// inspectListed runs the inspections of items in one pipeline and calls fn
+// with each key that holds a record or claims; it reports whether fn asked
+// for more. A key that ends with ":c" but holds no hash is a lock's record
+// after all: it is inspected as one, in one more pipeline.
+func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClient, items []listed, fn func(string, Record, error) bool) bool {
+	if len(items) == 0 {
 		return true
 	}
+	calls := make([]*call, len(items))
+	for i := range items {
+		calls[i] = &items[i].call
+	}
 	sendScripts(ctx, c, calls, nil)
-	for i, cl := range calls {
-		r, err := p.decode("inspect", keys[i], cl.cmd.Val(), cl.cmd.Err())
-		rec, err := r.inspected(keys[i], err)
-		if err == nil && rec.Owner == "" {
-			continue // freed since the scan
+	var locks []listed
+	for _, it := range items {
+		var rec Record
+		var err error
+		if it.counted {
+			var ok, lock bool
+			if err = it.call.cmd.Err(); err != nil {
+				err = p.wrap(it.key, err)
+			} else {
+				rec, ok, lock, err = listedClaims(it.key, it.call.cmd.Val())
+			}
+			if lock {
+				rk, _ := recordKey(it.key)
+				locks = appendListed(ctx, locks, keyOfRecord(rk+claimsSuffix), false)
+				continue
+			}
+			if err == nil && !ok {
+				continue // freed since the scan
+			}
+		} else {
+			r, derr := p.decode("inspect", it.key, it.call.cmd.Val(), it.call.cmd.Err())
+			if rec, err = r.inspected(it.key, derr); err == nil && rec.Owner == "" {
+				continue // freed since the scan
+			}
 		}
-		if !fn(keys[i], rec, err) {
+		if !fn(it.key, rec, err) {
 			return false
 		}
 	}
-	return true
+	return p.inspectListed(ctx, c, locks, fn)
 }
 
 // keyOfRecord returns the key whose record Redis stores under k: k itself,
@@ -636,7 +694,12 @@ func (c *confirmer) grant(g Grant) {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, c.p.replicaTimeout+5*time.Second)
 		defer cancel()
-		err := c.p.Renew(ctx, g.Key, g.Owner, g.TTL)
+		var err error
+		if g.Weight > 0 {
+			err = c.p.RenewClaim(ctx, g.Key, g.Owner, g.TTL)
+		} else {
+			err = c.p.Renew(ctx, g.Key, g.Owner, g.TTL)
+		}
 		if err == nil {
 			c.pass(g)
 		}
@@ -664,7 +727,8 @@ func (c *confirmer) stop() {
 }
 
 // parseGrant decodes a message of serve or tellall in scripts/record.lua:
-// "value ttl\nkey", or "\nkey" for a grace period.
+// "value ttl\nkey", or "\nkey" for a grace period; or of serve in
+// scripts/claim.lua, a claim granted: "owner,token,since ttl weight\nkey".
 func parseGrant(s string) (Grant, bool) {
 	head, key, ok := strings.Cut(s, "\n")
 	if !ok || key == "" {
@@ -674,17 +738,27 @@ func parseGrant(s string) (Grant, bool) {
 		return Grant{Key: key}, true
 	}
 	v, ttl, _ := strings.Cut(head, " ")
+	ttl, weight, claim := strings.Cut(ttl, " ")
 	rec, err := parseRecord(key, v)
 	ms, terr := strconv.ParseInt(ttl, 10, 64)
 	if err != nil || terr != nil || rec.Finished {
 		return Grant{}, false
+	}
+	g := Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}
+	if claim {
+		w, err := strconv.Atoi(weight)
+		if err != nil || w < 1 {
+			return Grant{}, false
+		}
+		g.Weight = w
+		return g, true
 	}
 	if checkVersion(key, rec) != nil {
 		// Handed on by a process of an earlier version: the waiter's next
 		// look finds the lock its own and reports ErrIncompatible.
 		return Grant{Key: key}, true
 	}
-	return Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}, true
+	return g, true
 }
 
 func (p *RedisProvider) check() error {

@@ -114,7 +114,7 @@ func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *red
 // array that every reply is (see scripts/record.lua).
 type evalCmd struct {
 	cmd  redis.Cmd
-	args [3 + 3 + 8]any // the command, digest and key count; 3 keys; 8 arguments
+	args [3 + 4 + 8]any // the command, digest and key count; up to 4 keys and 8 arguments (the claims')
 }
 
 // reply is a script's reply, {code, value, pttl, n}, decoded (see the

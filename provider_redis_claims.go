@@ -1,0 +1,483 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The counted names on Redis: each method is one script (scripts/claim*.lua,
+// with scripts/claim.lua prepended to all but claiminspect.lua), on four
+// keys of the hash slot of the name's record key R (see RedisKeys): R+":c",
+// a hash of the live claims (owner -> "weight,token,since") with the name's
+// limit, the weight used and when the keys expire; R+":cd", a sorted set of
+// the claims' deadlines by the server's clock; R+":cq", the queue, a list of
+// entries "owner weight ttl channel"; and the locks' fencing counter of the
+// slot, so that a claim's token is greater than every earlier grant's of the
+// name, lock or claim. Every script reads the server's clock (TIME) and
+// reaps the claims whose deadline passed before anything else. What the
+// scripts take and reply is written once, at the top of scripts/claim.lua.
+//
+// An uncontended AcquireClaim and its ReleaseClaim are two calls of 7 and
+// 5 Redis commands (TIME, HMGET, INCR, HSET, ZADD and two PEXPIREAT; TIME,
+// HMGET, ZRANGEBYSCORE, LLEN and DEL), whatever the limit.
+
+var (
+	//go:embed scripts/claim.lua
+	claimLua string
+
+	//go:embed scripts/claimacquire.lua
+	claimAcquireLua    string
+	claimAcquireScript = newScript(claimLua + claimAcquireLua)
+
+	//go:embed scripts/claimqueue.lua
+	claimQueueLua    string
+	claimQueueScript = newScript(claimLua + claimQueueLua)
+
+	//go:embed scripts/claimleave.lua
+	claimLeaveLua    string
+	claimLeaveScript = newScript(claimLua + claimLeaveLua)
+
+	//go:embed scripts/claimrenew.lua
+	claimRenewLua    string
+	claimRenewScript = newScript(claimLua + claimRenewLua)
+
+	//go:embed scripts/claimrelease.lua
+	claimReleaseLua    string
+	claimReleaseScript = newScript(claimLua + claimReleaseLua)
+
+	//go:embed scripts/claimlower.lua
+	claimLowerLua    string
+	claimLowerScript = newScript(claimLua + claimLowerLua)
+
+	//go:embed scripts/claiminspect.lua
+	claimInspectLua    string
+	claimInspectScript = newScript(claimInspectLua)
+)
+
+// The suffixes of a counted name's keys, after its record key.
+const (
+	claimsSuffix     = ":c"
+	deadlinesSuffix  = ":cd"
+	claimQueueSuffix = ":cq"
+)
+
+// claimKeys are the keys of a counted name's scripts, in the order of
+// scripts/claim.lua's KEYS, and how they publish (see scriptKeys).
+type claimKeys struct {
+	keys   [4]any // claims, fence, deadlines, queue
+	pub    any
+	prefix string
+}
+
+// countedKeys begins a claim method on key, as ready does, and returns its
+// keys; with publishes, how its script publishes too.
+func (p *RedisProvider) countedKeys(ctx context.Context, key string, args error, publishes bool) (claimKeys, error) {
+	if err := p.ready(args); err != nil {
+		return claimKeys{}, err
+	}
+	rk, err := recordKey(key)
+	if err != nil {
+		return claimKeys{}, err
+	}
+	k := claimKeys{keys: [4]any{rk + claimsSuffix, fenceKey(key, rk), rk + deadlinesSuffix, rk + claimQueueSuffix}}
+	if publishes {
+		k.pub, k.prefix, err = p.publishing(ctx, rk)
+	}
+	return k, err
+}
+
+// args returns the keys followed by the scripts' arguments.
+func (k claimKeys) args(argv ...any) []any {
+	return append(k.keys[:], argv...)
+}
+
+// The codes of the claim scripts' replies (see scripts/claim.lua).
+const (
+	claimDone    = 1 // the call did what it was asked
+	claimValue   = 2 // the caller holds no claim; rec is the claim that expires first
+	claimQueued  = 3 // the caller is in the queue at place n
+	claimHeld    = 4 // rec is the caller's claim
+	claimLost    = 5 // the caller holds no live claim; nothing changed
+	claimCorrupt = 6 // a stored value is not the scripts'
+)
+
+// claimReply is a claim script's reply, decoded.
+type claimReply struct {
+	code int64
+	rec  Record // a claim, with the name's Limit and Used
+	n    int64
+	raw  any
+}
+
+// runClaim runs s on k's keys and argv, and decodes its reply for op on
+// key. With WaitForReplicas, wait sends a WAIT after it (see run) and
+// acked is how many replicas acknowledged it; -1 otherwise.
+func (p *RedisProvider) runClaim(ctx context.Context, op, key string, s *script, wait bool, k claimKeys, argv ...any) (r claimReply, acked int64, err error) {
+	args := k.args(argv...)
+	var res any
+	acked = -1
+	if wait && p.waits {
+		res, acked, err = p.evalWait(ctx, s, len(k.keys), args)
+	} else {
+		res, err = p.batch.eval(ctx, s, len(k.keys), args...)
+	}
+	if err != nil {
+		return claimReply{}, 0, p.wrap(key, err)
+	}
+	r, err = decodeClaim(op, key, res)
+	return r, acked, err
+}
+
+// decodeClaim decodes a claim script's reply, {code, limit, used, n, owner,
+// value, pttl}.
+func decodeClaim(op, key string, res any) (claimReply, error) {
+	r := claimReply{raw: res}
+	a, _ := res.([]any)
+	if len(a) != 7 {
+		return r, r.unexpected(op, key)
+	}
+	code, ok1 := a[0].(int64)
+	limit, ok2 := a[1].(int64)
+	used, ok3 := a[2].(int64)
+	n, ok4 := a[3].(int64)
+	pttl, ok5 := a[6].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || code < claimDone || code > claimCorrupt {
+		return r, r.unexpected(op, key)
+	}
+	r.code, r.n = code, n
+	v, _ := a[5].(string)
+	if code == claimCorrupt {
+		return r, &RecordError{Key: key, Value: v}
+	}
+	if o, ok := a[4].(string); ok {
+		_, token, since, err := parseClaim(key, v)
+		if err != nil {
+			return r, err
+		}
+		r.rec = Record{Owner: o, Token: token, TTL: max(time.Duration(pttl)*time.Millisecond, time.Millisecond)}
+		if code == claimHeld {
+			r.rec.Since = since
+		}
+	}
+	r.rec.Limit, r.rec.Used = int(limit), int(used)
+	return r, nil
+}
+
+func (r claimReply) unexpected(op, key string) error {
+	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, r.raw)
+}
+
+// done turns the reply of a renewal, release or lowering into an error:
+// nil when done, a LostError when the caller holds no live claim.
+func (r claimReply) done(op, key string) error {
+	switch r.code {
+	case claimDone:
+		return nil
+	case claimLost:
+		return &LostError{Key: key}
+	}
+	return r.unexpected(op, key)
+}
+
+// parseClaim decodes a stored claim, "weight,token,since" (see
+// scripts/claim.lua), or reports it as corrupt.
+func parseClaim(key, v string) (weight int, token uint64, since time.Time, err error) {
+	bad := &RecordError{Key: key, Value: v}
+	w, rest, ok := strings.Cut(v, ",")
+	tok, ms, ok2 := strings.Cut(rest, ",")
+	if !ok || !ok2 || len(w) > 4 || len(tok) > 19 || len(ms) > 15 || w == "" || tok == "" || w[0] == '0' || tok[0] == '0' {
+		return 0, 0, time.Time{}, bad
+	}
+	weight, err = strconv.Atoi(w)
+	if err != nil || weight < 1 {
+		return 0, 0, time.Time{}, bad
+	}
+	if token, err = strconv.ParseUint(tok, 10, 64); err != nil {
+		return 0, 0, time.Time{}, bad
+	}
+	sinceMS, err := strconv.ParseUint(ms, 10, 64)
+	if err != nil {
+		return 0, 0, time.Time{}, bad
+	}
+	return weight, token, time.UnixMilli(int64(sinceMS)), nil
+}
+
+// claimEntry is c's element of a queue of claims, whose grant is sent on
+// ch (c's inbox, or its shard channel; see publishing).
+func claimEntry(c Claim, ch string) string {
+	return c.Owner + " " + strconv.Itoa(c.Weight) + " " + strconv.FormatInt(c.TTL.Milliseconds(), 10) + " " + ch
+}
+
+// AcquireClaim implements Provider.
+func (p *RedisProvider) AcquireClaim(ctx context.Context, key string, c Claim) (Record, error) {
+	k, err := p.countedKeys(ctx, key, CheckClaim(key, c), true)
+	if err != nil {
+		return Record{}, err
+	}
+	r, acked, err := p.runClaim(ctx, "acquire claim", key, claimAcquireScript, true, k,
+		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit)
+	if err != nil {
+		return Record{}, err
+	}
+	switch r.code {
+	case claimHeld:
+		err = p.replicated(key, acked)
+	case claimValue:
+	default:
+		return Record{}, r.unexpected("acquire claim", key)
+	}
+	return r.rec, err
+}
+
+// QueueClaim implements Provider. c.Look is not read: a caller already in
+// the queue keeps its place (its entry is found by LPOS: a look costs the
+// length of the queue ahead of it), and none is granted past a waiter.
+func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Record, error) {
+	err := CheckClaim(key, c)
+	if err == nil {
+		err = CheckInbox(c.Inbox)
+	}
+	k, err := p.countedKeys(ctx, key, err, true)
+	if err != nil {
+		return Record{}, err
+	}
+	ch := channel(c.Inbox, k.prefix)
+	if k.prefix != "" {
+		if err := p.queueShard(ctx, c.Inbox, ch, c.Owner); err != nil {
+			return Record{}, err
+		}
+	}
+	r, acked, err := p.runClaim(ctx, "queue claim", key, claimQueueScript, true, k,
+		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch), queueTTLArg)
+	rec := r.rec
+	switch {
+	case err != nil:
+	case r.code == claimQueued:
+		rec.Queued, rec.Position = true, int(r.n)
+	case r.code == claimHeld:
+		err = p.replicated(key, acked)
+	case r.code != claimValue:
+		rec, err = Record{}, r.unexpected("queue claim", key)
+	}
+	if k.prefix != "" && err == nil && !rec.Queued {
+		p.unqueueShard(c.Inbox, c.Owner) // no grant will come on ch
+	}
+	return rec, err
+}
+
+// LeaveClaim implements Provider.
+func (p *RedisProvider) LeaveClaim(ctx context.Context, key string, c Claim) error {
+	err := CheckClaim(key, c)
+	if err == nil {
+		err = CheckInbox(c.Inbox)
+	}
+	k, err := p.countedKeys(ctx, key, err, true)
+	if err != nil {
+		return err
+	}
+	if k.prefix != "" {
+		p.unqueueShard(c.Inbox, c.Owner)
+	}
+	r, _, err := p.runClaim(ctx, "leave claim", key, claimLeaveScript, false, k,
+		c.Owner, skipArg, key, k.pub, skipArg, skipArg, claimEntry(c, channel(c.Inbox, k.prefix)))
+	if err == nil && r.code != claimDone {
+		err = r.unexpected("leave claim", key)
+	}
+	return err
+}
+
+// RenewClaim implements Provider.
+func (p *RedisProvider) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
+	k, err := p.countedKeys(ctx, key, CheckArgs(key, owner, ttl), true)
+	if err != nil {
+		return err
+	}
+	r, acked, err := p.runClaim(ctx, "renew claim", key, claimRenewScript, true, k, owner, ttl.Milliseconds(), key, k.pub)
+	if err != nil {
+		return err
+	}
+	if err := r.done("renew claim", key); err != nil {
+		return err
+	}
+	return p.replicated(key, acked)
+}
+
+// ReleaseClaim implements Provider.
+func (p *RedisProvider) ReleaseClaim(ctx context.Context, key, owner string) error {
+	k, err := p.countedKeys(ctx, key, CheckKeyOwner(key, owner), true)
+	if err != nil {
+		return err
+	}
+	r, _, err := p.runClaim(ctx, "release claim", key, claimReleaseScript, false, k, owner, skipArg, key, k.pub)
+	if err != nil {
+		return err
+	}
+	return r.done("release claim", key)
+}
+
+// LowerClaim implements Provider.
+func (p *RedisProvider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
+	err := CheckKeyOwner(key, owner)
+	if err == nil {
+		err = CheckWeight(weight)
+	}
+	k, err := p.countedKeys(ctx, key, err, true)
+	if err != nil {
+		return err
+	}
+	r, _, err := p.runClaim(ctx, "lower claim", key, claimLowerScript, false, k, owner, skipArg, key, k.pub, weight)
+	if err != nil {
+		return err
+	}
+	return r.done("lower claim", key)
+}
+
+// InspectClaims implements Provider, in one script that writes nothing.
+func (p *RedisProvider) InspectClaims(ctx context.Context, key string) (Claims, error) {
+	k, err := p.countedKeys(ctx, key, CheckKey(key), false)
+	if err != nil {
+		return Claims{}, err
+	}
+	res, err := p.batch.eval(ctx, claimInspectScript, len(k.keys), k.args(skipArg)...)
+	if err != nil {
+		return Claims{}, p.wrap(key, err)
+	}
+	cs, _, err := decodeClaims(key, res)
+	if err != nil || cs.Limit == 0 {
+		return Claims{}, err
+	}
+	if p.cluster != nil {
+		// A waiter's channel may be its inbox's shard channel in this slot.
+		k.prefix = "{" + slotTag(slotOf(k.keys[0].(string))) + "}"
+	}
+	for i := range cs.Queue {
+		cs.Queue[i].Inbox = strings.TrimPrefix(cs.Queue[i].Inbox, k.prefix)
+	}
+	return cs, nil
+}
+
+// decodeClaims decodes the reply of claiminspect.lua: the claims (with the
+// waiters' channels as their Inbox) and the queue's length.
+func decodeClaims(key string, res any) (Claims, int, error) {
+	bad := fmt.Errorf("lock: inspect claims %q: unexpected reply %v", key, res)
+	a, _ := res.([]any)
+	if len(a) != 4 {
+		return Claims{}, 0, bad
+	}
+	var cs Claims
+	switch l := a[0].(type) {
+	case int64:
+		if l != 0 {
+			return Claims{}, 0, bad
+		}
+		return Claims{}, 0, nil
+	case string:
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxPermits {
+			return Claims{}, 0, &RecordError{Key: key, Value: l}
+		}
+		cs.Limit = n
+	default:
+		return Claims{}, 0, bad
+	}
+	hs, _ := a[1].([]any)
+	qlen, ok := a[3].(int64)
+	if len(hs)%3 != 0 || !ok {
+		return Claims{}, 0, bad
+	}
+	for i := 0; i < len(hs); i += 3 {
+		o, _ := hs[i].(string)
+		v, _ := hs[i+1].(string)
+		pttl, _ := hs[i+2].(int64)
+		w, token, since, err := parseClaim(key, v)
+		if err != nil {
+			return Claims{}, 0, err
+		}
+		cs.Holders = append(cs.Holders, Record{Owner: o, Token: token, Since: since, TTL: max(time.Duration(pttl)*time.Millisecond, time.Millisecond)})
+		cs.Weights = append(cs.Weights, w)
+	}
+	// In the order they were granted: tokens increase with every grant.
+	order := make([]int, len(cs.Holders))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int { return compareTokens(cs.Holders[i].Token, cs.Holders[j].Token) })
+	holders, weights := make([]Record, len(order)), make([]int, len(order))
+	for i, j := range order {
+		holders[i], weights[i] = cs.Holders[j], cs.Weights[j]
+	}
+	cs.Holders, cs.Weights = holders, weights
+	q, _ := a[2].([]any)
+	for _, e := range q {
+		s, _ := e.(string)
+		c, ok := parseClaimEntry(s)
+		if !ok {
+			return Claims{}, 0, &RecordError{Key: key, Value: s}
+		}
+		c.Limit = cs.Limit
+		cs.Queue = append(cs.Queue, c)
+	}
+	return cs, int(qlen), nil
+}
+
+func compareTokens(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// parseClaimEntry decodes a queue entry "owner weight ttl channel" (see
+// claimEntry), the channel as the Claim's Inbox.
+func parseClaimEntry(e string) (Claim, bool) {
+	f := strings.Split(e, " ")
+	if len(f) != 4 {
+		return Claim{}, false
+	}
+	w, err := strconv.Atoi(f[1])
+	ms, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err != nil || err2 != nil || f[0] == "" || f[3] == "" {
+		return Claim{}, false
+	}
+	return Claim{Owner: f[0], Weight: w, TTL: time.Duration(ms) * time.Millisecond, Inbox: f[3]}, true
+}
+
+// listedClaims turns the reply of claiminspect.lua, run by List with 'n',
+// into List's Record of a counted name: ok is false when the name holds
+// nothing, and lock true when its key held no hash (a lock's record whose
+// key ends with ":c", which List inspects as a lock).
+func listedClaims(key string, res any) (rec Record, ok, lock bool, err error) {
+	if a, _ := res.([]any); len(a) == 1 {
+		return Record{}, false, true, nil
+	}
+	cs, qlen, err := decodeClaims(key, res)
+	if err != nil || cs.Limit == 0 {
+		return Record{}, false, false, err
+	}
+	rec = Record{Limit: cs.Limit, Waiters: qlen}
+	for i, h := range cs.Holders {
+		rec.Used += cs.Weights[i]
+		rec.TTL = max(rec.TTL, h.TTL)
+	}
+	return rec, true, false, nil
+}
+
+// countedName returns the counted name whose claims Redis stores under k,
+// a key that ends with claimsSuffix, when k is one that countedKeys makes.
+func countedName(k string) (string, bool) {
+	rk, ok := strings.CutSuffix(k, claimsSuffix)
+	if !ok {
+		return "", false
+	}
+	key := keyOfRecord(rk)
+	r, err := recordKey(key)
+	return key, err == nil && r == rk
+}

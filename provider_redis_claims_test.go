@@ -1,0 +1,581 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
+)
+
+// The Redis provider's counted names (provider_redis_claims.go,
+// scripts/claim*.lua), on miniredis and real Redis: what a claim call
+// grants, queues, serves and tells, and what it leaves in Redis.
+
+// eachRedisBackend runs fn against the miniredis and real Redis backends.
+func eachRedisBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		if b.raw == nil {
+			t.Skip("the memory provider's claims are tested with it")
+		}
+		fn(t, b)
+	})
+}
+
+// inbox is a Listen's grants, in a channel.
+type inbox struct {
+	name   string
+	grants chan lock.Grant
+}
+
+// listen listens on a new inbox through p until the test ends.
+func listen(t *testing.T, p lock.Provider) *inbox {
+	t.Helper()
+	in := &inbox{name: "inbox:" + uniqueName(t), grants: make(chan lock.Grant, 64)}
+	stop, err := p.Listen(context.Background(), in.name, func(g lock.Grant) { in.grants <- g })
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	return in
+}
+
+// next returns the inbox's next grant, or fails the test after 5 s.
+func (in *inbox) next(t *testing.T) lock.Grant {
+	t.Helper()
+	select {
+	case g := <-in.grants:
+		return g
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no grant on %s within 5s", in.name)
+		return lock.Grant{}
+	}
+}
+
+// quiet checks that no grant arrived on the inbox for a while.
+func (in *inbox) quiet(t *testing.T) {
+	t.Helper()
+	select {
+	case g := <-in.grants:
+		t.Fatalf("unexpected grant on %s: %+v", in.name, g)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// claimOf returns a claim of weight out of limit for a new owner, waiting on
+// in (when given).
+func claimOf(weight, limit int, ttl time.Duration, in *inbox) lock.Claim {
+	c := lock.Claim{Owner: newOwner(), Weight: weight, Limit: limit, TTL: ttl}
+	if in != nil {
+		c.Inbox = in.name
+	}
+	return c
+}
+
+// mustClaim takes c on key, or fails the test.
+func mustClaim(t *testing.T, p lock.Provider, key string, c lock.Claim) lock.Record {
+	t.Helper()
+	rec, err := p.AcquireClaim(context.Background(), key, c)
+	require.NoError(t, err)
+	require.Equal(t, c.Owner, rec.Owner, "claim of weight %d on %q: %+v", c.Weight, key, rec)
+	return rec
+}
+
+// mustQueue queues c on key, or fails the test, and returns its place.
+func mustQueue(t *testing.T, p lock.Provider, key string, c lock.Claim) int {
+	t.Helper()
+	rec, err := p.QueueClaim(context.Background(), key, c)
+	require.NoError(t, err)
+	require.True(t, rec.Queued, "claim of weight %d on %q should queue: %+v", c.Weight, key, rec)
+	return rec.Position
+}
+
+// claimKeys returns the Redis keys of key's counted name that exist.
+func claimKeys(t *testing.T, rc redis.UniversalClient, key string) []string {
+	t.Helper()
+	var found []string
+	for _, suffix := range []string{":c", ":cd", ":cq"} {
+		k := rawKey(key) + suffix
+		n, err := rc.Exists(context.Background(), k).Result()
+		require.NoError(t, err)
+		if n > 0 {
+			found = append(found, k)
+		}
+	}
+	return found
+}
+
+func TestRedisClaimsFitAndRelease(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		a := claimOf(2, 3, time.Minute, nil)
+		rec := mustClaim(t, p, key, a)
+		assert.Equal(t, 3, rec.Limit)
+		assert.Equal(t, 2, rec.Used)
+		assert.Equal(t, time.Minute, rec.TTL)
+		assert.NotZero(t, rec.Token)
+		assert.WithinDuration(t, time.Now(), rec.Since, 2*time.Second)
+
+		// Does not fit: the claim that expires first is shown.
+		bc := claimOf(2, 3, time.Minute, nil)
+		rec, err := p.AcquireClaim(ctx, key, bc)
+		require.NoError(t, err)
+		assert.Equal(t, a.Owner, rec.Owner)
+		assert.Equal(t, 2, rec.Used)
+		assert.False(t, rec.Queued)
+
+		// Fits.
+		c := claimOf(1, 3, 30*time.Second, nil)
+		rc := mustClaim(t, p, key, c)
+		assert.Equal(t, 3, rc.Used)
+
+		// Again by its owner (a lost reply): the same claim, its TTL reset.
+		again := mustClaim(t, p, key, c)
+		assert.Equal(t, rc.Token, again.Token)
+		assert.Equal(t, 30*time.Second, again.TTL)
+
+		cs, err := p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, 3, cs.Limit)
+		require.Len(t, cs.Holders, 2)
+		assert.Equal(t, []string{a.Owner, c.Owner}, []string{cs.Holders[0].Owner, cs.Holders[1].Owner}, "in grant order")
+		assert.Equal(t, []int{2, 1}, cs.Weights)
+
+		// Strangers lose; nothing changes.
+		var lost *lock.LostError
+		require.ErrorAs(t, p.RenewClaim(ctx, key, bc.Owner, time.Minute), &lost)
+		assert.Equal(t, key, lost.Key)
+		require.ErrorAs(t, p.ReleaseClaim(ctx, key, bc.Owner), &lost)
+		require.ErrorAs(t, p.LowerClaim(ctx, key, bc.Owner, 1), &lost)
+		require.ErrorAs(t, p.ReleaseClaim(ctx, uniqueName(t), bc.Owner), &lost)
+
+		require.NoError(t, p.RenewClaim(ctx, key, a.Owner, time.Hour))
+		require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
+		require.ErrorAs(t, p.ReleaseClaim(ctx, key, a.Owner), &lost, "released twice")
+		require.NoError(t, p.ReleaseClaim(ctx, key, c.Owner))
+
+		cs, err = p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, lock.Claims{}, cs)
+		assert.Empty(t, claimKeys(t, b.raw, key), "nothing left behind")
+	})
+}
+
+func TestRedisClaimsQueueInOrder(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		in := listen(t, p)
+		a := mustClaim(t, p, key, claimOf(2, 3, time.Minute, nil))
+		_ = a
+		holder := a.Owner
+
+		// The head does not fit; the one behind it would, but never
+		// overtakes it; nor does an acquirer.
+		q1 := claimOf(2, 3, 40*time.Second, in)
+		q2 := claimOf(1, 3, 50*time.Second, in)
+		assert.Equal(t, 0, mustQueue(t, p, key, q1))
+		assert.Equal(t, 1, mustQueue(t, p, key, q2))
+		rec, err := p.AcquireClaim(ctx, key, claimOf(1, 3, time.Minute, nil))
+		require.NoError(t, err)
+		assert.NotEqual(t, "", rec.Owner)
+		assert.Equal(t, holder, rec.Owner, "not granted past the queue")
+		q1.Look = lock.LookAgain
+		assert.Equal(t, 0, mustQueue(t, p, key, q1), "a look again keeps its place")
+
+		cs, err := p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, cs.Queue, 2)
+		q1.Look = 0
+		assert.Equal(t, []lock.Claim{q1, q2}, cs.Queue)
+
+		list := map[string]lock.Record{}
+		require.NoError(t, p.List(ctx, key, func(k string, r lock.Record, err error) bool {
+			require.NoError(t, err)
+			list[k] = r
+			return true
+		}))
+		require.Contains(t, list, key)
+		assert.Equal(t, 3, list[key].Limit)
+		assert.Equal(t, 2, list[key].Used)
+		assert.Equal(t, 2, list[key].Waiters)
+		assert.Empty(t, list[key].Owner)
+		assertTTL(t, time.Minute, list[key].TTL, "the longest TTL left")
+
+		// The release serves both, in order, each with its weight and TTL.
+		require.NoError(t, p.ReleaseClaim(ctx, key, holder))
+		g1, g2 := in.next(t), in.next(t)
+		assert.Equal(t, lock.Grant{Key: key, Owner: q1.Owner, Token: g1.Token, TTL: q1.TTL, Weight: 2}, g1)
+		assert.Equal(t, lock.Grant{Key: key, Owner: q2.Owner, Token: g2.Token, TTL: q2.TTL, Weight: 1}, g2)
+		assert.Greater(t, g2.Token, g1.Token)
+		assert.Greater(t, g1.Token, a.Token)
+
+		// Their looks find the claims theirs.
+		q2.Look = lock.LookAgain
+		rec, err = p.QueueClaim(ctx, key, q2)
+		require.NoError(t, err)
+		assert.Equal(t, q2.Owner, rec.Owner)
+		assert.Equal(t, g2.Token, rec.Token)
+		assert.False(t, rec.Queued)
+		assert.Equal(t, 3, rec.Used)
+
+		require.NoError(t, p.ReleaseClaim(ctx, key, q1.Owner))
+		require.NoError(t, p.ReleaseClaim(ctx, key, q2.Owner))
+		assert.Empty(t, claimKeys(t, b.raw, key), "nothing left behind")
+		in.quiet(t)
+	})
+}
+
+func TestRedisClaimsServedByLeaveLowerAndExpiry(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		in := listen(t, p)
+
+		// A writer holds all 4; a writer waits, readers behind it.
+		w := mustClaim(t, p, key, claimOf(4, 4, time.Minute, nil))
+		w2 := claimOf(4, 4, time.Minute, in)
+		r1 := claimOf(1, 4, time.Minute, in)
+		r2 := claimOf(1, 4, time.Minute, in)
+		mustQueue(t, p, key, w2)
+		mustQueue(t, p, key, r1)
+		mustQueue(t, p, key, r2)
+
+		// The waiting writer leaves: the readers are next, and still wait.
+		require.NoError(t, p.LeaveClaim(ctx, key, w2))
+		in.quiet(t)
+
+		// The writer becomes a reader: both readers fit now.
+		require.NoError(t, p.LowerClaim(ctx, key, w.Owner, 1))
+		got := map[string]int{}
+		for range 2 {
+			g := in.next(t)
+			got[g.Owner] = g.Weight
+		}
+		assert.Equal(t, map[string]int{r1.Owner: 1, r2.Owner: 1}, got)
+		cs, err := p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, []int{1, 1, 1}, cs.Weights)
+		assert.Equal(t, w.Token, cs.Holders[0].Token, "lowered, its token kept")
+
+		// A claim that expires by the server's clock frees its weight for
+		// the queue, served by the next call.
+		for _, o := range []string{w.Owner, r1.Owner, r2.Owner} {
+			require.NoError(t, p.ReleaseClaim(ctx, key, o))
+		}
+		short := mustClaim(t, p, key, claimOf(4, 4, 200*time.Millisecond, nil))
+		next := claimOf(3, 4, time.Minute, in)
+		mustQueue(t, p, key, next)
+		time.Sleep(300 * time.Millisecond)
+		var lost *lock.LostError
+		require.ErrorAs(t, p.RenewClaim(ctx, key, short.Owner, time.Minute), &lost, "expired")
+		g := in.next(t)
+		assert.Equal(t, next.Owner, g.Owner)
+		assert.Equal(t, 3, g.Weight)
+
+		// A granted waiter that leaves (it gave up) releases its claim.
+		require.NoError(t, p.LeaveClaim(ctx, key, next))
+		assert.Empty(t, claimKeys(t, b.raw, key), "nothing left behind")
+	})
+}
+
+func TestRedisClaimsLimitMismatchChangesNothing(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		in := listen(t, p)
+		a := mustClaim(t, p, key, claimOf(1, 3, time.Minute, nil))
+		before, err := p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+
+		rec, err := p.AcquireClaim(ctx, key, claimOf(1, 5, time.Minute, nil))
+		require.NoError(t, err)
+		assert.Equal(t, lock.Record{Owner: a.Owner, Token: a.Token, TTL: rec.TTL, Limit: 3, Used: 1}, rec)
+		rec, err = p.QueueClaim(ctx, key, claimOf(1, 5, time.Minute, in))
+		require.NoError(t, err)
+		assert.False(t, rec.Queued)
+		assert.Equal(t, 3, rec.Limit)
+		rec, err = p.AcquireClaim(ctx, key, lock.Claim{Owner: a.Owner, Weight: 1, Limit: 2, TTL: time.Hour})
+		require.NoError(t, err)
+		assert.Equal(t, 3, rec.Limit)
+
+		after, err := p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, before.Limit, after.Limit)
+		assert.Equal(t, before.Weights, after.Weights)
+		assert.Empty(t, after.Queue)
+		assert.LessOrEqual(t, after.Holders[0].TTL, before.Holders[0].TTL, "not renewed")
+
+		// Once it holds nothing, another limit is the name's.
+		require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
+		rec = mustClaim(t, p, key, claimOf(5, 5, time.Minute, nil))
+		assert.Equal(t, 5, rec.Limit)
+	})
+}
+
+// TestRedisClaimTokensFollowTheLocks: a claim's token comes from the
+// counter of the lock of the same key, above every earlier grant's.
+func TestRedisClaimTokensFollowTheLocks(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		l := mustAcquire(t, p, key, newOwner(), time.Minute)
+		c := mustClaim(t, p, key, claimOf(1, 1, time.Minute, nil))
+		assert.Greater(t, c.Token, l.Token)
+		require.NoError(t, p.Release(ctx, key, l.Owner))
+		l2 := mustAcquire(t, p, key, newOwner(), time.Minute)
+		assert.Greater(t, l2.Token, c.Token)
+
+		// The lock and the counted name do not see each other.
+		ins, err := p.Inspect(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, l2.Owner, ins.Owner)
+		assert.Zero(t, ins.Limit)
+		seen := 0
+		require.NoError(t, p.List(ctx, key, func(k string, r lock.Record, err error) bool {
+			require.NoError(t, err)
+			assert.Equal(t, key, k)
+			seen++
+			return true
+		}))
+		assert.Equal(t, 2, seen, "listed as a lock and as a counted name")
+	})
+}
+
+// TestRedisClaimsCorrupt: a stored value that is not the scripts' is a
+// RecordError, and nothing is written.
+func TestRedisClaimsCorrupt(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		a := claimOf(1, 3, time.Minute, nil)
+		mustClaim(t, p, key, a)
+		require.NoError(t, b.raw.HSet(ctx, rawKey(key)+":c", a.Owner, "junk").Err())
+		var rerr *lock.RecordError
+		_, err := p.AcquireClaim(ctx, key, a)
+		require.ErrorAs(t, err, &rerr)
+		assert.Equal(t, "junk", rerr.Value)
+		_, err = p.InspectClaims(ctx, key)
+		require.ErrorAs(t, err, &rerr)
+
+		other := uniqueName(t)
+		require.NoError(t, b.raw.Set(ctx, rawKey(other)+":c", "a string", time.Minute).Err())
+		_, err = p.AcquireClaim(ctx, other, a)
+		require.ErrorAs(t, err, &rerr)
+	})
+}
+
+// TestRedisClaimCommands counts the Redis commands of an uncontended
+// AcquireClaim and ReleaseClaim on a server of the test's own (INFO
+// commandstats): two scripts and a handful of commands, the same at every
+// limit.
+func TestRedisClaimCommands(t *testing.T) {
+	srv := faults.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	p := lock.NewRedisProvider(rc)
+	ctx := ctxTimeout(t, 20*time.Second)
+	for _, limit := range []int{1, 16, 1024} {
+		key := uniqueName(t)
+		c := claimOf(1, limit, time.Minute, nil)
+		// Warm: the scripts' digests are learned, the counter made.
+		mustClaim(t, p, key, c)
+		require.NoError(t, p.ReleaseClaim(ctx, key, c.Owner))
+		// Others hold claims of the name, for limits above 1.
+		for range min(limit-1, 100) {
+			mustClaim(t, p, key, claimOf(1, limit, time.Minute, nil))
+		}
+		require.NoError(t, rc.ConfigResetStat(ctx).Err())
+		c = claimOf(1, limit, time.Minute, nil)
+		mustClaim(t, p, key, c)
+		require.NoError(t, p.ReleaseClaim(ctx, key, c.Owner))
+		stats := commandStats(t, ctx, rc)
+		scripts := stats["evalsha"] + stats["eval"]
+		delete(stats, "evalsha")
+		delete(stats, "eval")
+		delete(stats, "config|resetstat")
+		delete(stats, "config")
+		total := 0
+		for _, n := range stats {
+			total += n
+		}
+		t.Logf("limit %d: %d scripts, %d commands in them: %v", limit, scripts, total, stats)
+		assert.Equal(t, 2, scripts)
+		assert.LessOrEqual(t, total, 16)
+	}
+}
+
+// commandStats returns the calls of each command since the last CONFIG
+// RESETSTAT.
+func commandStats(t *testing.T, ctx context.Context, rc *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rc.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	stats := map[string]int{}
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, rest, _ := strings.Cut(rest, ":calls=")
+		calls, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.Atoi(calls)
+		require.NoError(t, err)
+		if name != "info" {
+			stats[name] = n
+		}
+	}
+	return stats
+}
+
+// TestRedisClaimsOnACluster: the claims of names on every node of a
+// Cluster of three, their grants sent with SPUBLISH on the waiter's shard
+// channel, and List over every primary.
+func TestRedisClaimsOnACluster(t *testing.T) {
+	addrs := startClaimsCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	p := lock.NewRedisProvider(cc)
+	ctx := ctxTimeout(t, 30*time.Second)
+	in := listen(t, p)
+	byNode := map[string]string{}
+	for i := 0; len(byNode) < len(addrs) && i < 1000; i++ {
+		key := lock.DefaultPrefix + "{" + uniqueName(t) + "-" + strconv.Itoa(i) + "}"
+		node, err := cc.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		if byNode[node.Options().Addr] == "" {
+			byNode[node.Options().Addr] = key
+		}
+	}
+	require.Len(t, byNode, len(addrs))
+	for node, key := range byNode {
+		a := mustClaim(t, p, key, claimOf(2, 2, time.Minute, nil))
+		w := claimOf(1, 2, time.Minute, in)
+		mustQueue(t, p, key, w)
+		require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
+		g := in.next(t)
+		assert.Equal(t, lock.Grant{Key: key, Owner: w.Owner, Token: g.Token, TTL: time.Minute, Weight: 1}, g, "on %s", node)
+		assert.Greater(t, g.Token, a.Token)
+	}
+	seen := map[string]lock.Record{}
+	require.NoError(t, p.List(ctx, lock.DefaultPrefix, func(k string, r lock.Record, err error) bool {
+		require.NoError(t, err)
+		seen[k] = r
+		return true
+	}))
+	for _, key := range byNode {
+		assert.Equal(t, lock.Record{Limit: 2, Used: 1, TTL: seen[key].TTL}, seen[key], key)
+	}
+}
+
+// startClaimsCluster starts a Redis Cluster of three primaries of the
+// test's own and returns their addresses.
+func startClaimsCluster(t *testing.T) []string {
+	t.Helper()
+	ctx := ctxTimeout(t, 20*time.Second)
+	var addrs []string
+	var clients []*redis.Client
+	for range 3 {
+		bus, err := faults.FreePort()
+		require.NoError(t, err)
+		srv := faults.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(bus))
+		rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		t.Cleanup(func() { _ = rc.Close() })
+		addrs, clients = append(addrs, srv.Addr), append(clients, rc)
+	}
+	per := 16384 / len(addrs)
+	for i, rc := range clients {
+		last := (i+1)*per - 1
+		if i == len(clients)-1 {
+			last = 16383
+		}
+		require.NoError(t, rc.ClusterAddSlotsRange(ctx, i*per, last).Err())
+	}
+	for _, rc := range clients[1:] {
+		bus, err := rc.ConfigGet(ctx, "cluster-port").Result()
+		require.NoError(t, err)
+		host, port, _ := strings.Cut(rc.Options().Addr, ":")
+		require.NoError(t, clients[0].Do(ctx, "cluster", "meet", host, port, bus["cluster-port"]).Err())
+	}
+	for _, rc := range clients {
+		for {
+			info, err := rc.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("cluster not ok: %v %s", err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return addrs
+}
+
+// TestRedisClaimGrantConfirmedByRenewClaim: with WaitForReplicas, a claim
+// granted from the queue is confirmed by the claim's renewal (not the
+// lock's, which would find no record and drop the grant) before it is
+// delivered.
+func TestRedisClaimGrantConfirmedByRenewClaim(t *testing.T) {
+	primary := faults.StartRedis(t)
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	faults.StartRedis(t, "--replicaof", host, port)
+	rc := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	ctx := ctxTimeout(t, 20*time.Second)
+	for {
+		info, err := rc.Info(ctx, "replication").Result()
+		require.NoError(t, err)
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p := lock.NewRedisProvider(rc, lock.WaitForReplicas(1, time.Second))
+	key := uniqueName(t)
+	in := listen(t, p)
+	a := mustClaim(t, p, key, claimOf(1, 1, time.Minute, nil))
+	w := claimOf(1, 1, 5*time.Second, in)
+	mustQueue(t, p, key, w)
+	require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
+	g := in.next(t)
+	assert.Equal(t, w.Owner, g.Owner)
+	assert.Equal(t, 1, g.Weight)
+	cs, err := p.InspectClaims(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, cs.Holders, 1)
+	assert.Greater(t, cs.Holders[0].TTL, 4*time.Second)
+}
+
+// TestRedisClaimsSkipUnheardWaiters: a waiter whose inbox nobody listens
+// to is skipped, and the next one granted.
+func TestRedisClaimsSkipUnheardWaiters(t *testing.T) {
+	eachRedisBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		p, key := b.replica(t), uniqueName(t)
+		in := listen(t, p)
+		a := mustClaim(t, p, key, claimOf(1, 1, time.Minute, nil))
+		deaf := claimOf(1, 1, time.Minute, &inbox{name: "inbox:" + uniqueName(t) + ":deaf"})
+		heard := claimOf(1, 1, time.Minute, in)
+		mustQueue(t, p, key, deaf)
+		mustQueue(t, p, key, heard)
+		require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
+		assert.Equal(t, heard.Owner, in.next(t).Owner)
+		cs, err := p.InspectClaims(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, cs.Holders, 1)
+		assert.Equal(t, heard.Owner, cs.Holders[0].Owner)
+		assert.Empty(t, cs.Queue)
+		err = p.ReleaseClaim(ctx, key, deaf.Owner)
+		assert.True(t, errors.As(err, new(*lock.LostError)), fmt.Sprint(err))
+	})
+}
