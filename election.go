@@ -394,10 +394,12 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 
 // leader reads who leads role now.
 func (c *Client) leader(ctx context.Context, role string) (Leader, error) {
-	s, err := c.Inspect(ctx, role)
+	key := c.Key(role)
+	rec, err := c.provider.Inspect(ctx, key)
 	if err != nil {
-		return Leader{}, err
+		return Leader{}, c.failed(ctx, "inspect", key, err)
 	}
+	s := status(role, key, rec, time.Now())
 	l := Leader{Role: role}
 	if !s.Free() && !s.GracePeriod {
 		l.Owner, l.Identity, l.Term, l.Since = s.Owner, s.Identity, s.Token, s.Since
