@@ -37,7 +37,7 @@ const (
 
 // parts are the values of lock.part that lock.PartOf returns, and "" for a
 // plain lock (no lock.part).
-var parts = []string{"", "permit", "reader", "writer", "gate", "role"}
+var parts = []string{"", "permit", "reader", "writer", "role"}
 
 // outcomes are the values of lock.outcome, and "" for none.
 var outcomes = []string{"", outcomeAcquired, outcomeHeld, outcomeGracePeriod, outcomeTimeout,

@@ -14,15 +14,16 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// holds are the events of a lock acquired and released: a plain lock, a
-// Semaphore's permit, a reader's share of an RWMutex.
+// holds are the events of a hold acquired and released: a plain lock, a
+// Semaphore's permits, an RWMutex's reader (a hold of a Semaphore or an
+// RWMutex is a claim under the name's own key).
 var holds = []struct {
 	name   string
 	events []lock.Event
 }{
 	{"plain", held("{job}", "host/0123456789abcdef")},
-	{"permit", held("{pool#0}", "host/0123456789abcdef~n4")},
-	{"reader", held("{doc#r0}", "host/0123456789abcdef~r16")},
+	{"permit", held("{pool}", "host/0123456789abcdef~n4")},
+	{"reader", held("{doc}", "host/0123456789abcdef~r16")},
 }
 
 func held(key, owner string) []lock.Event {
@@ -50,7 +51,7 @@ func (m *metrics) recordAll(events []lock.Event) {
 }
 
 // TestRecordAllocations checks that the metrics of a hold, of a plain lock
-// or of a Semaphore's or an RWMutex's piece, allocate no more than the SDK
+// or of a Semaphore or an RWMutex, allocate no more than the SDK
 // does for the same four measurements with an attribute set made
 // beforehand: lock.PartOf and the sets by part and outcome add nothing.
 func TestRecordAllocations(t *testing.T) {
@@ -64,6 +65,9 @@ func TestRecordAllocations(t *testing.T) {
 		m.releases.Add(ctx, 1, set)
 	})
 	for _, h := range holds {
+		if part, _, _ := lock.PartOf(h.events[0].Key, h.events[0].Owner); h.name != "plain" {
+			require.Equal(t, h.name, part, "the part of the %s hold", h.name)
+		}
 		got := testing.AllocsPerRun(1000, func() { m.recordAll(h.events) })
 		assert.Equal(t, sdk, got, "allocations of a %s lock's hold, as many as the SDK's own", h.name)
 	}

@@ -70,8 +70,9 @@ func WithKeyAttribute() Option {
 // locks. It fails only when the meter refuses to create an instrument; the
 // option is then nil. The option may be given to several Clients.
 //
-// Metrics (attribute lock.outcome where said; lock.part on the locks a
-// Semaphore or an RWMutex is made of; lock.key with WithKeyAttribute):
+// Metrics (attribute lock.outcome where said; lock.part on the holds of a
+// Semaphore or an RWMutex and on an election's role; lock.key with
+// WithKeyAttribute):
 //
 //   - lock.acquisitions, counter: acquisitions that ended, by outcome:
 //     acquired, held, grace_period, timeout, canceled, closed, error;
@@ -84,11 +85,11 @@ func WithKeyAttribute() Option {
 //   - lock.losses, counter: locks lost before their release;
 //   - lock.renewals, counter: lease renewals, by outcome: renewed, error.
 //
-// The attribute lock.part says which piece of a Semaphore or an RWMutex a
-// lock is, as lock.PartOf does: permit, reader, writer, gate or role. A plain
-// lock has none. It holds the kind alone (not the Semaphore's name nor its
-// size), so that a metric has at most five times the series it would have
-// without it.
+// The attribute lock.part says what a hold is, as lock.PartOf does: a
+// Semaphore's permits (permit), an RWMutex's reader or writer (reader,
+// writer), an election's role (role). A plain lock has none. It holds the
+// kind alone (not the Semaphore's name nor its size), so that a metric has
+// at most five times the series it would have without it.
 //
 // Spans: each acquisition's "lock.wait", the root of a trace of its own,
 // and a granted lock's "lock.hold", its child, from the grant to the

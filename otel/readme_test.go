@@ -86,7 +86,7 @@ func readme(t *testing.T) (metrics map[string]readmeMetric, outcomes, parts, pro
 // Prometheus names against what the module records when a Client takes,
 // renews, releases and loses locks, is refused one, takes a semaphore's
 // permits and is refused one, takes a read-write lock to read and to write,
-// and meets a provider that fails: the same names, kinds, units,
+// wins an election, and meets a provider that fails: the same names, kinds, units,
 // attributes, outcomes and parts (issue 22: the README said no renewal was
 // measured while lock.renewals was).
 func TestREADMEMetrics(t *testing.T) {
@@ -130,6 +130,9 @@ func TestREADMEMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rw.RDo(ctx, lock.Options{}, func(context.Context) error { return nil }))
 	require.NoError(t, rw.Do(ctx, lock.Options{}, func(context.Context) error { return nil }))
+	term, err := c.Campaign(ctx, "scheduler", lock.ElectionOptions{})
+	require.NoError(t, err)
+	require.NoError(t, term.Resign(ctx))
 
 	p.fail.Store(true)
 	_, err = c.Acquire(ctx, "down", lock.Options{})
