@@ -179,13 +179,14 @@ func closeConn(conn *pgx.Conn) {
 }
 
 // notice is the payload of a NOTIFY, as schema.sql writes it: a grant
-// ({"k": key, "o": owner, "t": token, "ttl": ms}), or, with only "k", a
-// grace period.
+// ({"k": key, "o": owner, "t": token, "ttl": ms}, with "w": weight for a
+// claim), or, with only "k", a grace period.
 type notice struct {
-	Key   string `json:"k"`
-	Owner string `json:"o"`
-	Token uint64 `json:"t"`
-	TTL   int64  `json:"ttl"`
+	Key    string `json:"k"`
+	Owner  string `json:"o"`
+	Token  uint64 `json:"t"`
+	TTL    int64  `json:"ttl"`
+	Weight int    `json:"w"`
 }
 
 // parseGrant decodes a payload; ok is false for one that is not ours.
@@ -197,8 +198,8 @@ func parseGrant(payload string) (g lock.Grant, ok bool) {
 	if n.Owner == "" {
 		return lock.Grant{Key: n.Key}, true
 	}
-	if n.Token == 0 || n.TTL <= 0 {
+	if n.Token == 0 || n.TTL <= 0 || n.Weight < 0 {
 		return lock.Grant{}, false
 	}
-	return lock.Grant{Key: n.Key, Owner: n.Owner, Token: n.Token, TTL: time.Duration(n.TTL) * time.Millisecond}, true
+	return lock.Grant{Key: n.Key, Owner: n.Owner, Token: n.Token, TTL: time.Duration(n.TTL) * time.Millisecond, Weight: n.Weight}, true
 }

@@ -12,11 +12,16 @@
 // NewProvider creates, if they do not exist, in the schema that is current
 // on the pool's connections (see WithTablePrefix for the names):
 //
-//	lock_records  key text (primary key), owner text, token bigint,
-//	              ended boolean, since timestamptz, expires_at timestamptz
-//	lock_queue    position bigserial (primary key: arrival order), key text,
-//	              owner text, ttl_ms bigint, channel text, expires_at timestamptz
-//	lock_tokens   a sequence: the fencing tokens
+//	lock_records      key text (primary key), owner text, token bigint,
+//	                  ended boolean, since timestamptz, expires_at timestamptz
+//	lock_queue        position bigserial (primary key: arrival order), key text,
+//	                  owner text, ttl_ms bigint, channel text, expires_at timestamptz
+//	lock_tokens       a sequence: the fencing tokens
+//	lock_claims       key text, owner text (primary key: key, owner), weight int,
+//	                  lim int, token bigint, since timestamptz, expires_at timestamptz
+//	lock_claim_queue  position bigserial (primary key: arrival order), key text,
+//	                  owner text, weight int, lim int, ttl_ms bigint, inbox text,
+//	                  channel text, expires_at timestamptz
 //
 // and PL/pgSQL functions (lock_acquire, lock_wait, lock_release, ...; the
 // text is schema.sql in this package). Each method of the provider is one
@@ -25,7 +30,26 @@
 // (pg_advisory_xact_lock(class, hashtext(key)), class a number made from the
 // schema and prefix), so that every method is atomic per key across
 // processes. Every process that shares a prefix must run the same version
-// of this package.
+// of this package. The tables of a database made by an earlier version are
+// kept, and the missing ones added.
+//
+// # Counted names
+//
+// The claims of counted names (Semaphore, RWMutex) live in lock_claims,
+// one row per claim, and their waiters in lock_claim_queue; the limit is in
+// every row (all rows of a name have the same). A name holds no row once
+// it holds no claim and no waiter. Each claim method is one call of one
+// function (claim_acquire or claim_change), one transaction that takes the
+// name's advisory lock (of a class of its own, so that a lock and a
+// counted name of one key do not wait for each other), deletes the name's
+// expired claims, serves its queue, and then does its work; InspectClaims
+// and the counted part of List are plain reads. Serving the queue grants
+// the first waiters while they fit, up to 64 a call, each told with NOTIFY
+// as a lock's waiter is (a Grant with Weight). Claim tokens come from
+// lock_tokens, as the locks' do. A grant of a claim opens up to two other
+// names with expired claims (deletes them and serves those names' queues),
+// so that names never used again do not pile up; a waiter's entry ages out
+// two minutes after its last look.
 //
 // # Guarantees and limits
 //
@@ -89,10 +113,11 @@ const DefaultListenApplicationName = "lock-listen"
 // one with NewProvider; it is safe for concurrent use. The pool stays the
 // caller's to close, after every Listen has stopped.
 type Provider struct {
-	pool    *pgxpool.Pool
-	obj     objects
-	appName string
-	sql     queries
+	pool     *pgxpool.Pool
+	obj      objects
+	appName  string
+	sql      queries
+	claimSQL claimQueries
 }
 
 // queries are the statements of the methods, with their names filled in.
@@ -162,6 +187,7 @@ func NewProvider(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Prov
 	}
 	p := &Provider{pool: pool, obj: newObjects(*schema, cfg.prefix), appName: cfg.appName}
 	p.sql = p.obj.queries()
+	p.claimSQL = p.obj.claimQueries()
 	if err := p.inSetupLock(ctx, p.obj.ddl()); err != nil {
 		return nil, fmt.Errorf("lock: postgres set-up of %s.%s*: %w", *schema, cfg.prefix, err)
 	}
@@ -317,8 +343,9 @@ func (p *Provider) Inspect(ctx context.Context, key string) (lock.Record, error)
 const listPage = 100
 
 // List implements lock.Provider. It reads the records in key order, a page
-// at a time; a record taken or freed meanwhile may be seen or not. The
-// prefix is matched byte for byte (no pattern characters).
+// at a time, then the counted names with claims or waiters, in key order
+// too; a record or a claim taken or freed meanwhile may be seen or not.
+// The prefix is matched byte for byte (no pattern characters).
 func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
 	if fn == nil {
 		return invalidf("nil list function")
@@ -327,19 +354,35 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 		return err
 	}
 	upper := upperBound(prefix)
+	for _, page := range []func(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error){
+		p.listPage, p.listClaimsPage,
+	} {
+		more, err := listPages(ctx, prefix, upper, page, fn)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// listPages calls fn with the keys and records page reads, a page at a
+// time, until fn returns false (more is false then) or the last page.
+func listPages(ctx context.Context, prefix string, upper *string,
+	page func(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error),
+	fn func(key string, r lock.Record, err error) bool) (more bool, err error) {
 	after := ""
 	for {
-		keys, recs, err := p.listPage(ctx, prefix, after, upper)
+		keys, recs, err := page(ctx, prefix, after, upper)
 		if err != nil {
-			return fail(err)
+			return false, fail(err)
 		}
 		for i, key := range keys {
 			if !fn(key, recs[i], nil) {
-				return nil
+				return false, nil
 			}
 		}
 		if len(keys) < listPage {
-			return nil
+			return true, nil
 		}
 		after = keys[len(keys)-1]
 	}

@@ -26,30 +26,40 @@ const queueTTL = 2 * time.Minute
 type objects struct {
 	schema, prefix string
 	class          int32 // the first key of the provider's advisory locks
+	claimsClass    int32 // the first key of the counted names' advisory locks
 
 	records, queue, tokens string
+	claims, claimQueue     string
 	// The index names are not qualified: an index lives in its table's schema.
-	recordsExpiry, queueOrder, queueExpiry string
+	recordsExpiry, queueOrder, queueExpiry          string
+	claimsExpiry, claimQueueOrder, claimQueueExpiry string
 	// The functions, by their names in schema.sql.
 	funcs map[string]string
 }
 
 // functions lists the functions of schema.sql, in an order that drops them.
-var functions = []string{"acquire", "wait", "leave", "release", "update", "force_release", "free", "serve", "grant", "enter"}
+var functions = []string{"acquire", "wait", "leave", "release", "update", "force_release", "free", "serve", "grant", "enter",
+	"claim_acquire", "claim_change", "claim_view", "claim_grant", "claim_open", "claim_serve", "claim_limit", "claim_enter"}
 
 func newObjects(schema, prefix string) objects {
 	qualified := func(name string) string { return pgx.Identifier{schema, prefix + name}.Sanitize() }
 	o := objects{
-		schema:        schema,
-		prefix:        prefix,
-		class:         int32(crc32.ChecksumIEEE([]byte(schema + "." + prefix))),
-		records:       qualified("records"),
-		queue:         qualified("queue"),
-		tokens:        qualified("tokens"),
-		recordsExpiry: pgx.Identifier{prefix + "records_expiry"}.Sanitize(),
-		queueOrder:    pgx.Identifier{prefix + "queue_order"}.Sanitize(),
-		queueExpiry:   pgx.Identifier{prefix + "queue_expiry"}.Sanitize(),
-		funcs:         make(map[string]string),
+		schema:           schema,
+		prefix:           prefix,
+		class:            int32(crc32.ChecksumIEEE([]byte(schema + "." + prefix))),
+		claimsClass:      int32(crc32.ChecksumIEEE([]byte(schema + "." + prefix + " claims"))),
+		records:          qualified("records"),
+		queue:            qualified("queue"),
+		tokens:           qualified("tokens"),
+		claims:           qualified("claims"),
+		claimQueue:       qualified("claim_queue"),
+		recordsExpiry:    pgx.Identifier{prefix + "records_expiry"}.Sanitize(),
+		queueOrder:       pgx.Identifier{prefix + "queue_order"}.Sanitize(),
+		queueExpiry:      pgx.Identifier{prefix + "queue_expiry"}.Sanitize(),
+		claimsExpiry:     pgx.Identifier{prefix + "claims_expiry"}.Sanitize(),
+		claimQueueOrder:  pgx.Identifier{prefix + "claim_queue_order"}.Sanitize(),
+		claimQueueExpiry: pgx.Identifier{prefix + "claim_queue_expiry"}.Sanitize(),
+		funcs:            make(map[string]string),
 	}
 	for _, f := range functions {
 		o.funcs[f] = qualified(f)
@@ -70,6 +80,14 @@ func (o objects) ddl() string {
 		"{{queue_order}}", o.queueOrder,
 		"{{queue_expiry}}", o.queueExpiry,
 		"{{class}}", strconv.FormatInt(int64(o.class), 10),
+		"{{claims}}", o.claims,
+		"{{claim_queue}}", o.claimQueue,
+		"{{claims_literal}}", literal(o.claims),
+		"{{claim_queue_literal}}", literal(o.claimQueue),
+		"{{claims_expiry}}", o.claimsExpiry,
+		"{{claim_queue_order}}", o.claimQueueOrder,
+		"{{claim_queue_expiry}}", o.claimQueueExpiry,
+		"{{claims_class}}", strconv.FormatInt(int64(o.claimsClass), 10),
 		"{{queue_ttl}}", "interval '" + strconv.FormatInt(queueTTL.Milliseconds(), 10) + " milliseconds'",
 	}
 	for _, f := range functions {
@@ -89,7 +107,8 @@ func (o objects) dropDDL() string {
 	for _, f := range functions {
 		fmt.Fprintf(&b, "DROP FUNCTION IF EXISTS %s;\n", o.funcs[f])
 	}
-	fmt.Fprintf(&b, "DROP TABLE IF EXISTS %s, %s;\nDROP SEQUENCE IF EXISTS %s;\n", o.records, o.queue, o.tokens)
+	fmt.Fprintf(&b, "DROP TABLE IF EXISTS %s, %s, %s, %s;\nDROP SEQUENCE IF EXISTS %s;\n",
+		o.records, o.queue, o.claims, o.claimQueue, o.tokens)
 	return b.String()
 }
 

@@ -299,3 +299,276 @@ BEGIN
 	o_owner := r.owner; o_token := r.token; o_ended := r.ended;
 	o_expires := r.expires_at; o_since := r.since;
 END $$;
+
+-- The counted names (Provider.AcquireClaim and the other claim methods): a
+-- name with a limit, holding claims whose weights add up to at most the
+-- limit, and a queue of waiters. They live in tables of their own, apart
+-- from the records and queue of the locks: a counted name and a lock of the
+-- same key never see each other. The tables are made when they do not
+-- exist, so that a database made by an earlier version gains them.
+DO $do$
+BEGIN
+	IF to_regclass({{claims_literal}}) IS NULL THEN
+		-- A claim on the counted name key: its holder (owner), its weight,
+		-- the name's limit, the fencing token of the grant (from the
+		-- locks' sequence: the order of the grants), when it was granted,
+		-- and when it expires.
+		CREATE TABLE {{claims}} (
+			key        text COLLATE "C" NOT NULL,
+			owner      text NOT NULL,
+			weight     int NOT NULL,
+			lim        int NOT NULL,
+			token      bigint NOT NULL,
+			since      timestamptz NOT NULL,
+			expires_at timestamptz NOT NULL,
+			PRIMARY KEY (key, owner)
+		);
+		CREATE INDEX {{claims_expiry}} ON {{claims}} (expires_at);
+	END IF;
+	IF to_regclass({{claim_queue_literal}}) IS NULL THEN
+		-- A counted name's queue, in arrival order (position): each
+		-- waiter's owner, weight and limit, the TTL of the claim it is to
+		-- be granted (ms), its inbox and that inbox's NOTIFY channel, and
+		-- when the entry ages out (a while after the waiter's last look).
+		CREATE TABLE {{claim_queue}} (
+			position   bigserial PRIMARY KEY,
+			key        text COLLATE "C" NOT NULL,
+			owner      text NOT NULL,
+			weight     int NOT NULL,
+			lim        int NOT NULL,
+			ttl_ms     bigint NOT NULL,
+			inbox      text NOT NULL,
+			channel    text NOT NULL,
+			expires_at timestamptz NOT NULL,
+			UNIQUE (key, owner)
+		);
+		CREATE INDEX {{claim_queue_order}} ON {{claim_queue}} (key, position);
+		CREATE INDEX {{claim_queue_expiry}} ON {{claim_queue}} (expires_at);
+	END IF;
+END $do$;
+
+-- claim_enter is enter for a counted name: it takes the name's advisory
+-- lock (of a class of its own, so that a lock and a counted name of the
+-- same key do not wait for each other) for the rest of the transaction,
+-- and returns the server's time after it. Every call on a counted name
+-- takes it first: two calls on one name run one after the other, and the
+-- second's statements (READ COMMITTED) see all that the first committed,
+-- so two calls never both see the same room.
+CREATE OR REPLACE FUNCTION {{claim_enter}}(p_key text) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'lock provider: isolation level %, want read committed',
+			current_setting('transaction_isolation');
+	END IF;
+	PERFORM pg_advisory_xact_lock({{claims_class}}, hashtext(p_key));
+	RETURN clock_timestamp();
+END $$;
+
+-- claim_limit returns the limit of the name p_key: that of its claims, or
+-- of its first live waiter; NULL when it holds neither.
+CREATE OR REPLACE FUNCTION {{claim_limit}}(p_key text, p_now timestamptz) RETURNS int
+LANGUAGE sql AS $$
+	SELECT coalesce(
+		(SELECT x.lim FROM {{claims}} x WHERE x.key = p_key AND x.expires_at > p_now LIMIT 1),
+		(SELECT q.lim FROM {{claim_queue}} q WHERE q.key = p_key AND q.expires_at > p_now
+			ORDER BY q.position LIMIT 1))
+$$;
+
+-- claim_serve grants the queue of the name p_key, whose expired claims
+-- are deleted: the first live waiter gets a claim of its weight, with its
+-- TTL and a fresh token, while it fits, then the next, and so on, up to
+-- 64 grants; a waiter that does not fit stops it (nobody overtakes it).
+-- Each grant is told to the waiter's inbox, delivered when the
+-- transaction commits. Entries that aged out are deleted on the way.
+-- PostgreSQL cannot tell whether anyone listens on a channel: a waiter
+-- that died is granted all the same, and its claim idles until its TTL
+-- runs out. It returns the number of grants.
+CREATE OR REPLACE FUNCTION {{claim_serve}}(p_key text, p_now timestamptz) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+	w {{claim_queue}};
+	c {{claims}};
+	used bigint;
+	n int := 0;
+BEGIN
+	WHILE n < 64 LOOP
+		SELECT * INTO w FROM {{claim_queue}} q WHERE q.key = p_key ORDER BY q.position LIMIT 1;
+		EXIT WHEN NOT FOUND;
+		IF used IS NULL THEN
+			-- Summed once, when someone waits.
+			SELECT coalesce(sum(x.weight), 0) INTO used FROM {{claims}} x
+			WHERE x.key = p_key AND x.expires_at > p_now;
+		END IF;
+		IF w.expires_at > p_now THEN
+			EXIT WHEN used + w.weight > w.lim;
+		END IF;
+		DELETE FROM {{claim_queue}} WHERE position = w.position;
+		CONTINUE WHEN w.expires_at <= p_now;
+		INSERT INTO {{claims}} AS x (key, owner, weight, lim, token, since, expires_at)
+		VALUES (p_key, w.owner, w.weight, w.lim, nextval({{tokens_literal}}),
+			date_trunc('milliseconds', p_now), p_now + w.ttl_ms * interval '1 millisecond')
+		ON CONFLICT (key, owner) DO NOTHING
+		RETURNING x.* INTO c;
+		IF c.key IS NULL THEN
+			-- The waiter holds a claim already: tell it of that one.
+			SELECT * INTO c FROM {{claims}} x WHERE x.key = p_key AND x.owner = w.owner;
+		ELSE
+			used := used + w.weight;
+		END IF;
+		PERFORM pg_notify(w.channel, json_build_object('k', p_key, 'o', w.owner, 't', c.token,
+			'ttl', greatest(1, floor(extract(epoch FROM c.expires_at - p_now) * 1000))::bigint, 'w', c.weight)::text);
+		n := n + 1;
+		c := NULL;
+	END LOOP;
+	RETURN n;
+END $$;
+
+-- claim_open starts every call that changes the name p_key, once its
+-- advisory lock is held: it deletes the name's expired claims, and serves
+-- its queue with the weight they held (and with the room a waiter that
+-- aged out may have left at the head).
+CREATE OR REPLACE FUNCTION {{claim_open}}(p_key text, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	DELETE FROM {{claims}} WHERE key = p_key AND expires_at <= p_now;
+	PERFORM {{claim_serve}}(p_key, p_now);
+END $$;
+
+-- claim_grant stores a new claim for p_owner on p_key, with a fresh
+-- token. First it opens (claim_open) up to two other names that hold
+-- expired claims, when their advisory locks are free, so that the claims
+-- of names never used again do not pile up, and their waiters are served.
+CREATE OR REPLACE FUNCTION {{claim_grant}}(p_key text, p_owner text, p_weight int, p_limit int,
+	p_ttl bigint, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	k text;
+BEGIN
+	FOR k IN SELECT c.key FROM (
+		SELECT DISTINCT x.key FROM (
+			SELECT y.key FROM {{claims}} y WHERE y.expires_at <= p_now
+			ORDER BY y.expires_at LIMIT 2) x) c
+	WHERE c.key <> p_key AND pg_try_advisory_xact_lock({{claims_class}}, hashtext(c.key))
+	LOOP
+		PERFORM {{claim_open}}(k, p_now);
+	END LOOP;
+	INSERT INTO {{claims}} (key, owner, weight, lim, token, since, expires_at)
+	VALUES (p_key, p_owner, p_weight, p_limit, nextval({{tokens_literal}}),
+		date_trunc('milliseconds', p_now), p_now + p_ttl * interval '1 millisecond');
+END $$;
+
+-- claim_view fills in what the claim calls return of the name p_key: the
+-- claim of p_owner, or else the live claim that expires first (owner ''
+-- when none is live; p_owner '' for none), and the weight the live claims
+-- hold.
+CREATE OR REPLACE FUNCTION {{claim_view}}(p_key text, p_owner text, p_now timestamptz,
+	OUT o_owner text, OUT o_token bigint, OUT o_expires timestamptz, OUT o_since timestamptz,
+	OUT o_used int)
+LANGUAGE plpgsql AS $$
+BEGIN
+	o_owner := ''; o_token := 0; o_expires := p_now; o_since := p_now;
+	SELECT x.owner, x.token, x.expires_at, x.since INTO o_owner, o_token, o_expires, o_since
+	FROM {{claims}} x WHERE x.key = p_key AND x.expires_at > p_now
+	ORDER BY x.owner = p_owner DESC, x.expires_at, x.token LIMIT 1;
+	IF NOT FOUND THEN
+		o_owner := ''; o_token := 0; o_expires := p_now; o_since := p_now;
+	END IF;
+	SELECT coalesce(sum(x.weight), 0) INTO o_used FROM {{claims}} x
+	WHERE x.key = p_key AND x.expires_at > p_now;
+END $$;
+
+-- claim_acquire is Provider.AcquireClaim, and, with p_wait, QueueClaim
+-- (p_inbox and p_channel are then the waiter's). It returns the view of
+-- claim_view, the name's limit (its own when it has one: a p_limit that
+-- differs changes nothing), the server's time (for the TTL left), and
+-- o_queued and o_place: whether the caller is queued and how many live
+-- entries are before it.
+CREATE OR REPLACE FUNCTION {{claim_acquire}}(p_key text, p_owner text, p_weight int, p_limit int,
+	p_ttl bigint, p_wait boolean, p_inbox text, p_channel text,
+	OUT o_owner text, OUT o_token bigint, OUT o_expires timestamptz, OUT o_since timestamptz,
+	OUT o_now timestamptz, OUT o_limit int, OUT o_used int, OUT o_queued boolean, OUT o_place bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+	pos bigint;
+	used bigint;
+BEGIN
+	o_now := {{claim_enter}}(p_key);
+	o_queued := false;
+	o_place := 0;
+	PERFORM {{claim_open}}(p_key, o_now);
+	o_limit := coalesce({{claim_limit}}(p_key, o_now), p_limit);
+	IF o_limit = p_limit THEN
+		-- The caller's claim (granted by an attempt whose reply was lost,
+		-- or from the queue): it is the caller's, for its TTL from now.
+		UPDATE {{claims}} SET expires_at = o_now + p_ttl * interval '1 millisecond'
+		WHERE key = p_key AND owner = p_owner;
+		IF FOUND THEN
+			DELETE FROM {{claim_queue}} WHERE key = p_key AND owner = p_owner;
+		ELSE
+			SELECT coalesce(sum(x.weight), 0) INTO used FROM {{claims}} x WHERE x.key = p_key;
+			IF used + p_weight <= p_limit AND NOT EXISTS (
+				SELECT FROM {{claim_queue}} q WHERE q.key = p_key AND q.expires_at > o_now) THEN
+				DELETE FROM {{claim_queue}} WHERE key = p_key AND owner = p_owner;
+				PERFORM {{claim_grant}}(p_key, p_owner, p_weight, p_limit, p_ttl, o_now);
+			ELSIF p_wait THEN
+				-- Age out a couple of entries that nobody looks after any more.
+				DELETE FROM {{claim_queue}} WHERE expires_at <= o_now AND position IN (
+					SELECT c.position FROM (
+						SELECT x.position, x.key FROM {{claim_queue}} x WHERE x.expires_at <= o_now
+						ORDER BY x.expires_at LIMIT 2) c
+					WHERE pg_try_advisory_xact_lock({{claims_class}}, hashtext(c.key)));
+				-- Join the queue, or keep its place there (an entry that aged
+				-- out goes to the back).
+				INSERT INTO {{claim_queue}} AS q (key, owner, weight, lim, ttl_ms, inbox, channel, expires_at)
+				VALUES (p_key, p_owner, p_weight, p_limit, p_ttl, p_inbox, p_channel, o_now + {{queue_ttl}})
+				ON CONFLICT (key, owner) DO UPDATE SET
+					position = CASE WHEN q.expires_at <= o_now THEN excluded.position ELSE q.position END,
+					weight = excluded.weight, ttl_ms = excluded.ttl_ms, inbox = excluded.inbox,
+					channel = excluded.channel, expires_at = excluded.expires_at
+				RETURNING q.position INTO pos;
+				SELECT count(*) INTO o_place FROM {{claim_queue}}
+				WHERE key = p_key AND position < pos AND expires_at > o_now;
+				o_queued := true;
+			END IF;
+		END IF;
+	END IF;
+	-- A caller whose limit differs is shown the name as a stranger is.
+	SELECT * INTO o_owner, o_token, o_expires, o_since, o_used
+	FROM {{claim_view}}(p_key, CASE WHEN o_limit = p_limit THEN p_owner ELSE '' END, o_now);
+END $$;
+
+-- claim_change is Provider.LeaveClaim, ReleaseClaim, RenewClaim and
+-- LowerClaim, by p_op: 'leave' takes p_owner out of the queue and
+-- releases its claim, if any; 'release' deletes its claim; 'renew' sets
+-- its TTL to p_ttl; 'lower' sets its weight to p_weight when that is
+-- less. Then it serves the queue with the weight freed ('leave' always:
+-- the waiters behind the one that left may fit now). o_code is 1 when
+-- p_owner held a live claim, else 0 (and nothing was changed but the
+-- queue entry 'leave' deletes).
+CREATE OR REPLACE FUNCTION {{claim_change}}(p_key text, p_owner text, p_op text, p_ttl bigint,
+	p_weight int, OUT o_code int)
+LANGUAGE plpgsql AS $$
+DECLARE
+	t timestamptz;
+BEGIN
+	t := {{claim_enter}}(p_key);
+	PERFORM {{claim_open}}(p_key, t);
+	CASE p_op
+	WHEN 'leave' THEN
+		DELETE FROM {{claim_queue}} WHERE key = p_key AND owner = p_owner;
+		DELETE FROM {{claims}} WHERE key = p_key AND owner = p_owner;
+	WHEN 'release' THEN
+		DELETE FROM {{claims}} WHERE key = p_key AND owner = p_owner;
+	WHEN 'renew' THEN
+		UPDATE {{claims}} SET expires_at = t + p_ttl * interval '1 millisecond'
+		WHERE key = p_key AND owner = p_owner;
+	WHEN 'lower' THEN
+		UPDATE {{claims}} SET weight = least(weight, p_weight)
+		WHERE key = p_key AND owner = p_owner;
+	END CASE;
+	o_code := CASE WHEN FOUND THEN 1 ELSE 0 END;
+	IF p_op = 'leave' OR (o_code = 1 AND p_op <> 'renew') THEN
+		PERFORM {{claim_serve}}(p_key, t);
+	END IF;
+END $$;
