@@ -224,7 +224,7 @@ func (p *Provider) update(ctx context.Context, key string, r reads, guess *state
 		resp, err := p.txn(ctx, ch.cmps, ch.ops, p.ops(key, r, ch.heard))
 		switch {
 		case err == nil && resp.Succeeded:
-			ls.commit(ch)
+			ls.commit(ch.detach)
 			p.remember(key, ch, resp.Header.Revision)
 			return resp.Header.Revision, nil
 		case err == nil:
@@ -299,7 +299,8 @@ type leases struct {
 	p         *Provider
 	gen       int // the state's generation: one more at each read
 	pool      []*pooled
-	committed *change // the change that committed, if one did
+	committed bool               // a change committed
+	detach    []clientv3.LeaseID // the leases of the records it replaced or deleted
 }
 
 type pooled struct {
@@ -373,8 +374,11 @@ func (ls *leases) drop() {
 	ls.retry()
 }
 
-// commit notes that ch committed: its leases hold its records.
-func (ls *leases) commit(ch *change) { ls.committed = ch }
+// commit notes that a change committed: its leases hold its records, and
+// detach are the leases of the records it replaced or deleted.
+func (ls *leases) commit(detach []clientv3.LeaseID) {
+	ls.committed, ls.detach = true, detach
+}
 
 // done ends the call: it revokes, in the background, the leases that no
 // record is on (all but those of the change that committed, if one did),
@@ -385,13 +389,11 @@ func (ls *leases) commit(ch *change) { ls.committed = ch }
 func (ls *leases) done() {
 	var ids []clientv3.LeaseID
 	for _, l := range ls.pool {
-		if !l.inUse || ls.committed == nil {
+		if !l.inUse || !ls.committed {
 			ids = append(ids, l.id)
 		}
 	}
-	if ls.committed != nil {
-		ids = append(ids, ls.committed.detach...)
-	}
+	ids = append(ids, ls.detach...)
 	ls.p.revoke(ids)
 }
 

@@ -185,8 +185,9 @@ func (l *listener) watch(ctx context.Context, rev int64) (int64, error) {
 				return rev, err
 			}
 			asked = false
+			from := rev // one transaction may send the inbox several messages: one revision
 			for _, ev := range resp.Events {
-				if ev.Kv.ModRevision < rev {
+				if ev.Kv.ModRevision < from {
 					continue
 				}
 				if g, ok := l.parse(ev.Kv); ok {
@@ -267,7 +268,8 @@ func (p *Provider) delivered(ctx context.Context, inbox string, rev int64) {
 }
 
 // parse reads a message of the inbox: "g <owner> <key>" with the TTL in
-// milliseconds as its value and its revision as the token, or
+// milliseconds as its value and its revision as the token, "c <owner>
+// <key>", a claim's, with "<ttl ms> <weight>" as its value, or
 // "e <token> <key>" for a grace period. ok is false for a key that is
 // neither.
 func (l *listener) parse(kv *mvccKV) (lock.Grant, bool) {
@@ -284,6 +286,14 @@ func (l *listener) parse(kv *mvccKV) (lock.Grant, bool) {
 			return lock.Grant{}, false
 		}
 		return lock.Grant{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(ms) * time.Millisecond}, true
+	case "c":
+		ms, weight, _ := strings.Cut(string(kv.Value), " ")
+		n, err := strconv.ParseInt(ms, 10, 64)
+		w, werr := strconv.Atoi(weight)
+		if err != nil || werr != nil || n <= 0 || w <= 0 {
+			return lock.Grant{}, false
+		}
+		return lock.Grant{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(n) * time.Millisecond, Weight: w}, true
 	case "e":
 		return lock.Grant{Key: key}, true
 	}

@@ -42,6 +42,19 @@
 // 1,000,000,000 is the usual choice) and --mark-compacted, or tokens
 // handed out after the snapshot are handed out again.
 //
+// # Counted names
+//
+// A counted name (a Semaphore's, an RWMutex's) is kept apart from the lock
+// of the same key: its claims are keys ns+"c/"+len(key)+"/"+key+"/h/"+owner,
+// each on a lease of its own, its waiters keys beside them on the session
+// lease, and its version key ns+"n/"+key. Each claim method is one range
+// read and one transaction, whose compares guard all it read, plus a lease
+// grant for a claim it stores; a claim's token is the revision of the
+// transaction that granted it, as a lock's is, so claims granted together
+// from the queue share their token, greater than every earlier grant's of
+// the key. A claim expires with its lease, and its weight serves the queue
+// at the next call on the name.
+//
 // A Release (or Leave, ForceRelease, or a fair look at a free key) hands
 // the lock to the first waiter in the same transaction that frees it,
 // passing over waiters whose inbox nobody listens to, and tells the waiter
@@ -524,11 +537,23 @@ const listPage = 100
 
 // List implements lock.Provider. It reads the records in key order, a page
 // at a time, with the number of waiters of each page's keys counted in a
-// second request at the page's revision; fn runs between requests.
+// second request at the page's revision, then the counted names the same
+// way (see listCounted); fn runs between requests.
 func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
 	if fn == nil {
 		return invalidf("nil list function")
 	}
+	more, err := p.listRecords(ctx, prefix, fn)
+	if err != nil || !more {
+		return err
+	}
+	_, err = p.listCounted(ctx, prefix, fn)
+	return err
+}
+
+// listRecords calls fn, as List does, with each record whose key starts
+// with prefix. It reports whether fn asked for more.
+func (p *Provider) listRecords(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) (bool, error) {
 	base := p.recordKey("")
 	from, end := base+prefix, clientv3.GetPrefixRangeEnd(base+prefix)
 	for {
@@ -538,10 +563,10 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 			return err
 		})
 		if err != nil {
-			return fail(err)
+			return false, fail(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return nil
+			return true, nil
 		}
 		counts := make([]clientv3.Op, len(resp.Kvs))
 		for i, kv := range resp.Kvs {
@@ -554,7 +579,7 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 			return err
 		})
 		if err != nil {
-			return fail(err)
+			return false, fail(err)
 		}
 		now := time.Now()
 		for i, kv := range resp.Kvs {
@@ -562,18 +587,18 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 			s, ok := parseStored(kv)
 			if !ok {
 				if !fn(key, lock.Record{}, &lock.RecordError{Key: key, Value: string(kv.Value)}) {
-					return nil
+					return false, nil
 				}
 				continue
 			}
 			rec := s.record(now, p.minTTL)
 			rec.Waiters = int(waiters.Responses[i].GetResponseRange().Count)
 			if !fn(key, rec, nil) {
-				return nil
+				return false, nil
 			}
 		}
 		if !resp.More {
-			return nil
+			return true, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

@@ -19,6 +19,13 @@ import (
 //	ns+"l/"+inbox+" "+id                 a Listen of inbox (on the session lease)
 //	ns+"m/"+inbox+" g "+owner+" "+key    a grant to owner, for its inbox (on the grant's lease)
 //	ns+"m/"+inbox+" e "+token+" "+key    a grace period of key, for the inbox (on the grace's lease)
+//	ns+"m/"+inbox+" c "+owner+" "+key    a claim granted to owner, for its inbox (on the claim's lease)
+//
+// and the keys of the counted names (see claimstate.go):
+//
+//	ns+"c/"+len(key)+"/"+key+"/h/"+owner  a claim of owner on the counted name key (on its own lease)
+//	ns+"c/"+len(key)+"/"+key+"/w/"+owner  a waiter for a claim on key (on the session lease)
+//	ns+"n/"+key                           the version key of the counted name key
 //
 // The length in a queue key makes the queue of one key never a prefix of
 // another's; an inbox has no white space, so the space after it ends it.
@@ -116,18 +123,31 @@ const overdueTTL = 100 * time.Millisecond
 // seconds, or minTTL, the server's minimum, if longer, from when it was
 // written), or overdueTTL when that has run out.
 func (s *stored) record(now time.Time, minTTL time.Duration) lock.Record {
-	life := max(time.Duration(leaseSeconds(time.Duration(s.ttl)*time.Millisecond))*time.Second, minTTL)
-	left := time.UnixMilli(s.written).Add(life).Sub(now).Truncate(time.Millisecond)
-	if left <= 0 {
-		left = overdueTTL
-	}
 	return lock.Record{
 		Owner:    s.owner,
 		Token:    s.token,
 		Finished: s.ended,
-		TTL:      min(left, life),
+		TTL:      leaseLeft(s.written, s.ttl, now, minTTL),
 		Since:    time.UnixMilli(s.since),
 	}
+}
+
+// leaseLife is how long the lease of a key asked to live ttl milliseconds
+// lives: its whole seconds, or minTTL, the server's minimum, if longer.
+func leaseLife(ttl int64, minTTL time.Duration) time.Duration {
+	return max(time.Duration(leaseSeconds(time.Duration(ttl)*time.Millisecond))*time.Second, minTTL)
+}
+
+// leaseLeft is what the lease of a key written at written (Unix ms, by the
+// writer's clock), asked to live ttl milliseconds, has left at now, by the
+// reader's clock: overdueTTL once that has run out.
+func leaseLeft(written, ttl int64, now time.Time, minTTL time.Duration) time.Duration {
+	life := leaseLife(ttl, minTTL)
+	left := time.UnixMilli(written).Add(life).Sub(now).Truncate(time.Millisecond)
+	if left <= 0 {
+		left = overdueTTL
+	}
+	return min(left, life)
 }
 
 // entry is a waiter in a key's queue: the value "<ttl ms> <inbox>".
