@@ -27,14 +27,17 @@ type Hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	locks    []*Lock
-	lostErr  *LostError
+	mu    sync.Mutex
+	locks []*Lock
+	// outcome is how the hold ended, once it did: the *LostError of the
+	// first member lost (set at the loss, and kept whatever the release
+	// says), else the provider's errors of the release, or nil after a
+	// clean one. The release sets it before done is closed.
+	outcome  error
 	write    bool // an RWMutex's write hold, until Downgrade
 	released bool // Release was called
 
 	relOnce sync.Once
-	relErr  error
 	done    chan struct{} // closed when the members are released
 }
 
@@ -72,9 +75,9 @@ func (h *Hold) watch(l *Lock) {
 // other members are released.
 func (h *Hold) lose(l *Lock, e *LostError) {
 	h.mu.Lock()
-	first := h.lostErr == nil && slices.Contains(h.locks, l)
+	first := h.lostLocked() == nil && slices.Contains(h.locks, l)
 	if first {
-		h.lostErr = e
+		h.outcome = e
 	}
 	h.mu.Unlock()
 	if !first {
@@ -114,10 +117,17 @@ func (h *Hold) Done() <-chan struct{} { return h.done }
 func (h *Hold) Err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lostErr != nil {
-		return h.lostErr
+	if e := h.lostLocked(); e != nil {
+		return e
 	}
 	return nil
+}
+
+// lostLocked returns the *LostError of the first member lost, or nil. The
+// caller holds h.mu.
+func (h *Hold) lostLocked() *LostError {
+	e, _ := h.outcome.(*LostError)
+	return e
 }
 
 // Release ends the hold: it cancels the Context and releases every member
@@ -138,13 +148,13 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	h.cancel(context.Canceled)
 	h.releaseAll(ctx)
-	if err := h.Err(); err != nil {
-		return err
-	}
-	if again && h.relErr == nil {
+	h.mu.Lock()
+	outcome := h.outcome
+	h.mu.Unlock()
+	if again && outcome == nil {
 		return &releasedError{op: "release", key: h.locks[0].key}
 	}
-	return h.relErr
+	return outcome
 }
 
 // releaseAll releases the members, once; every call returns when they are.
@@ -155,14 +165,16 @@ func (h *Hold) releaseAll(ctx context.Context) {
 		locks := h.locks
 		h.mu.Unlock()
 		var lost *LostError
-		h.relErr = releaseLocks(ctx, locks, &lost)
-		if lost != nil {
-			h.mu.Lock()
-			if h.lostErr == nil {
-				h.lostErr = lost
-			}
-			h.mu.Unlock()
+		err := releaseLocks(ctx, locks, &lost)
+		h.mu.Lock()
+		switch {
+		case h.lostLocked() != nil:
+		case lost != nil:
+			h.outcome = lost
+		default:
+			h.outcome = err
 		}
+		h.mu.Unlock()
 	})
 	<-h.done
 }

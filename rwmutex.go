@@ -138,9 +138,9 @@ func (h *Hold) Downgrade(ctx context.Context) error {
 		h.mu.Unlock()
 		return invalidf("Downgrade of a hold that is not a write hold (or one released)")
 	}
-	if h.lostErr != nil {
+	if e := h.lostLocked(); e != nil {
 		defer h.mu.Unlock()
-		return h.lostErr
+		return e
 	}
 	l := h.locks[0]
 	h.mu.Unlock()
