@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -13,19 +15,24 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// command runs the commands of lockctl on a Client.
+// command runs the commands of lockctl on a Client, and on its provider
+// for what the Client does not do (releasing one claim of a counted name).
 type command struct {
-	client *lock.Client
-	prefix string
-	where  string // where the provider keeps the locks: "in Redis", "in the tables public.lock_*"
-	hint   string // what ls says when it finds no lock: see emptyListHint
-	json   bool   // print JSON rather than text
-	stdout io.Writer
-	stderr io.Writer
+	client   *lock.Client
+	provider lock.Provider
+	log      *slog.Logger // the Client's: warnings to stderr
+	prefix   string
+	where    string // where the provider keeps the locks: "in Redis", "in the tables public.lock_*"
+	hint     string // what ls says when it finds no lock: see emptyListHint
+	json     bool   // print JSON rather than text
+	stdout   io.Writer
+	stderr   io.Writer
 }
 
 // list prints the locks under the prefix that are held or in a grace
-// period, at most limit of them, and says on stderr when there were more.
+// period, and the semaphores and read-write locks that are held or waited
+// for, one row each, at most limit of them, and says on stderr when there
+// were more.
 func (c command) list(ctx context.Context, limit int) error {
 	locks, more, err := c.client.List(ctx, limit)
 	if err != nil {
@@ -47,32 +54,38 @@ func (c command) list(ctx context.Context, limit int) error {
 			c.prefix, c.where, c.client.Key("NAME"), c.hint)
 		return err
 	}
-	parts := false // a column for what locks are part of, when some are
+	kinds := false // a column for what the entries are, when some are not plain locks
 	for _, s := range locks {
-		parts = parts || s.Kind != ""
+		kinds = kinds || s.Kind != "" || counted(s)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	head := "NAME\tOWNER\tTOKEN\tSINCE\tEXPIRES\tSTATE\tWAITERS"
-	if parts {
-		head += "\tPART"
+	if kinds {
+		head += "\tKIND"
 	}
 	fmt.Fprintln(tw, head)
 	for _, s := range locks {
-		if s.Err != nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\t-\n", s.Name, state(s))
-			continue
+		switch {
+		case s.Err != nil:
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\t-", s.Name, state(s))
+		case counted(s):
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\t%s\t%d",
+				s.Name, holders(len(s.Holders)), left(lastUntil(s), now), state(s), s.Waiters)
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d",
+				s.Name, holder(s), s.Token, age(s.Since, now), left(s.Until, now), state(s), s.Waiters)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d",
-			s.Name, holder(s), s.Token, age(s.Since, now), left(s.Until, now), state(s), s.Waiters)
-		if parts {
-			fmt.Fprintf(tw, "\t%s", partOf(s))
+		if kinds {
+			fmt.Fprintf(tw, "\t%s", kindOf(s))
 		}
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
 
-// show prints the lock called name in detail, or that it is free.
+// show prints the lock called name in detail, or that it is free; or, when
+// no lock of that name is held, the semaphore or read-write lock of that
+// name.
 func (c command) show(ctx context.Context, name string) error {
 	s, err := c.client.Inspect(ctx, name)
 	if err != nil {
@@ -80,6 +93,9 @@ func (c command) show(ctx context.Context, name string) error {
 	}
 	if c.json {
 		return c.printJSON(toJSON(s, true))
+	}
+	if counted(s) {
+		return c.showCounted(s)
 	}
 	if s.Free() {
 		_, err := fmt.Fprintf(c.stdout, "lock %q (key %s) is free\n", s.Name, s.Key)
@@ -97,20 +113,79 @@ func (c command) show(ctx context.Context, name string) error {
 	fmt.Fprintf(tw, "until:\t%s\n", timestamp(s.Until))
 	fmt.Fprintf(tw, "time left:\t%s\n", left(s.Until, now))
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
-	switch s.Kind {
-	case "":
-	case "role":
-		fmt.Fprintf(tw, "kind:\t%s\n", partOf(s))
-	default:
-		fmt.Fprintf(tw, "part of:\t%s\n", partOf(s))
+	if s.Kind != "" {
+		fmt.Fprintf(tw, "kind:\t%s\n", kindOf(s))
+	}
+	return tw.Flush()
+}
+
+// showCounted prints the semaphore or read-write lock s: its limit, what
+// is held of it, its holders and its queue.
+func (c command) showCounted(s lock.Status) error {
+	now := time.Now()
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "name:\t%s\n", s.Name)
+	fmt.Fprintf(tw, "key:\t%s\n", s.Key)
+	fmt.Fprintf(tw, "kind:\t%s\n", countedKind(s))
+	fmt.Fprintf(tw, "state:\t%s\n", state(s))
+	fmt.Fprintf(tw, "used:\t%s\n", used(s))
+	fmt.Fprintf(tw, "holders:\t%d\n", len(s.Holders))
+	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	rw := s.Kind == "rwmutex" // a column for reader or writer
+	if len(s.Holders) > 0 {
+		fmt.Fprintln(c.stdout)
+		head := "HOLDER\tIDENTITY\tWEIGHT\tTOKEN\tSINCE\tUNTIL\tTIME LEFT"
+		if rw {
+			head = "HOLDER\tIDENTITY\tKIND\tWEIGHT\tTOKEN\tSINCE\tUNTIL\tTIME LEFT"
+		}
+		fmt.Fprintln(tw, head)
+		for _, h := range s.Holders {
+			fmt.Fprintf(tw, "%s\t%s\t", h.Owner, orDash(h.Identity))
+			if rw {
+				fmt.Fprintf(tw, "%s\t", h.Kind)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", h.Weight, h.Token, age(h.Since, now), timestamp(h.Until), left(h.Until, now))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(s.Queue) > 0 {
+		fmt.Fprintln(c.stdout)
+		head := "QUEUED\tIDENTITY\tWEIGHT"
+		if rw {
+			head = "QUEUED\tIDENTITY\tKIND\tWEIGHT"
+		}
+		fmt.Fprintln(tw, head)
+		for _, q := range s.Queue {
+			fmt.Fprintf(tw, "%s\t%s\t", q.Owner, orDash(q.Identity))
+			if rw {
+				fmt.Fprintf(tw, "%s\t", q.Kind)
+			}
+			fmt.Fprintf(tw, "%d\n", q.Weight)
+		}
 	}
 	return tw.Flush()
 }
 
 // release frees the lock called name whoever holds it, and prints what it
-// found. The Client logs the forced release to stderr.
+// found. The Client logs the forced release to stderr. A semaphore or a
+// read-write lock is not released whole: release says so, and names the
+// way to release one of its holds (releaseHold).
 func (c command) release(ctx context.Context, name string) error {
-	s, err := c.client.ForceRelease(ctx, name)
+	s, err := c.client.Inspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	if counted(s) {
+		return fmt.Errorf("%q is a %s, not a lock: release frees a lock only, and released nothing. "+
+			"To free one of its holds, give its holder's owner, as lockctl show NAME lists it: lockctl -yes release NAME OWNER",
+			s.Name, countedKind(s))
+	}
+	s, err = c.client.ForceRelease(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -134,6 +209,43 @@ func (c command) release(ctx context.Context, name string) error {
 	return err
 }
 
+// releaseHold frees the hold of owner on the semaphore or read-write lock
+// called name (Provider.ReleaseClaim), whoever holds it, and prints what it
+// freed; its waiters that now fit are served. It is logged to stderr.
+func (c command) releaseHold(ctx context.Context, name, owner string) error {
+	s, err := c.client.Inspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !counted(s) && !s.Free():
+		return fmt.Errorf("%q is a lock, not a semaphore or a read-write lock: release NAME OWNER frees one of their holds, "+
+			"and released nothing; to free a lock, give no owner: lockctl -yes release NAME", s.Name)
+	case !counted(s):
+		return fmt.Errorf("no semaphore or read-write lock %q (key %s) is held or waited for: nothing released", s.Name, s.Key)
+	}
+	i := slices.IndexFunc(s.Holders, func(h lock.Status) bool { return h.Owner == owner })
+	if i < 0 {
+		return fmt.Errorf("%s %q (key %s) has no holder %q: lockctl show NAME lists its holders",
+			countedKind(s), s.Name, s.Key, owner)
+	}
+	h := s.Holders[i]
+	if err := c.provider.ReleaseClaim(ctx, s.Key, owner); err != nil {
+		return fmt.Errorf("releasing the hold %q of %q: %w", owner, s.Name, err)
+	}
+	c.log.Warn("lock: forced release of a hold", "key", s.Key, "owner", owner, "weight", h.Weight, "token", h.Token, "since", h.Since)
+	if c.json {
+		out := toJSON(h, false)
+		released := true
+		out.Released = &released
+		return c.printJSON(out)
+	}
+	_, err = fmt.Fprintf(c.stdout, "released the hold of %s on %q (key %s), a %s: weight %d, token %d, held since %s; "+
+		"its waiters that fit are served, and the holder learns it lost its hold at its next renewal\n",
+		owner, s.Name, s.Key, countedKind(s), h.Weight, h.Token, timestamp(h.Since))
+	return err
+}
+
 // printJSON prints v as indented JSON.
 func (c command) printJSON(v any) error {
 	enc := json.NewEncoder(c.stdout)
@@ -143,29 +255,60 @@ func (c command) printJSON(v any) error {
 
 // lockJSON is a lock.Status as -json prints it: times as RFC 3339 text
 // (empty when unknown), the state spelled out, and the error of a corrupt
-// entry as text.
+// entry as text. A semaphore or a read-write lock has Kind, Limit, Used,
+// Holders and Queue, and no Owner.
 type lockJSON struct {
-	Name        string `json:"name"`
-	Key         string `json:"key"`
-	State       string `json:"state"` // held, grace period, free or corrupt
-	Owner       string `json:"owner,omitempty"`
-	Identity    string `json:"identity,omitempty"`
-	Token       uint64 `json:"token,omitempty"`
-	Since       string `json:"since,omitempty"`
-	Until       string `json:"until,omitempty"`
-	GracePeriod bool   `json:"grace_period"`
-	Waiters     *int   `json:"waiters,omitempty"`  // nil for release
-	Error       string `json:"error,omitempty"`    // for a corrupt entry
-	Released    *bool  `json:"released,omitempty"` // set by release alone
-	Kind        string `json:"kind,omitempty"`     // permit, reader, writer, gate or role: see lock.Status.Kind
-	Of          string `json:"of,omitempty"`
-	Limit       int    `json:"limit,omitempty"`
+	Name        string     `json:"name"`
+	Key         string     `json:"key"`
+	State       string     `json:"state"` // held, grace period, free or corrupt
+	Owner       string     `json:"owner,omitempty"`
+	Identity    string     `json:"identity,omitempty"`
+	Token       uint64     `json:"token,omitempty"`
+	Since       string     `json:"since,omitempty"`
+	Until       string     `json:"until,omitempty"`
+	GracePeriod bool       `json:"grace_period"`
+	Waiters     *int       `json:"waiters,omitempty"`  // nil for release
+	Error       string     `json:"error,omitempty"`    // for a corrupt entry
+	Released    *bool      `json:"released,omitempty"` // set by release alone
+	Kind        string     `json:"kind,omitempty"`     // semaphore, rwmutex, permit, reader, writer or role: see lock.Status.Kind
+	Of          string     `json:"of,omitempty"`
+	Limit       int        `json:"limit,omitempty"`
+	Weight      int        `json:"weight,omitempty"` // of a hold
+	Used        *int       `json:"used,omitempty"`   // of a semaphore or a read-write lock
+	Holders     []holdJSON `json:"holders,omitempty"`
+	Queue       []holdJSON `json:"queue,omitempty"`
 }
 
-// partOf says what s is part of: "permit of pool (3 permits)", "reader of
-// doc (at most 16 readers)", "writer of doc", "gate of pool", "election
-// role"; "-" for a plain lock.
-func partOf(s lock.Status) string {
+// holdJSON is a hold of a semaphore or a read-write lock, or a waiter of
+// its queue (which has no token and no times), as -json prints it.
+type holdJSON struct {
+	Owner    string `json:"owner"`
+	Identity string `json:"identity,omitempty"`
+	Kind     string `json:"kind,omitempty"` // permit, reader or writer
+	Weight   int    `json:"weight"`
+	Token    uint64 `json:"token,omitempty"`
+	Since    string `json:"since,omitempty"`
+	Until    string `json:"until,omitempty"`
+}
+
+// kindOf says what s is, for ls's KIND column and show's kind line:
+// "semaphore 2/3 permits", "rwmutex 3/16 readers", "rwmutex 16/16 writer",
+// "election role"; for a hold of one, "permit of pool (3 permits)",
+// "reader of doc (at most 16 readers)", "writer of doc"; "-" for a plain
+// lock.
+func kindOf(s lock.Status) string {
+	if counted(s) {
+		switch s.Kind {
+		case "semaphore":
+			return fmt.Sprintf("semaphore %d/%d permits", s.Used, s.Limit)
+		case "rwmutex":
+			if writing(s) {
+				return fmt.Sprintf("rwmutex %d/%d writer", s.Used, s.Limit)
+			}
+			return fmt.Sprintf("rwmutex %d/%d readers", s.Used, s.Limit)
+		}
+		return fmt.Sprintf("counted %d/%d", s.Used, s.Limit)
+	}
 	switch s.Kind {
 	case "":
 		return "-"
@@ -177,6 +320,61 @@ func partOf(s lock.Status) string {
 		return "election role"
 	}
 	return s.Kind + " of " + s.Of
+}
+
+// counted reports whether s is a semaphore or a read-write lock as a whole
+// (Inspect and List return one when no lock of its name is held).
+func counted(s lock.Status) bool { return s.Err == nil && s.Owner == "" && s.Limit > 0 }
+
+// countedKind names the counted name s with its limit: "semaphore (3
+// permits)", "read-write lock (at most 16 readers)".
+func countedKind(s lock.Status) string {
+	switch s.Kind {
+	case "semaphore":
+		return fmt.Sprintf("semaphore (%d permits)", s.Limit)
+	case "rwmutex":
+		return fmt.Sprintf("read-write lock (at most %d readers)", s.Limit)
+	}
+	return fmt.Sprintf("counted name (limit %d)", s.Limit)
+}
+
+// used says what is held of the counted name s: "2 of 3 permits held", "3
+// of 16 readers", "a writer".
+func used(s lock.Status) string {
+	switch {
+	case s.Kind == "semaphore":
+		return fmt.Sprintf("%d of %d permits held", s.Used, s.Limit)
+	case s.Kind == "rwmutex" && writing(s):
+		return "a writer"
+	case s.Kind == "rwmutex":
+		return fmt.Sprintf("%d of %d readers", s.Used, s.Limit)
+	}
+	return fmt.Sprintf("%d of %d held", s.Used, s.Limit)
+}
+
+// writing reports whether a writer holds the read-write lock s.
+func writing(s lock.Status) bool {
+	return slices.ContainsFunc(s.Holders, func(h lock.Status) bool { return h.Kind == "writer" })
+}
+
+// holders says how many holders there are: "1 holder", "3 holders".
+func holders(n int) string {
+	if n == 1 {
+		return "1 holder"
+	}
+	return strconv.Itoa(n) + " holders"
+}
+
+// lastUntil returns the latest Until of s's holders: when the last of
+// their leases runs out unless renewed; zero when there are none.
+func lastUntil(s lock.Status) time.Time {
+	var t time.Time
+	for _, h := range s.Holders {
+		if h.Until.After(t) {
+			t = h.Until
+		}
+	}
+	return t
 }
 
 // toJSON returns s as -json prints it, with its waiters when withWaiters.
@@ -194,6 +392,18 @@ func toJSON(s lock.Status, withWaiters bool) lockJSON {
 		Kind:        s.Kind,
 		Of:          s.Of,
 		Limit:       s.Limit,
+		Weight:      s.Weight,
+	}
+	if counted(s) {
+		n := s.Used
+		out.Used = &n
+		for _, h := range s.Holders {
+			out.Holders = append(out.Holders, holdJSON{Owner: h.Owner, Identity: h.Identity, Kind: h.Kind, Weight: h.Weight,
+				Token: h.Token, Since: jsonTime(h.Since), Until: jsonTime(h.Until)})
+		}
+		for _, q := range s.Queue {
+			out.Queue = append(out.Queue, holdJSON{Owner: q.Owner, Identity: q.Identity, Kind: q.Kind, Weight: q.Weight})
+		}
 	}
 	switch {
 	case s.Err != nil:
@@ -281,6 +491,14 @@ func timestamp(t time.Time) string {
 		return "-"
 	}
 	return t.Format(time.RFC3339)
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // orNone returns s, or "(none)" when it is empty.

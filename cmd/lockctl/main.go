@@ -5,9 +5,11 @@
 //
 // Usage:
 //
-//	lockctl [flags] ls             list the locks held or in a grace period
-//	lockctl [flags] show NAME      show one lock in detail
-//	lockctl [flags] release NAME   free a lock whoever holds it (needs -yes)
+//	lockctl [flags] ls                    list the locks held or in a grace period,
+//	                                      and the semaphores and read-write locks held
+//	lockctl [flags] show NAME             show one lock, semaphore or read-write lock in detail
+//	lockctl [flags] release NAME          free a lock whoever holds it (needs -yes)
+//	lockctl [flags] release NAME OWNER    free one hold of a semaphore or read-write lock (needs -yes)
 //
 // Examples:
 //
@@ -31,15 +33,22 @@
 // members' endpoints, so that it reaches one that is up. TLS and etcd's
 // authentication are not supported.
 //
+// A semaphore or a read-write lock (lock.Client.Semaphore, RWMutex) is
+// listed as one entry, and shown with its holders and its queue; release
+// does not free it whole, but frees one of its holds given the holder's
+// owner (as show lists it).
+//
 // A forced release frees the lock at once and hands it to its first waiter,
-// if any. The holder learns that it lost the lock only at its next renewal
-// (within a third of its lease) and may act on the resource until then: its
-// fencing token tells the resource which grant is newer. lockctl logs every
-// forced release to stderr.
+// if any (a hold's release serves the waiters that now fit). The holder
+// learns that it lost the lock only at its next renewal (within a third of
+// its lease) and may act on the resource until then: its fencing token
+// tells the resource which grant is newer. lockctl logs every forced
+// release to stderr.
 //
 // The exit status is 0 on success, 1 on an error (the server unreachable, a
-// corrupt record, no lock tables in PostgreSQL), and 2 on a usage error
-// (release without -yes included).
+// corrupt record, no lock tables in PostgreSQL, a semaphore or read-write
+// lock given to release without an owner, an owner that holds none of
+// it), and 2 on a usage error (release without -yes included).
 package main
 
 import (
@@ -116,6 +125,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if cfg.command == "release" && !cfg.yes {
+		if len(cfg.args) == 2 {
+			fmt.Fprintf(stderr, "lockctl: release would free the hold %q of %q, and serve the waiters that then fit; "+
+				"the holder would learn that it lost its hold only at its next renewal. Add -yes to do it.\n", cfg.args[1], cfg.args[0])
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "lockctl: release would free the lock %q whoever holds it, and hand it to its first waiter; "+
 			"the holder would learn that it lost the lock only at its next renewal. Add -yes to do it.\n", cfg.args[0])
 		return exitUsage
@@ -140,13 +154,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 
-	cmd := command{client: client, prefix: cfg.prefix, where: where, hint: emptyListHint(cfg), json: cfg.json, stdout: stdout, stderr: stderr}
-	switch cfg.command {
-	case "ls":
+	cmd := command{client: client, provider: provider, log: logger, prefix: cfg.prefix, where: where, hint: emptyListHint(cfg),
+		json: cfg.json, stdout: stdout, stderr: stderr}
+	switch {
+	case cfg.command == "ls":
 		err = cmd.list(ctx, cfg.limit)
-	case "show":
+	case cfg.command == "show":
 		err = cmd.show(ctx, cfg.args[0])
-	case "release":
+	case cfg.command == "release" && len(cfg.args) == 2:
+		err = cmd.releaseHold(ctx, cfg.args[0], cfg.args[1])
+	case cfg.command == "release":
 		err = cmd.release(ctx, cfg.args[0])
 	}
 	if err != nil {
@@ -227,19 +244,23 @@ func (cfg *config) check(pos []string, set map[string]bool) error {
 		return errors.New("no command: want ls, show or release")
 	}
 	cfg.command, cfg.args = pos[0], pos[1:]
-	want := 1
+	least, most := 1, 1 // arguments
 	switch cfg.command {
 	case "ls":
-		want = 0
-	case "show", "release":
+		least, most = 0, 0
+	case "show":
+	case "release":
+		most = 2 // NAME OWNER: a hold of a semaphore or a read-write lock
 	default:
 		return fmt.Errorf("unknown command %q: want ls, show or release", cfg.command)
 	}
 	switch {
-	case len(cfg.args) < want:
+	case len(cfg.args) < least:
 		return fmt.Errorf("%s needs a lock name", cfg.command)
-	case len(cfg.args) > want:
-		return fmt.Errorf("%s: unexpected arguments %q", cfg.command, cfg.args[want:])
+	case len(cfg.args) > most:
+		return fmt.Errorf("%s: unexpected arguments %q", cfg.command, cfg.args[most:])
+	case cfg.command == "release" && len(cfg.args) == 2 && cfg.args[1] == "":
+		return errors.New("release: the owner is empty")
 	case cfg.limit <= 0:
 		return fmt.Errorf("-limit %d is not positive", cfg.limit)
 	case cfg.timeout <= 0:
@@ -283,17 +304,21 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // usage prints how to call lockctl, and its flags, to w.
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage:
-  lockctl [flags] ls             list the locks held or in a grace period
-  lockctl [flags] show NAME      show one lock in detail
-  lockctl [flags] release NAME   free a lock whoever holds it (needs -yes)
+  lockctl [flags] ls                   list the locks held or in a grace period,
+                                       and the semaphores and read-write locks held
+  lockctl [flags] show NAME            show one lock, semaphore or read-write lock in detail
+  lockctl [flags] release NAME         free a lock whoever holds it (needs -yes)
+  lockctl [flags] release NAME OWNER   free one hold of a semaphore or read-write lock
+                                       (needs -yes; show NAME lists the holders' owners)
 
 The locks are read from Redis (-redis), from PostgreSQL (-postgres) or from
 etcd (-etcd), under -prefix: the prefix the services pass to lock.WithPrefix
 ("lock:" if none); on etcd, under -namespace too: the namespace they pass to
 etcd.WithNamespace ("lock/" if none).
 
-A forced release hands the lock to its first waiter; the holder learns that
-it lost the lock at its next renewal (within a third of its lease).
+A forced release hands the lock to its first waiter (a hold's release serves
+the waiters that then fit); the holder learns that it lost the lock at its
+next renewal (within a third of its lease).
 
 Exit status: 0 success, 1 error, 2 usage error.
 
