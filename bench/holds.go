@@ -49,6 +49,9 @@ type holdResult struct {
 
 // holdsMain runs the holds table against the Redis at addr, each row for d.
 func holdsMain(ctx context.Context, w io.Writer, addr string, d time.Duration) error {
+	if *claimsTable {
+		return claimsMain(ctx, w, addr, d)
+	}
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var cs []*lock.Client
 	var rcs []*redis.Client
@@ -85,15 +88,6 @@ func holdsMain(ctx context.Context, w io.Writer, addr string, d time.Duration) e
 	for i := range names {
 		names[i] = "multi-" + strconv.Itoa(i)
 	}
-	slot := func(h *lock.Hold) []int {
-		var ks []int
-		for _, l := range h.Locks() {
-			k := l.Key()
-			n, _ := strconv.Atoi(k[len(k)-2 : len(k)-1])
-			ks = append(ks, n)
-		}
-		return ks
-	}
 	rows := []holdRow{
 		{"sem", "Semaphore(4): Do(weight 1, Wait)", func(ctx context.Context, i int, section func(time.Duration, string, []int)) error {
 			began := time.Now()
@@ -101,7 +95,7 @@ func holdsMain(ctx context.Context, w io.Writer, addr string, d time.Duration) e
 			if err != nil {
 				return err
 			}
-			section(time.Since(began), "", slot(h))
+			section(time.Since(began), "", nil)
 			return h.Release(ctx)
 		}},
 		{"sem by hand", "4 locks sem-0..3: try each (from a random one) without waiting; none free: sleep 0-5 ms, again", func(ctx context.Context, i int, section func(time.Duration, string, []int)) error {
