@@ -16,14 +16,13 @@ import (
 // memName is a counted name: its limit, its live claims in the order they
 // were granted, and its queue in arrival order.
 type memName struct {
-	key     string
-	limit   int
-	used    int // the weight of the claims
-	claims  []memClaim
-	queue   []memWaiter
-	due     time.Time // the soonest deadline of a claim or a waiter
-	index   int       // in the provider's heap of names
-	changed bool      // reaped since the queue was last served
+	key    string
+	limit  int
+	used   int // the weight of the claims
+	claims []memClaim
+	queue  []memWaiter
+	due    time.Time // the soonest deadline of a claim or a waiter
+	index  int       // in the provider's heap of names
 }
 
 type memClaim struct {
