@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -393,4 +394,41 @@ func TestHoldFromContext(t *testing.T) {
 			return nil
 		}))
 	}
+}
+
+// TestWaiterFarBackServesTheQueueWhenTheHeadIsGone: a Semaphore(1) is held
+// by a holder that stops renewing (lease 300 ms); 17 waiters queued ahead
+// of a live one are gone (nobody listens to their inbox: the provider skips
+// them when it serves). The live waiter, 17th in the queue, looks when the
+// claim it saw expires, and its look serves the queue: it holds within a
+// second or so, not at its next poll by place (two poll intervals of 3 s).
+func TestWaiterFarBackServesTheQueueWhenTheHeadIsGone(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	mem := lock.NewMemoryProvider()
+	stopped := errors.New("stopped")
+	dead := &hookedProvider{Provider: mem,
+		OnRenewClaim:   func(context.Context, string, string, time.Duration) error { return stopped },
+		OnReleaseClaim: func(context.Context, string, string) error { return stopped },
+	}
+	holder := newClient(t, dead)
+	semH, err := holder.Semaphore("far", 1)
+	require.NoError(t, err)
+	_, err = semH.Acquire(ctx, 1, lock.Options{Lease: 300 * time.Millisecond})
+	require.NoError(t, err)
+	key := holder.Key("far")
+	for i := range 17 {
+		rec, err := mem.QueueClaim(ctx, key, lock.Claim{Owner: fmt.Sprintf("gone-%d", i), Weight: 1, Limit: 1, TTL: time.Minute, Inbox: "nobody-listens"})
+		require.NoError(t, err)
+		require.True(t, rec.Queued)
+	}
+	live := newClient(t, mem, lock.WithPollInterval(3*time.Second))
+	sem, err := live.Semaphore("far", 1)
+	require.NoError(t, err)
+	began := time.Now()
+	h, err := sem.Acquire(ctx, 1, lock.Options{Wait: true, MaxWait: 15 * time.Second})
+	require.NoError(t, err)
+	took := time.Since(began)
+	t.Logf("granted %v after it queued 17th", took)
+	assert.Less(t, took, 3*time.Second, "granted once the holder's claim expired, not at the next poll by place (6 s)")
+	require.NoError(t, h.Release(ctx))
 }
