@@ -55,6 +55,14 @@ func TestGracePeriod(t *testing.T) {
 				t.Fatalf("waiter %d was not woken by the release", i)
 			}
 		}
+		// After their EventContended (above), each waiter reports its end.
+		skipped := drain(rec)
+		if assert.Equal(t, []lock.EventKind{lock.EventSkipped, lock.EventSkipped}, eventKinds(skipped),
+			"each waiter that skips for the grace period should emit EventSkipped, and nothing else") {
+			for _, e := range skipped {
+				assert.ErrorIs(t, e.Err, lock.ErrGracePeriod, "EventSkipped should say why")
+			}
+		}
 		// Acquisitions inside the window fail with ErrGracePeriod. Only a
 		// call that ended 200ms or more before the window closed is judged:
 		// it reached the provider before the record expired (a call that

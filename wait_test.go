@@ -28,7 +28,22 @@ func TestWaitWakesPromptlyOnRelease(t *testing.T) {
 		// A poll interval far longer than the handoff may take on a loaded
 		// machine: only the release's announcement wakes the waiter in time.
 		const poll = 10 * time.Second
-		waiterC := newClient(t, b.replica(t), rec.option(), lock.WithPollInterval(poll))
+		// The waiter's requests (Acquire and Queue calls), counted as they
+		// return.
+		var attempts atomic.Int32
+		wp := b.replica(t)
+		counted := &hookedProvider{
+			Provider: wp,
+			OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+				defer attempts.Add(1)
+				return wp.Acquire(ctx, key, owner, ttl)
+			},
+			OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+				defer attempts.Add(1)
+				return wp.Queue(ctx, key, w)
+			},
+		}
+		waiterC := newClient(t, counted, rec.option(), lock.WithPollInterval(poll))
 		name := uniqueName(t)
 		l, err := holderC.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
@@ -47,6 +62,8 @@ func TestWaitWakesPromptlyOnRelease(t *testing.T) {
 		// Let the waiter pass its first looks, so that only an announcement
 		// (not a poll) can wake it promptly.
 		time.Sleep(200 * time.Millisecond)
+		require.True(t, waitUntil(func() bool { return attempts.Load() >= 2 }, 5*time.Second),
+			"the waiter should try once and queue before the release")
 		select {
 		case r := <-got:
 			t.Fatalf("the waiter returned while the lock was held: %v", r.err)
@@ -61,6 +78,10 @@ func TestWaitWakesPromptlyOnRelease(t *testing.T) {
 			assert.Less(t, r.at.Sub(released), poll/4,
 				"the waiter is woken by the release's announcement, well before its poll")
 			assert.Greater(t, r.l.Token(), l.Token())
+			// Alepha's flaw 3 announced the end of a lock before its
+			// release, so that a woken waiter found the key still held.
+			assert.EqualValues(t, 2, attempts.Load(),
+				"the waiter should try once, queue once, and be handed the lock by the release, with no other attempt")
 			assert.NoError(t, r.l.Release(ctx))
 		case <-time.After(10 * time.Second):
 			t.Fatal("the waiter did not get the lock within 10s of the release")
