@@ -48,7 +48,7 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // until it is released or its TTL ends, the queue while its waiters look;
 // nothing per key outlives them, and the counters (at most 16,384 per key
 // prefix) never expire. A counted name K (see Provider.AcquireClaim) keeps
-// its claims, their deadlines and its queue at R+":c", R+":cd" and R+":cq",
+// its claims (with their deadlines) and its queue at R+":c" and R+":cq",
 // R the record's key, apart from the lock of K; its claims expire by the
 // server's clock, and its Since is the server's too (see
 // provider_redis_claims.go). A message
@@ -383,7 +383,7 @@ const listBatch = 256
 // List implements Provider with SCAN, on every primary of a Cluster in
 // turn, and inspects each batch of keys in one pipeline. Keys that end with
 // ":fence" or ":q" are taken for the companions of records (see RedisKeys),
-// those that end with ":cd" or ":cq" for a counted name's, one that ends
+// one that ends with ":cq" for a counted name's queue, one that ends
 // with ":c" for a counted name's claims (see provider_redis_claims.go), and
 // a key of the form K{crc} for the record of key K without a hash tag.
 func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
@@ -446,7 +446,7 @@ func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient,
 	for _, k := range found {
 		switch {
 		case strings.HasSuffix(k, ":fence"), strings.HasSuffix(k, ":q"),
-			strings.HasSuffix(k, deadlinesSuffix), strings.HasSuffix(k, claimQueueSuffix):
+			strings.HasSuffix(k, claimQueueSuffix):
 			continue
 		case strings.HasSuffix(k, claimsSuffix):
 			if key, ok := countedName(k); ok {
@@ -471,7 +471,7 @@ type listed struct {
 func appendListed(ctx context.Context, items []listed, key string, counted bool) []listed {
 	if counted {
 		rk, _ := recordKey(key)
-		cl := claimInspectScript.call(ctx, 4, []any{rk + claimsSuffix, fenceKey(key, rk), rk + deadlinesSuffix, rk + claimQueueSuffix, "n"})
+		cl := claimInspectScript.call(ctx, 3, []any{rk + claimsSuffix, fenceKey(key, rk), rk + claimQueueSuffix, "n"})
 		return append(items, listed{key: key, counted: true, call: cl})
 	}
 	r, f, q, err := RedisKeys(key)

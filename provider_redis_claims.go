@@ -11,20 +11,23 @@ import (
 )
 
 // The counted names on Redis: each method is one script (scripts/claim*.lua,
-// with scripts/claim.lua prepended to all but claiminspect.lua), on four
+// with scripts/claim.lua prepended to all but claiminspect.lua), on three
 // keys of the hash slot of the name's record key R (see RedisKeys): R+":c",
-// a hash of the live claims (owner -> "weight,token,since") with the name's
-// limit, the weight used and when the keys expire; R+":cd", a sorted set of
-// the claims' deadlines by the server's clock; R+":cq", the queue, a list of
-// entries "owner weight ttl channel"; and the locks' fencing counter of the
-// slot, so that a claim's token is greater than every earlier grant's of the
-// name, lock or claim. Every script reads the server's clock (TIME) and
-// reaps the claims whose deadline passed before anything else. What the
-// scripts take and reply is written once, at the top of scripts/claim.lua.
+// a hash of the live claims (owner -> "weight,token,since,deadline", the
+// deadline by the server's clock) and the waiters' queue entries, with the
+// name's limit, the weight used, the queue's length, when the keys expire
+// and the claim that expires first; R+":cq", the queue, a list of entries
+// "owner weight ttl channel"; and the locks' fencing counter of the slot,
+// so that a claim's token is greater than every earlier grant's of the
+// name, lock or claim. Every script reads the server's clock (TIME) and the
+// name's fields (HMGET) first, and reaps the claims whose deadline passed
+// (HGETALL) when that clock reached the earliest deadline. What the scripts
+// take and reply is written once, at the top of scripts/claim.lua.
 //
-// An uncontended AcquireClaim and its ReleaseClaim are two calls of 7 and
-// 5 Redis commands (TIME, HMGET, INCR, HSET, ZADD and two PEXPIREAT; TIME,
-// HMGET, ZRANGEBYSCORE, LLEN and DEL), whatever the limit.
+// An uncontended AcquireClaim and its ReleaseClaim are two calls of 5 and
+// 3 Redis commands (TIME, HMGET, INCR, HSET, PEXPIREAT; TIME, HMGET, DEL),
+// or 5 and 4 when others hold claims of the name (TIME, HMGET, HDEL, HSET
+// to release), whatever the limit: at most 11 with the two EVALSHA.
 
 var (
 	//go:embed scripts/claim.lua
@@ -62,14 +65,13 @@ var (
 // The suffixes of a counted name's keys, after its record key.
 const (
 	claimsSuffix     = ":c"
-	deadlinesSuffix  = ":cd"
 	claimQueueSuffix = ":cq"
 )
 
 // claimKeys are the keys of a counted name's scripts, in the order of
 // scripts/claim.lua's KEYS, and how they publish (see scriptKeys).
 type claimKeys struct {
-	keys   [4]any // claims, fence, deadlines, queue
+	keys   [3]any // claims, fence, queue
 	pub    any
 	prefix string
 }
@@ -84,7 +86,7 @@ func (p *RedisProvider) countedKeys(ctx context.Context, key string, args error,
 	if err != nil {
 		return claimKeys{}, err
 	}
-	k := claimKeys{keys: [4]any{rk + claimsSuffix, fenceKey(key, rk), rk + deadlinesSuffix, rk + claimQueueSuffix}}
+	k := claimKeys{keys: [3]any{rk + claimsSuffix, fenceKey(key, rk), rk + claimQueueSuffix}}
 	if publishes {
 		k.pub, k.prefix, err = p.publishing(ctx, rk)
 	}
@@ -235,8 +237,9 @@ func (p *RedisProvider) AcquireClaim(ctx context.Context, key string, c Claim) (
 }
 
 // QueueClaim implements Provider. c.Look is not read: a caller already in
-// the queue keeps its place (its entry is found by LPOS: a look costs the
-// length of the queue ahead of it), and none is granted past a waiter.
+// the queue keeps its place (the script knows it is queued, and finds its
+// entry by LPOS: a later look costs the length of the queue ahead of it),
+// and none is granted past a waiter.
 func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Record, error) {
 	err := CheckClaim(key, c)
 	if err == nil {
@@ -283,8 +286,7 @@ func (p *RedisProvider) LeaveClaim(ctx context.Context, key string, c Claim) err
 	if k.prefix != "" {
 		p.unqueueShard(c.Inbox, c.Owner)
 	}
-	r, _, err := p.runClaim(ctx, "leave claim", key, claimLeaveScript, false, k,
-		c.Owner, skipArg, key, k.pub, skipArg, skipArg, claimEntry(c, channel(c.Inbox, k.prefix)))
+	r, _, err := p.runClaim(ctx, "leave claim", key, claimLeaveScript, false, k, c.Owner, skipArg, key, k.pub)
 	if err == nil && r.code != claimDone {
 		err = r.unexpected("leave claim", key)
 	}

@@ -101,7 +101,7 @@ func mustQueue(t *testing.T, p lock.Provider, key string, c lock.Claim) int {
 func claimKeys(t *testing.T, rc redis.UniversalClient, key string) []string {
 	t.Helper()
 	var found []string
-	for _, suffix := range []string{":c", ":cd", ":cq"} {
+	for _, suffix := range []string{":c", ":cq"} {
 		k := rawKey(key) + suffix
 		n, err := rc.Exists(context.Background(), k).Result()
 		require.NoError(t, err)
@@ -375,7 +375,7 @@ func TestRedisClaimsCorrupt(t *testing.T) {
 
 // TestRedisClaimCommands counts the Redis commands of an uncontended
 // AcquireClaim and ReleaseClaim on a server of the test's own (INFO
-// commandstats): two scripts and a handful of commands, the same at every
+// commandstats): two scripts and 8 commands in them, the same at every
 // limit.
 func TestRedisClaimCommands(t *testing.T) {
 	srv := faults.StartRedis(t)
@@ -409,7 +409,10 @@ func TestRedisClaimCommands(t *testing.T) {
 		}
 		t.Logf("limit %d: %d scripts, %d commands in them: %v", limit, scripts, total, stats)
 		assert.Equal(t, 2, scripts)
-		assert.LessOrEqual(t, total, 16)
+		// TIME, HMGET, INCR, HSET, PEXPIREAT; TIME, HMGET, DEL when alone,
+		// TIME, HMGET, HDEL, HSET beside others (whose claims' expiry covers
+		// the new one's): 10 commands a hold with the scripts, at most 12.
+		assert.LessOrEqual(t, total, 8)
 	}
 }
 

@@ -6,21 +6,28 @@
 --
 -- KEYS (every one in the hash slot of the name's record key R, see
 -- RedisKeys):
---   KEYS[1] R..':c', a hash: each live claim, owner -> "weight,token,since"
---     (since the grant's time in Unix ms by the server's clock), and the
---     fields ' limit', ' used' and ' until' (the name's limit, the weight
---     its claims hold, and when the keys expire, in Unix ms; a space, which
---     no owner has, keeps them apart)
+--   KEYS[1] R..':c', a hash: each live claim, owner -> "weight,token,since,
+--     deadline" (since the grant's time and deadline when it expires, in
+--     Unix ms by the server's clock, TIME), each waiter, ' w '..owner ->
+--     its queue entry, and the fields
+--       ' limit' the name's limit,
+--       ' used' the weight its claims hold (as last written: a claim past
+--         its deadline counts until a call reaps it),
+--       ' qlen' the length of the queue,
+--       ' until' when the keys expire (Unix ms),
+--       ' next' "deadline": no claim has an earlier deadline; or "deadline
+--         owner weight,token,since": the claim that expires first (absent
+--         when the name holds no claim);
+--     a space, which no owner has, keeps them apart from the claims
 --   KEYS[2] the fencing counter of the slot (see token.lua)
---   KEYS[3] R..':cd', a sorted set: each claim's owner, scored with its
---     deadline in Unix ms by the server's clock (TIME)
---   KEYS[4] R..':cq', the queue: a list of entries "owner weight ttl-ms
---     channel" in arrival order, channel as in record.lua's queue (see
---     publish)
--- The three keys live and die together: the hash and the sorted set expire
--- at ' until', no earlier than the last deadline and the queue's expiry,
--- and every call that leaves the name without claims and waiters deletes
--- all three.
+--   KEYS[3] R..':cq', the queue: a list of entries "owner weight ttl-ms
+--     channel" in arrival order, at most one an owner, channel as in
+--     record.lua's queue (see publish)
+-- The two keys live and die together: both expire at ' until', no earlier
+-- than the last deadline and a queue ttl (ARGV[8]) after the last look of
+-- a waiter, and every call that leaves the name without claims and
+-- waiters deletes them. A call reaps (reads every claim, drops those past
+-- their deadline) only when the server's time reached ' next'.
 --
 -- ARGV has one layout; a script is passed the first positions it needs,
 -- with "" in those it skips:
@@ -47,73 +54,105 @@
 --   code 5 LOST: the caller holds no live claim, and nothing changed.
 --   code 6 CORRUPT: value is a stored value that is not one of these
 --     scripts'; nothing was written.
--- A claim's value is "weight,token,since": weight 1 to 4 digits, token 1 to
--- 19 digits, since 1 to 15 digits, none with a leading zero but since.
+-- A value in a reply is "weight,token,since" (the stored claim without its
+-- deadline): weight 1 to 4 digits, token 1 to 19 digits, since and
+-- deadline 1 to 15 digits, none with a leading zero but since.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner, want = ARGV[1], tonumber(ARGV[6])
+local wfield = ' w ' .. owner
 
--- The name as this call sees it. Writes wait in changed (owner -> value,
--- or false: deleted) and deadline (owner -> ms, or false: deleted) until
--- finish, which makes them; so a stored value found corrupt stops the call
--- before it wrote anything.
+-- The name as this call sees it. Writes wait in changed (field -> value,
+-- or false: deleted) until finish, which makes them; so a stored value
+-- found corrupt stops the call before it wrote anything.
 local limit, used, qlen = nil, 0, 0 -- limit nil: the name holds nothing
 local existed = false -- the hash was there
-local fresh = false -- the limit is this call's: write it
+local stored = {} -- ' limit', ' used', ' qlen', ' next' as read
+local untilms = 0 -- ' until' as read
 local reaped = false -- a claim expired
 local mine = nil -- the caller's live claim, as stored
-local changed, deadline = {}, {}
+local waiting = nil -- the caller's queue entry, as stored
+local changed = {}
 local exp = 0 -- the keys live at least until then (ms)
-local expires = 0 -- when they expire: ' until'
-local base = 0 -- the weight of the claims that outlive the reaping
+local relist = false -- the queue was made anew: give it the hash's expiry
+-- The claim that expires first: nextdl no claim's deadline is earlier;
+-- nexto and nextv (the reply's value) that claim, when known.
+local nextdl, nexto, nextv = nil, nil, nil
+local all = nil -- every live claim, owner -> stored value, once read
 
--- parse returns the weight, token and since of a claim's value, or nil.
+-- parse returns the weight, token, since and deadline of a stored claim,
+-- or nil.
 local function parse(v)
-  local w, token, since = string.match(v, '^([1-9]%d*),([1-9]%d*),(%d+)$')
-  if not w or #w > 4 or #token > 19 or #since > 15 then return nil end
-  return tonumber(w), token, since
+  local w, token, since, dl = string.match(v, '^([1-9]%d*),([1-9]%d*),(%d+),([1-9]%d*)$')
+  if not w or #w > 4 or #token > 19 or #since > 15 or #dl > 15 then return nil end
+  return tonumber(w), token, since, tonumber(dl)
+end
+
+-- short returns a stored claim without its deadline, as replies show it.
+local function short(v)
+  return string.match(v, '^(.*),%d+$')
 end
 
 local function corrupt(v)
   return {6, 0, 0, 0, false, v, 0}
 end
 
--- load reads the limit, the weight used and the caller's claim, reaps the
--- claims whose deadline passed (their weight is free), and reads the
--- queue's length. A name left without claims and waiters holds nothing:
--- limit is nil. It returns a CORRUPT reply, or nil.
+-- scan reads every claim: those past their deadline are reaped (their
+-- weight is free), the weight used and the claim that expires first are
+-- counted anew. It returns a CORRUPT reply, or nil.
+local function scan()
+  local h = redis.call('HGETALL', KEYS[1])
+  all, used, nextdl, nexto, nextv = {}, 0, nil, nil, nil
+  for i = 1, #h, 2 do
+    local o, v = h[i], h[i + 1]
+    if string.byte(o, 1) ~= 32 then
+      local w, _, _, dl = parse(v)
+      if not w then return corrupt(v) end
+      if dl <= now then
+        changed[o] = false
+        reaped = true
+        if o == owner then mine = nil end
+      else
+        all[o] = v
+        used = used + w
+        if not nextdl or dl < nextdl then nextdl, nexto, nextv = dl, o, short(v) end
+      end
+    end
+  end
+  return nil
+end
+
+-- load reads the name's fields, the caller's claim and queue entry, and
+-- reaps when a claim may have expired. A name left without claims and
+-- waiters holds nothing: limit is nil. It returns a CORRUPT reply, or nil.
 local function load()
-  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' until', owner)
+  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield)
   if not st[1] then return nil end
   existed = true
   if not string.match(st[1], '^[1-9]%d?%d?%d?$') then return corrupt(st[1]) end
-  for i = 2, 3 do
+  for i = 2, 4 do
     if not st[i] or not string.match(st[i], '^%d+$') or #st[i] > 15 then return corrupt(tostring(st[i])) end
   end
-  limit, used, expires = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-  if st[4] then
-    if not parse(st[4]) then return corrupt(st[4]) end
-    mine = st[4]
+  limit, used, qlen, untilms = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+  stored = {limit = st[1], used = used, qlen = qlen, next = st[5]}
+  if st[5] then
+    local dl, o, v = string.match(st[5], '^(%d+) (%S+) (%S+)$')
+    if not dl then dl = string.match(st[5], '^(%d+)$') end
+    if not dl then return corrupt(st[5]) end
+    nextdl, nexto, nextv = tonumber(dl), o, v
   end
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  if #gone > 0 then
-    local vs = redis.call('HMGET', KEYS[1], unpack(gone))
-    for i = 1, #gone do
-      local o = gone[i]
-      if vs[i] then
-        local w = parse(vs[i])
-        if not w then return corrupt(vs[i]) end
-        used = used - w
-      end
-      changed[o], deadline[o] = false, false
-      if o == owner then mine = nil end
-    end
-    reaped = true
+  local mydl = nil
+  if st[6] then
+    local w, _, _, dl = parse(st[6])
+    if not w then return corrupt(st[6]) end
+    mine, mydl = st[6], dl
   end
-  if used < 0 then used = 0 end
-  base = used
-  qlen = redis.call('LLEN', KEYS[4])
+  waiting = st[7] or nil
+  if (nextdl and nextdl <= now) or (mydl and mydl <= now) then
+    local err = scan()
+    if err then return err end
+  end
   if used == 0 and qlen == 0 then limit = nil end
   return nil
 end
@@ -123,15 +162,8 @@ end
 local function start()
   local err = load()
   if err then return err end
-  if not limit then limit, fresh = want, true end
+  if not limit then limit = want end
   return nil
-end
-
--- holds returns the value of o's claim, or a false value.
-local function holds(o)
-  local v = changed[o]
-  if v == nil then v = redis.call('HEXISTS', KEYS[1], o) == 1 end
-  return v
 end
 
 -- keep makes the keys live at least until ms.
@@ -139,23 +171,39 @@ local function keep(ms)
   if ms > exp then exp = ms end
 end
 
+-- set stores o's claim v (false: deleted) of deadline dl, and keeps the
+-- claim that expires first.
+local function set(o, v, dl)
+  changed[o] = v
+  if all then all[o] = v or nil end
+  if o == nexto then
+    if v and dl <= nextdl then
+      nextdl, nextv = dl, short(v)
+    else
+      nexto, nextv = nil, nil -- nextdl stays a bound
+    end
+  elseif v and (not nextdl or dl < nextdl or (dl == nextdl and not nexto)) then
+    nextdl, nexto, nextv = dl, o, short(v)
+  end
+end
+
 -- grant gives o a claim of weight w for ttl ms, with a fresh token, and
--- returns its value, token and since, or nil and the error to return.
+-- returns its value (as a reply shows it) and token, or nil and the error
+-- to return.
 local function grant(o, w, ttl)
   --#include token.lua
   if not token then return nil, tokenerr end
   token = string.format('%d', token)
-  local since = string.format('%d', now)
-  local v = w .. ',' .. token .. ',' .. since
-  changed[o], deadline[o] = v, now + ttl
+  local v = w .. ',' .. token .. ',' .. string.format('%d', now)
+  set(o, v .. ',' .. string.format('%d', now + ttl), now + ttl)
   used = used + w
   keep(now + ttl)
-  return v, token, since
+  return v, token
 end
 
--- drop deletes o's claim, of value v.
+-- drop deletes o's claim, of stored value v.
 local function drop(o, v)
-  changed[o], deadline[o] = false, false
+  set(o, false)
   used = used - parse(v)
 end
 
@@ -177,103 +225,133 @@ end
 
 -- serve grants the head of the queue a claim of its weight and ttl while it
 -- fits, and publishes "owner,token,since ttl weight\nkey" on its channel,
--- key ARGV[3]: the first head that does not fit stops it, so that nobody
--- overtakes it. A waiter whose message nobody heard is skipped (see
--- publish), its claim taken back, unless its entry is me, the caller's; an
--- entry that is not one, or whose owner holds a claim already, is dropped.
--- At most 64 entries a call: the next call serves the rest. It returns nil,
--- or the error to return.
-local function serve(me)
+-- key ARGV[3]: the first head that does not fit stops it (it is put back),
+-- so that nobody overtakes it. A waiter whose message nobody heard is
+-- skipped (see publish), its claim taken back, unless it is the caller. An
+-- owner is queued once and holds no claim while queued (see claimqueue.lua),
+-- so a head is granted without looking for its claim; an entry that is not
+-- one is dropped. At most 64 entries a call: the next call serves the
+-- rest. It returns nil, or the error to return.
+local function serve()
   for _ = 1, 64 do
-    if qlen <= 0 then return nil end
-    local e = redis.call('LINDEX', KEYS[4], 0)
+    if qlen <= 0 or used >= limit then return nil end
+    local e = redis.call('LPOP', KEYS[3])
     if not e then
       qlen = 0
       return nil
     end
+    qlen = qlen - 1
     local o, w, ttl, ch = string.match(e, '^(%S+) ([1-9]%d?%d?%d?) ([1-9]%d*) (%S+)$')
     w = tonumber(w)
-    if o and w <= limit and not holds(o) then
-      if used + w > limit then return nil end
-      local v, token, since = grant(o, w, tonumber(ttl))
+    if o and w <= limit then
+      if used + w > limit then
+        redis.call('LPUSH', KEYS[3], e)
+        if qlen == 0 then relist = true end
+        qlen = qlen + 1
+        return nil
+      end
+      changed[' w ' .. o] = false
+      if o == owner then waiting = nil end
+      local v, token = grant(o, w, tonumber(ttl))
       if not v then return token end
-      local msg = o .. ',' .. token .. ',' .. since .. ' ' .. ttl .. ' ' .. w .. '\n' .. ARGV[3]
-      if publish(ch, msg) and e ~= me then drop(o, v) end
+      local msg = o .. ',' .. token .. ',' .. string.format('%d', now) .. ' ' .. ttl .. ' ' .. w .. '\n' .. ARGV[3]
+      if publish(ch, msg) and o ~= owner then drop(o, changed[o]) end
+    elseif o then
+      changed[' w ' .. o] = false
     end
-    redis.call('LPOP', KEYS[4])
-    qlen = qlen - 1
   end
   return nil
 end
 
 -- renew gives the caller's claim ttl ms from now.
 local function renew(ttl)
-  deadline[owner] = now + ttl
+  local w, token, since = parse(mine)
+  mine = w .. ',' .. token .. ',' .. since .. ',' .. string.format('%d', now + ttl)
+  set(owner, mine, now + ttl)
   keep(now + ttl)
 end
 
+-- first returns the owner, value and ms left of the live claim that expires
+-- first, or false, false, 0; before finish. It reads every claim when that
+-- claim is not known (a value that is not a claim is passed over here: the
+-- next call reaps it, or reports it).
+local function first()
+  if used <= 0 then return false, false, 0 end
+  if not nexto then
+    if not all then
+      all = {}
+      local h = redis.call('HGETALL', KEYS[1])
+      for i = 1, #h, 2 do
+        if string.byte(h[i], 1) ~= 32 then all[h[i]] = h[i + 1] end
+      end
+      for o, v in pairs(changed) do
+        if string.byte(o, 1) ~= 32 then all[o] = v or nil end
+      end
+    end
+    nextdl = nil
+    for o, v in pairs(all) do
+      local w, _, _, dl = parse(v)
+      if w and dl > now and (not nextdl or dl < nextdl) then nextdl, nexto, nextv = dl, o, short(v) end
+    end
+    if not nexto then return false, false, 0 end
+  end
+  return nexto, nextv, nextdl - now
+end
+
 -- finish makes the call's writes: it deletes the name's keys when it holds
--- no claim and no waiter, and otherwise writes the claims changed, the
--- limit and the weight used, and makes the keys live at least until exp.
+-- no claim and no waiter, and otherwise writes the fields changed, and
+-- makes the keys live at least until exp (with a quarter more, so that the
+-- calls that follow need not push it again).
 local function finish()
   if used <= 0 and qlen <= 0 then
-    if existed then redis.call('DEL', KEYS[1], KEYS[3], KEYS[4]) end
+    if existed then redis.call('DEL', KEYS[1], KEYS[3]) end
     limit = nil
     return
   end
-  local hset, hdel, zadd, zrem = {}, {}, {}, {}
-  for o, v in pairs(changed) do
-    if v then
-      hset[#hset + 1], hset[#hset + 2] = o, v
-    else
-      hdel[#hdel + 1] = o
-    end
+  local e = untilms
+  if exp > e then e = exp + math.floor((exp - now) / 4) end
+  local hset, hdel = {}, {}
+  local function put(f, v)
+    hset[#hset + 1], hset[#hset + 2] = f, v
   end
-  for o, ms in pairs(deadline) do
-    if ms then
-      zadd[#zadd + 1], zadd[#zadd + 2] = string.format('%d', ms), o
-    else
-      zrem[#zrem + 1] = o
-    end
+  for f, v in pairs(changed) do
+    if v then put(f, v) else hdel[#hdel + 1] = f end
   end
+  local nx = false
+  if used > 0 and nextdl then
+    nx = string.format('%d', nextdl)
+    if nexto then nx = nx .. ' ' .. nexto .. ' ' .. nextv end
+  end
+  if nx and nx ~= stored.next then put(' next', nx) end
+  if not nx and stored.next then hdel[#hdel + 1] = ' next' end
+  local l = string.format('%d', limit)
+  if l ~= stored.limit then put(' limit', l) end
+  if used ~= stored.used then put(' used', string.format('%d', used)) end
+  if qlen ~= stored.qlen then put(' qlen', string.format('%d', qlen)) end
+  if e ~= untilms then put(' until', string.format('%d', e)) end
   if #hdel > 0 then redis.call('HDEL', KEYS[1], unpack(hdel)) end
-  if #zrem > 0 then redis.call('ZREM', KEYS[3], unpack(zrem)) end
-  local e = math.max(exp, expires)
-  if #hset > 0 or #hdel > 0 or fresh or e > expires then
-    hset[#hset + 1], hset[#hset + 2] = ' limit', string.format('%d', limit)
-    hset[#hset + 1], hset[#hset + 2] = ' used', string.format('%d', used)
-    hset[#hset + 1], hset[#hset + 2] = ' until', string.format('%d', e)
-    redis.call('HSET', KEYS[1], unpack(hset))
-  end
-  if #zadd > 0 then redis.call('ZADD', KEYS[3], unpack(zadd)) end
-  if e > expires then redis.call('PEXPIREAT', KEYS[1], string.format('%d', e)) end
-  -- The sorted set is made anew when no claim outlived the reaping.
-  if used > 0 and (e > expires or (base == 0 and #zadd > 0)) then
-    redis.call('PEXPIREAT', KEYS[3], string.format('%d', e))
-  end
-end
-
--- first returns the owner, value and ms left of the live claim that expires
--- first, or false, false, 0; after finish.
-local function first()
-  if used <= 0 then return false, false, 0 end
-  local f = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if #f == 0 then return false, false, 0 end
-  local v = redis.call('HGET', KEYS[1], f[1])
-  if not v then return false, false, 0 end
-  return f[1], v, tonumber(f[2]) - now
+  if #hset > 0 then redis.call('HSET', KEYS[1], unpack(hset)) end
+  if e ~= untilms then redis.call('PEXPIREAT', KEYS[1], string.format('%d', e)) end
+  if qlen > 0 and (e ~= untilms or relist) then redis.call('PEXPIREAT', KEYS[3], string.format('%d', e)) end
 end
 
 -- reply returns the reply code with n, and the live claim that expires
--- first (VALUE, QUEUED); after finish.
+-- first (VALUE, QUEUED): it finishes the call.
 local function reply(code, n)
   local o, v, pttl = first()
+  finish()
   return {code, limit or 0, used, n, o, v, pttl}
 end
 
--- held returns the HELD reply of the caller's claim v, with pttl ms left;
--- after finish.
+-- held finishes the call and returns the HELD reply of the caller's claim
+-- v (as a reply shows it), with pttl ms left.
 local function held(v, pttl)
+  finish()
   return {4, limit or 0, used, 0, owner, v, pttl}
 end
 
+-- done finishes the call and returns code, DONE or LOST.
+local function done(code)
+  finish()
+  return {code, limit or 0, used, 0, false, false, 0}
+end

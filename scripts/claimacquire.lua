@@ -7,24 +7,16 @@
 local err = start()
 if err then return err end
 local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
-if qlen > 0 then
-  err = serve()
-  if err then return err end
-end
-if limit ~= want then
-  finish()
-  return reply(2, 0)
-end
+err = serve()
+if err then return err end
+if limit ~= want then return reply(2, 0) end
 if mine then
   renew(ttl)
-  finish()
-  return held(mine, ttl)
+  return held(short(mine), ttl)
 end
 if qlen <= 0 and used + w <= limit then
   local v, e = grant(owner, w, ttl)
   if not v then return e end
-  finish()
   return held(v, ttl)
 end
-finish()
 return reply(2, 0)

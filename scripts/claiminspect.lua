@@ -2,35 +2,39 @@
 -- changing nothing. Takes the KEYS of claim.lua (not prepended here) and
 -- ARGV[1]: 'n' to read the queue's length only (List), else '' for its
 -- entries. Replies {limit, holders, queue, qlen}: holders a flat array of
--- owner, value, ms left for each live claim (value as in claim.lua), queue
--- the entries (false with 'n'), qlen the queue's length; {0, {}, {}, 0}
--- when the name holds no live claim and no waiter. With 'n', a KEYS[1]
--- that is not a hash (a lock's record whose key ends with ':c') replies
--- {-1}.
+-- owner, value, ms left for each live claim (value "weight,token,since",
+-- or the stored value as it is when it is not a claim), queue the entries
+-- (false with 'n'), qlen the queue's length; {0, {}, {}, 0} when the name
+-- holds no live claim and no waiter. With 'n', a KEYS[1] that is not a
+-- hash (a lock's record whose key ends with ':c') replies {-1}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = redis.pcall('HGET', KEYS[1], ' limit')
-if type(limit) == 'table' then
+local h = redis.pcall('HGETALL', KEYS[1])
+if h.err then
   if ARGV[1] == 'n' then return {-1} end
-  return limit
+  return h
 end
-if not limit then return {0, {}, {}, 0} end
-local live = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. string.format('%d', now), '+inf', 'WITHSCORES')
+local limit, qlen = false, 0
 local holders = {}
-if #live > 0 then
-  local owners = {}
-  for i = 1, #live, 2 do owners[#owners + 1] = live[i] end
-  local vs = redis.call('HMGET', KEYS[1], unpack(owners))
-  for i, o in ipairs(owners) do
-    if vs[i] then
-      holders[#holders + 1] = o
-      holders[#holders + 1] = vs[i]
-      holders[#holders + 1] = tonumber(live[2 * i]) - now
+for i = 1, #h, 2 do
+  local o, v = h[i], h[i + 1]
+  if o == ' limit' then
+    limit = v
+  elseif o == ' qlen' then
+    qlen = tonumber(v) or 0
+  elseif string.byte(o, 1) ~= 32 then
+    local c, dl = string.match(v, '^(%d+,%d+,%d+),(%d+)$')
+    if not c then
+      holders[#holders + 1], holders[#holders + 2], holders[#holders + 3] = o, v, 1
+    elseif tonumber(dl) > now then
+      holders[#holders + 1], holders[#holders + 2], holders[#holders + 3] = o, c, tonumber(dl) - now
     end
   end
 end
-local qlen = redis.call('LLEN', KEYS[4])
-if #holders == 0 and qlen == 0 then return {0, {}, {}, 0} end
+if not limit or (#holders == 0 and qlen == 0) then return {0, {}, {}, 0} end
 local queue = false
-if ARGV[1] ~= 'n' and qlen > 0 then queue = redis.call('LRANGE', KEYS[4], 0, -1) end
+if ARGV[1] ~= 'n' and qlen > 0 then
+  queue = redis.call('LRANGE', KEYS[3], 0, -1)
+  qlen = #queue
+end
 return {limit, holders, queue, qlen}

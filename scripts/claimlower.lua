@@ -7,10 +7,10 @@ local err = load()
 if err then return err end
 local code = 5
 if mine then
-  local w, token, since = parse(mine)
+  local w, token, since, dl = parse(mine)
   local to = tonumber(ARGV[5])
   if to < w then
-    changed[owner] = to .. ',' .. token .. ',' .. since
+    set(owner, to .. ',' .. token .. ',' .. since .. ',' .. string.format('%d', dl), dl)
     used = used - (w - to)
   end
   code = 1
@@ -19,5 +19,4 @@ if code == 1 or reaped then
   err = serve()
   if err then return err end
 end
-finish()
-return {code, limit or 0, used, 0, false, false, 0}
+return done(code)

@@ -6,43 +6,47 @@
 -- the queue too: the caller is told with a message as well), QUEUED with
 -- its place, or VALUE when its limit is not the name's (which changes
 -- nothing but the reaping and serving).
+--
+-- An owner is queued once: its entry is kept in the hash (' w '..owner),
+-- so a look finds its place with LPOS only when it is queued, and an entry
+-- of other terms (weight, ttl, channel) replaces its own in place. A
+-- caller that holds a claim leaves the queue: nobody queued holds one.
 local err = start()
 if err then return err end
 local ttl, w, entry = tonumber(ARGV[2]), tonumber(ARGV[5]), ARGV[7]
-if limit ~= want then
-  err = serve()
-  if err then return err end
-  finish()
-  return reply(2, 0)
-end
-err = serve(entry)
+err = serve()
 if err then return err end
+if limit ~= want then return reply(2, 0) end
 if changed[owner] then
   -- Granted from the queue, just now.
-  local v = changed[owner]
-  finish()
-  return held(v, ttl)
+  return held(short(changed[owner]), ttl)
 end
-if mine then
-  -- Its entry of an earlier look, if any, would be granted again.
-  if qlen > 0 then qlen = qlen - redis.call('LREM', KEYS[4], 1, entry) end
-  renew(ttl)
-  finish()
-  return held(mine, ttl)
-end
-if qlen <= 0 and used + w <= limit then
+if mine or (qlen <= 0 and used + w <= limit) then
+  if waiting then
+    qlen = qlen - redis.call('LREM', KEYS[3], 1, waiting)
+    changed[wfield] = false
+  end
+  if mine then
+    renew(ttl)
+    return held(short(mine), ttl)
+  end
   local v, e = grant(owner, w, ttl)
   if not v then return e end
-  finish()
   return held(v, ttl)
 end
 local place = false
-if qlen > 0 then place = redis.call('LPOS', KEYS[4], entry) end
-if not place then
-  place = redis.call('RPUSH', KEYS[4], entry) - 1
-  qlen = qlen + 1
+if waiting then
+  place = redis.call('LPOS', KEYS[3], waiting)
+  if place and waiting ~= entry then
+    redis.call('LSET', KEYS[3], place, entry)
+    changed[wfield] = entry
+  end
 end
-redis.call('PEXPIRE', KEYS[4], ARGV[8])
+if not place then
+  qlen = redis.call('RPUSH', KEYS[3], entry)
+  place = qlen - 1
+  if qlen == 1 then relist = true end
+  changed[wfield] = entry
+end
 keep(now + tonumber(ARGV[8]))
-finish()
 return reply(3, place)

@@ -10,9 +10,8 @@ if mine then
   drop(owner, mine)
   code = 1
 end
-if code == 1 or reaped then
+if limit and (code == 1 or reaped) then
   err = serve()
   if err then return err end
 end
-finish()
-return {code, limit or 0, used, 0, false, false, 0}
+return done(code)

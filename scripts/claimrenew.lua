@@ -4,7 +4,7 @@
 -- or LOST when the caller holds no live claim.
 local err = load()
 if err then return err end
-if reaped then
+if limit and reaped then
   err = serve()
   if err then return err end
 end
@@ -13,5 +13,4 @@ if mine then
   renew(tonumber(ARGV[2]))
   code = 1
 end
-finish()
-return {code, limit or 0, used, 0, false, false, 0}
+return done(code)
