@@ -17,7 +17,10 @@
 --       ' until' when the keys expire (Unix ms),
 --       ' next' "deadline": no claim has an earlier deadline; or "deadline
 --         owner weight,token,since": the claim that expires first (absent
---         when the name holds no claim);
+--         when the name holds no claim),
+--       ' hw' the weight of the queue's head, when a call knows it (absent
+--         otherwise): a head that does not fit stops serving without a
+--         look at the queue;
 --     a space, which no owner has, keeps them apart from the claims
 --   KEYS[2] the fencing counter of the slot (see token.lua)
 --   KEYS[3] R..':cq', the queue: a list of entries "owner weight ttl-ms
@@ -76,6 +79,7 @@ local waiting = nil -- the caller's queue entry, as stored
 local changed = {}
 local exp = 0 -- the keys live at least until then (ms)
 local relist = false -- the queue was made anew: give it the hash's expiry
+local headw = nil -- the weight of the queue's head, when known
 -- The claim that expires first: nextdl no claim's deadline is earlier;
 -- nexto and nextv (the reply's value) that claim, when known.
 local nextdl, nexto, nextv = nil, nil, nil
@@ -127,7 +131,7 @@ end
 -- reaps when a claim may have expired. A name left without claims and
 -- waiters holds nothing: limit is nil. It returns a CORRUPT reply, or nil.
 local function load()
-  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield)
+  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield, ' hw')
   if not st[1] then return nil end
   existed = true
   if not string.match(st[1], '^[1-9]%d?%d?%d?$') then return corrupt(st[1]) end
@@ -135,7 +139,11 @@ local function load()
     if not st[i] or not string.match(st[i], '^%d+$') or #st[i] > 15 then return corrupt(tostring(st[i])) end
   end
   limit, used, qlen, untilms = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
-  stored = {limit = st[1], used = used, qlen = qlen, next = st[5]}
+  stored = {limit = st[1], used = used, qlen = qlen, next = st[5], hw = st[8]}
+  if st[8] then
+    if not string.match(st[8], '^[1-9]%d?%d?%d?$') then return corrupt(st[8]) end
+    headw = tonumber(st[8])
+  end
   if st[5] then
     local dl, o, v = string.match(st[5], '^(%d+) (%S+) (%S+)$')
     if not dl then dl = string.match(st[5], '^(%d+)$') end
@@ -234,8 +242,9 @@ end
 -- rest. It returns nil, or the error to return.
 local function serve()
   for _ = 1, 64 do
-    if qlen <= 0 or used >= limit then return nil end
+    if qlen <= 0 or used >= limit or (headw and used + headw > limit) then return nil end
     local e = redis.call('LPOP', KEYS[3])
+    headw = nil
     if not e then
       qlen = 0
       return nil
@@ -246,6 +255,7 @@ local function serve()
     if o and w <= limit then
       if used + w > limit then
         redis.call('LPUSH', KEYS[3], e)
+        headw = w
         if qlen == 0 then relist = true end
         qlen = qlen + 1
         return nil
@@ -324,6 +334,9 @@ local function finish()
   end
   if nx and nx ~= stored.next then put(' next', nx) end
   if not nx and stored.next then hdel[#hdel + 1] = ' next' end
+  local hw = qlen > 0 and headw and string.format('%d', headw)
+  if hw and hw ~= stored.hw then put(' hw', hw) end
+  if not hw and stored.hw then hdel[#hdel + 1] = ' hw' end
   local l = string.format('%d', limit)
   if l ~= stored.limit then put(' limit', l) end
   if used ~= stored.used then put(' used', string.format('%d', used)) end

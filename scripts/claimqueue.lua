@@ -25,6 +25,7 @@ if mine or (qlen <= 0 and used + w <= limit) then
   if waiting then
     qlen = qlen - redis.call('LREM', KEYS[3], 1, waiting)
     changed[wfield] = false
+    headw = nil
   end
   if mine then
     renew(ttl)
@@ -40,12 +41,13 @@ if waiting then
   if place and waiting ~= entry then
     redis.call('LSET', KEYS[3], place, entry)
     changed[wfield] = entry
+    if place == 0 then headw = w end
   end
 end
 if not place then
   qlen = redis.call('RPUSH', KEYS[3], entry)
   place = qlen - 1
-  if qlen == 1 then relist = true end
+  if qlen == 1 then relist, headw = true, w end
   changed[wfield] = entry
 end
 keep(now + tonumber(ARGV[8]))
