@@ -66,6 +66,13 @@ var (
 
 	// ErrClosed reports a call on a Client after Close.
 	ErrClosed = errors.New("lock: client closed")
+
+	// ErrGrantedLate is the Reason of a NotAcquiredError when the lock was
+	// granted, but the grant reached the caller after the lease it asked
+	// for had run out (a slow answer, a paused process): the record may
+	// have expired and been granted to another, so it was handed back,
+	// never held, and it is not a loss. Trying again is safe.
+	ErrGrantedLate = errors.New("lock: granted after its lease had run out (a slow answer or a paused process); handed back")
 )
 
 // NotAcquiredError is returned when a lock was not acquired. It matches
@@ -77,7 +84,7 @@ type NotAcquiredError struct {
 	// ErrClosed (the Client closed during the wait), the cause of the
 	// caller's context that ended the wait (context.Canceled,
 	// context.DeadlineExceeded or the cause it was given), or a grant that
-	// came after its lease ran out.
+	// came after its lease ran out (ErrGrantedLate).
 	Reason error
 	// Provider is set when the wait ended while a call to the provider had
 	// failed or had not been answered: the provider's error, or a note that
@@ -256,12 +263,6 @@ func (e *RecordError) Error() string {
 
 // Is reports whether target is ErrCorruptRecord.
 func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord }
-
-// errGrantedLate is the reason of a NotAcquiredError when the lock was
-// granted, but the grant reached the caller after its lease had run out (a
-// slow answer, a paused process): the record may have expired and been
-// granted to another, so it was handed back, never held.
-var errGrantedLate = errors.New("lock: granted after its lease had run out (a slow answer or a paused process); handed back")
 
 // releasedError is ErrReleased for one call on one lock.
 type releasedError struct{ op, key string }

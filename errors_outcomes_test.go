@@ -35,7 +35,7 @@ func TestErrorOutcomes(t *testing.T) {
 		{"Timeout", lock.ErrTimeout}, {"Closed", lock.ErrClosed}, {"Unavailable", lock.ErrUnavailable},
 		{"Lost", lock.ErrLost}, {"Released", lock.ErrReleased}, {"InvalidArgument", lock.ErrInvalidArgument},
 		{"CorruptRecord", lock.ErrCorruptRecord}, {"Canceled", context.Canceled},
-		{"DeadlineExceeded", context.DeadlineExceeded}, {"errDown", errDown},
+		{"DeadlineExceeded", context.DeadlineExceeded}, {"errDown", errDown}, {"GrantedLate", lock.ErrGrantedLate},
 	}
 	matches := func(err error) string {
 		var is []string
@@ -173,7 +173,7 @@ func TestErrorOutcomes(t *testing.T) {
 			}}
 			_, err := newClient(t, p).Acquire(ctx, "job", lock.Options{Lease: 20 * time.Millisecond})
 			return err
-		}, [2]string{`lock: could not acquire "lock:{job}": granted after its lease had run out (a slow answer or a paused process); handed back`, "NotAcquired *NotAcquiredError"}},
+		}, [2]string{`lock: could not acquire "lock:{job}": granted after its lease had run out (a slow answer or a paused process); handed back`, "NotAcquired GrantedLate *NotAcquiredError"}},
 		{"bad name", func(t *testing.T, ctx context.Context) error {
 			_, err := newClient(t, lock.NewMemoryProvider()).Acquire(ctx, "", lock.Options{})
 			return err

@@ -407,7 +407,7 @@ func FuzzOptions(f *testing.F) {
 		// (issue 31, item 8; the loss itself, in the instant between that
 		// check and the lease timer), holds nothing, and Do does not run.
 		late := func(err error) bool {
-			return errors.Is(err, lock.ErrNotAcquired) && strings.Contains(err.Error(), "granted after its lease had run out")
+			return errors.Is(err, lock.ErrNotAcquired) && errors.Is(err, lock.ErrGrantedLate)
 		}
 		if errors.Is(err, lock.ErrLost) || late(err) {
 			require.Nil(t, l)

@@ -62,7 +62,7 @@ func (c *Client) acquireClaim(ctx context.Context, key, owner string, cl claim, 
 		// Fair wait starts with the waiter: the attempt could take a lock
 		// that is free while others queue for it (its holder died).
 		l, err := a.try(ctx)
-		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) && !errors.Is(err, errGrantedLate) {
+		if !o.Wait || l != nil || !errors.Is(err, ErrHeld) && !errors.Is(err, ErrGrantedLate) {
 			return a.finish(ctx, l, err)
 		}
 	}
@@ -150,9 +150,9 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 			return nil, a.notAcquired(ctx, nil, "", 0)
 		}
 		if a.o.Wait {
-			return nil, &NotAcquiredError{Key: key, Reason: errGrantedLate}
+			return nil, &NotAcquiredError{Key: key, Reason: ErrGrantedLate}
 		}
-		return nil, a.notAcquired(ctx, errGrantedLate, "", 0)
+		return nil, a.notAcquired(ctx, ErrGrantedLate, "", 0)
 	}
 	if rec.Finished {
 		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
@@ -201,7 +201,7 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 // call): it went unanswered, unless the Client closed.
 func (a *acquisition) notAcquired(ctx context.Context, reason error, holder string, retryAfter time.Duration) error {
 	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
-	refusal := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed) || errors.Is(reason, errGrantedLate)
+	refusal := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed) || errors.Is(reason, ErrGrantedLate)
 	var op *opError
 	failed := errors.As(reason, &op)
 	switch cause := context.Cause(ctx); {
