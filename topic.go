@@ -1,5 +1,10 @@
 package lock
 
+// The end-of-lock notifications: each Client listens on one topic of its
+// own, its inbox, where the provider tells it (Provider.Listen) that a lock
+// or a claim it waits for was handed to one of its waiters, or that a lock
+// entered a grace period. Nothing else travels on it.
+
 import (
 	"context"
 	"sync"
