@@ -70,6 +70,6 @@ func (c *Client) release(ctx context.Context, key, owner string, cl claim) error
 	return c.provider.Release(ctx, key, owner)
 }
 
-// claimOf returns the claim of a grant: a lock's for a Grant without
+// claimOf returns the claim of a grant: a lock's for a Notice without
 // Weight.
-func claimOf(g Grant) claim { return claim{weight: g.Weight} }
+func claimOf(g Notice) claim { return claim{weight: g.Weight} }

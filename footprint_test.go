@@ -113,8 +113,8 @@ func deleteKeys(t *testing.T, rc *redis.Client, prefix string) {
 // countingListen returns a provider over p that counts, in delivered, the
 // grants delivered to its Client's inbox.
 func countingListen(p lock.Provider, delivered *atomic.Int64) *hookedProvider {
-	return &hookedProvider{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-		return p.Listen(ctx, inbox, func(g lock.Grant) {
+	return &hookedProvider{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
+		return p.Listen(ctx, inbox, func(g lock.Notice) {
 			delivered.Add(1)
 			deliver(g)
 		})

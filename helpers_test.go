@@ -390,7 +390,7 @@ func mwDownProvider(p lock.Provider) *hookedProvider {
 			<-ctx.Done()
 			return ctx.Err()
 		},
-		OnListen: func(context.Context, string, func(lock.Grant)) (func(), error) {
+		OnListen: func(context.Context, string, func(lock.Notice)) (func(), error) {
 			return nil, errMwDown
 		},
 	}

@@ -37,7 +37,7 @@
 // # Writing a backend
 //
 // Only a backend's author needs these: the [Provider] contract and its
-// values ([Record], [Waiter], [Look], [Grant], [Claim], [Claims]), the
+// values ([Record], [Waiter], [Look], [Notice], [Claim], [Claims]), the
 // input checks every provider makes first ([CheckKey], [CheckOwner],
 // [CheckTTL], [CheckInbox], [CheckWeight], and their combinations
 // [CheckKeyOwner], [CheckArgs], [CheckWaiter], [CheckClaim]),

@@ -46,12 +46,12 @@ type Provider interface {
 	// changes; a key without owner in its queue is not an error.
 	Leave(ctx context.Context, key string, w Waiter) error
 
-	// Listen calls deliver, until stop is called, with every Grant addressed
-	// to inbox after Listen returns, and with a Grant without Key when grants
+	// Listen calls deliver, until stop is called, with every Notice addressed
+	// to inbox after Listen returns, and with a Notice without Key when grants
 	// may have been lost (a broken connection, reopened): every waiter of the
 	// inbox should then look again. deliver must not block. stop waits until
 	// deliver is no longer running.
-	Listen(ctx context.Context, inbox string, deliver func(Grant)) (stop func(), err error)
+	Listen(ctx context.Context, inbox string, deliver func(Notice)) (stop func(), err error)
 
 	// Release deletes the record under key if owner holds it, or hands it to
 	// the first caller in the key's wait queue (see Queue). It returns a
@@ -67,7 +67,7 @@ type Provider interface {
 	// Finish marks owner's live record under key ended, for ttl: the holder
 	// has finished, and the key stays closed to every acquirer until the TTL
 	// runs out (a grace period). The key's waiters leave its queue and are
-	// told with a Grant without Owner. It returns a *LostError when the key
+	// told with a Notice without Owner. It returns a *LostError when the key
 	// holds no record, another owner's, or an ended one, and changes nothing
 	// then.
 	Finish(ctx context.Context, key, owner string, ttl time.Duration) error
@@ -137,7 +137,7 @@ type Provider interface {
 	// call that finds a claim expired): the head is granted while it fits,
 	// then the next, and so on; a head that does not fit yet is never
 	// overtaken. Each caller granted from the queue gets a claim of its
-	// own weight, with its c.TTL, and a Grant with its Weight on its inbox
+	// own weight, with its c.TTL, and a Notice with its Weight on its inbox
 	// (see Listen); a waiter whose inbox nobody listens to may be skipped.
 	// QueueClaim serves the queue first, so that it may grant the caller
 	// itself (and tell it, too). c.Look is as in Waiter, for a provider
@@ -212,7 +212,7 @@ type Waiter struct {
 	Owner string
 	// TTL is the time to live of a record stored for Owner.
 	TTL time.Duration
-	// Inbox names where the provider delivers the Grant of a lock handed to
+	// Inbox names where the provider delivers the Notice of a lock handed to
 	// Owner from the queue (see Provider.Listen); one Client has one inbox.
 	// It has no white space.
 	Inbox string
@@ -254,13 +254,13 @@ func (l Look) String() string {
 	return "Look(" + strconv.Itoa(int(l)) + ")"
 }
 
-// Grant is a message from a provider to a waiter's inbox: the lock under Key
+// Notice is a message from a provider to a waiter's inbox: the lock under Key
 // was handed to Owner from the queue, with Token and TTL, or, with Weight, a
 // claim of that weight on the counted name Key was granted to Owner; with
 // no Owner, the lock under Key entered a grace period and its waiters
 // should look again; with no Key, every waiter of the inbox should look
 // again.
-type Grant struct {
+type Notice struct {
 	Key    string
 	Owner  string
 	Token  uint64

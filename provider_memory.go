@@ -42,13 +42,13 @@ type MemoryProvider struct {
 type memInbox struct {
 	mu      sync.RWMutex
 	stopped bool
-	deliver func(Grant)
+	deliver func(Notice)
 }
 
-// memMessage is a Grant for an inbox, sent once the provider's lock is let go.
+// memMessage is a Notice for an inbox, sent once the provider's lock is let go.
 type memMessage struct {
 	to *memInbox
-	g  Grant
+	g  Notice
 }
 
 // send delivers msgs, outside the provider's lock.
@@ -173,7 +173,7 @@ func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error 
 
 // Listen implements Provider: deliver is called outside the provider's lock.
 // stop waits for a running deliver, so deliver must not call it.
-func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
+func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
 	if err := CheckInbox(inbox); err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time
 		for _, w := range m.queues[r.key] {
 			if in := m.inboxes[w.Inbox]; in != nil && !seen[w.Inbox] {
 				seen[w.Inbox] = true
-				msgs = append(msgs, memMessage{in, Grant{Key: r.key}})
+				msgs = append(msgs, memMessage{in, Notice{Key: r.key}})
 			}
 		}
 		delete(m.queues, r.key)
@@ -401,7 +401,7 @@ func (m *MemoryProvider) serve(key string, now time.Time) []memMessage {
 			continue // nobody listens: skip it
 		}
 		rec := m.grant(key, w.Owner, w.TTL, now)
-		return []memMessage{{in, Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: rec.TTL}}}
+		return []memMessage{{in, Notice{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: rec.TTL}}}
 	}
 	return nil
 }

@@ -239,7 +239,7 @@ func (m *MemoryProvider) serveClaims(n *memName, now time.Time) []memMessage {
 		}
 		token := m.nextToken()
 		n.grant(token, w.Owner, w.Weight, w.TTL, now)
-		msgs = append(msgs, memMessage{in, Grant{Key: n.key, Owner: w.Owner, Token: token, TTL: w.TTL, Weight: w.Weight}})
+		msgs = append(msgs, memMessage{in, Notice{Key: n.key, Owner: w.Owner, Token: token, TTL: w.TTL, Weight: w.Weight}})
 	}
 	return msgs
 }

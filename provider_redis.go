@@ -576,7 +576,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 // channel, inbox. It returns once Redis has confirmed the subscription, so
 // that every grant published afterwards reaches deliver; a connection that
 // breaks is reconnected and resubscribed by go-redis, and grants published
-// meanwhile are lost: each new confirmation is delivered as a Grant without
+// meanwhile are lost: each new confirmation is delivered as a Notice without
 // Key, so that the waiters look again.
 //
 // On a Cluster with sharded pub/sub (see RedisProvider), Listen subscribes
@@ -595,11 +595,11 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 // listens through one.) deliver is called by one connection at a time. A
 // connection that breaks is closed with its channels, and a subscription
 // that Redis ended because its slot moved to another node is forgotten:
-// when a waiter needed one, a Grant without Key is delivered, and the
+// when a waiter needed one, a Notice without Key is delivered, and the
 // waiters' looks subscribe again where the slot lives (after a MOVED, once
 // the Cluster's slots are loaded again). stop closes every subscription of
 // the Listen.
-func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Grant)) (func(), error) {
+func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
 	if err := p.ready(CheckInbox(inbox)); err != nil {
 		return nil, err
 	}
@@ -642,7 +642,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 		for m := range ps.ChannelWithSubscriptions() {
 			switch m := m.(type) {
 			case *redis.Subscription:
-				deliver(Grant{}) // resubscribed after a break
+				deliver(Notice{}) // resubscribed after a break
 			case *redis.Message:
 				if g, ok := parseGrant(m.Payload); ok {
 					deliver(g)
@@ -674,7 +674,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(G
 // ErrNotReplicated and the waiter leaves, handing the lock on.
 type confirmer struct {
 	p       *RedisProvider
-	deliver func(Grant)
+	deliver func(Notice)
 	ctx     context.Context // cancelled by stop
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -683,8 +683,8 @@ type confirmer struct {
 }
 
 // grant confirms g on a goroutine of its own, so that the subscription is
-// not held up by a WAIT; a Grant without Owner is passed on at once.
-func (c *confirmer) grant(g Grant) {
+// not held up by a WAIT; a Notice without Owner is passed on at once.
+func (c *confirmer) grant(g Notice) {
 	if g.Owner == "" {
 		c.pass(g)
 		return
@@ -709,7 +709,7 @@ func (c *confirmer) grant(g Grant) {
 	}()
 }
 
-func (c *confirmer) pass(g Grant) {
+func (c *confirmer) pass(g Notice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.stopped {
@@ -729,26 +729,26 @@ func (c *confirmer) stop() {
 // parseGrant decodes a message of serve or tellall in scripts/record.lua:
 // "value ttl\nkey", or "\nkey" for a grace period; or of serve in
 // scripts/claim.lua, a claim granted: "owner,token,since ttl weight\nkey".
-func parseGrant(s string) (Grant, bool) {
+func parseGrant(s string) (Notice, bool) {
 	head, key, ok := strings.Cut(s, "\n")
 	if !ok || key == "" {
-		return Grant{}, false
+		return Notice{}, false
 	}
 	if head == "" {
-		return Grant{Key: key}, true
+		return Notice{Key: key}, true
 	}
 	v, ttl, _ := strings.Cut(head, " ")
 	ttl, weight, claim := strings.Cut(ttl, " ")
 	rec, err := parseRecord(key, v)
 	ms, terr := strconv.ParseInt(ttl, 10, 64)
 	if err != nil || terr != nil || rec.Finished {
-		return Grant{}, false
+		return Notice{}, false
 	}
-	g := Grant{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}
+	g := Notice{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}
 	if claim {
 		w, err := strconv.Atoi(weight)
 		if err != nil || w < 1 {
-			return Grant{}, false
+			return Notice{}, false
 		}
 		g.Weight = w
 		return g, true
@@ -756,7 +756,7 @@ func parseGrant(s string) (Grant, bool) {
 	if checkVersion(key, rec) != nil {
 		// Handed on by a process of an earlier version: the waiter's next
 		// look finds the lock its own and reports ErrIncompatible.
-		return Grant{Key: key}, true
+		return Notice{Key: key}, true
 	}
 	return g, true
 }

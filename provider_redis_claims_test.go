@@ -34,28 +34,28 @@ func eachRedisBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 // inbox is a Listen's grants, in a channel.
 type inbox struct {
 	name   string
-	grants chan lock.Grant
+	grants chan lock.Notice
 }
 
 // listen listens on a new inbox through p until the test ends.
 func listen(t *testing.T, p lock.Provider) *inbox {
 	t.Helper()
-	in := &inbox{name: "inbox:" + uniqueName(t), grants: make(chan lock.Grant, 64)}
-	stop, err := p.Listen(context.Background(), in.name, func(g lock.Grant) { in.grants <- g })
+	in := &inbox{name: "inbox:" + uniqueName(t), grants: make(chan lock.Notice, 64)}
+	stop, err := p.Listen(context.Background(), in.name, func(g lock.Notice) { in.grants <- g })
 	require.NoError(t, err)
 	t.Cleanup(stop)
 	return in
 }
 
 // next returns the inbox's next grant, or fails the test after 5 s.
-func (in *inbox) next(t *testing.T) lock.Grant {
+func (in *inbox) next(t *testing.T) lock.Notice {
 	t.Helper()
 	select {
 	case g := <-in.grants:
 		return g
 	case <-time.After(5 * time.Second):
 		t.Fatalf("no grant on %s within 5s", in.name)
-		return lock.Grant{}
+		return lock.Notice{}
 	}
 }
 
@@ -213,8 +213,8 @@ func TestRedisClaimsQueueInOrder(t *testing.T) {
 		// The release serves both, in order, each with its weight and TTL.
 		require.NoError(t, p.ReleaseClaim(ctx, key, holder))
 		g1, g2 := in.next(t), in.next(t)
-		assert.Equal(t, lock.Grant{Key: key, Owner: q1.Owner, Token: g1.Token, TTL: q1.TTL, Weight: 2}, g1)
-		assert.Equal(t, lock.Grant{Key: key, Owner: q2.Owner, Token: g2.Token, TTL: q2.TTL, Weight: 1}, g2)
+		assert.Equal(t, lock.Notice{Key: key, Owner: q1.Owner, Token: g1.Token, TTL: q1.TTL, Weight: 2}, g1)
+		assert.Equal(t, lock.Notice{Key: key, Owner: q2.Owner, Token: g2.Token, TTL: q2.TTL, Weight: 1}, g2)
 		assert.Greater(t, g2.Token, g1.Token)
 		assert.Greater(t, g1.Token, a.Token)
 
@@ -465,7 +465,7 @@ func TestRedisClaimsOnACluster(t *testing.T) {
 		mustQueue(t, p, key, w)
 		require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
 		g := in.next(t)
-		assert.Equal(t, lock.Grant{Key: key, Owner: w.Owner, Token: g.Token, TTL: time.Minute, Weight: 1}, g, "on %s", node)
+		assert.Equal(t, lock.Notice{Key: key, Owner: w.Owner, Token: g.Token, TTL: time.Minute, Weight: 1}, g, "on %s", node)
 		assert.Greater(t, g.Token, a.Token)
 	}
 	seen := map[string]lock.Record{}

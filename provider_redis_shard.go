@@ -203,7 +203,7 @@ func (p *RedisProvider) unqueueShard(inbox, owner string) {
 type shardListener struct {
 	p       *RedisProvider
 	inbox   string
-	deliver func(Grant)
+	deliver func(Notice)
 	dmu     sync.Mutex // held while deliver runs: one call at a time
 
 	mu      sync.Mutex
@@ -263,7 +263,7 @@ var errListenStopped = errors.New("listen stopped")
 // listenShards registers a Listen on inbox with sharded pub/sub. It
 // subscribes to nothing yet: Queue subscribes it to the channels its
 // waiters need.
-func (p *RedisProvider) listenShards(inbox string, deliver func(Grant)) *shardListener {
+func (p *RedisProvider) listenShards(inbox string, deliver func(Notice)) *shardListener {
 	l := &shardListener{p: p, inbox: inbox, deliver: deliver,
 		conns: make(map[string]*shardConn), chans: make(map[string]*shardChan), owners: make(map[string]*shardChan)}
 	p.shard.mu.Lock()
@@ -503,7 +503,7 @@ func (l *shardListener) broken(conn *shardConn, err error) {
 // Redis ends a needed subscription itself (its slot moved to another
 // node: Redis unsubscribes the slot's shard channels), and when the
 // connection broke with needed subscriptions, every waiter is told to look
-// again (a Grant without Key): those queued with the channel subscribe
+// again (a Notice without Key): those queued with the channel subscribe
 // anew where the slot lives.
 func (l *shardListener) read(conn *shardConn) {
 	defer l.wg.Done()
@@ -519,7 +519,7 @@ func (l *shardListener) read(conn *shardConn) {
 		switch m := m.(type) {
 		case *redis.Subscription:
 			if l.confirmed(conn, m) {
-				l.send(Grant{})
+				l.send(Notice{})
 			}
 		case *redis.Message:
 			if g, ok := parseGrant(m.Payload); ok {
@@ -534,7 +534,7 @@ func (l *shardListener) read(conn *shardConn) {
 	lost := conn.lost && !l.stopped
 	l.mu.Unlock()
 	if lost {
-		l.send(Grant{})
+		l.send(Notice{})
 	}
 }
 
@@ -630,7 +630,7 @@ func (l *shardListener) ping(conn *shardConn) {
 	}
 }
 
-func (l *shardListener) send(g Grant) {
+func (l *shardListener) send(g Notice) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	l.deliver(g)

@@ -106,7 +106,7 @@ func (in *inbox) leave(w *waiter) {
 
 // handBack releases a lock handed to an owner that no longer waits for it,
 // in the background.
-func (in *inbox) handBack(g Grant) {
+func (in *inbox) handBack(g Notice) {
 	c := in.c
 	c.background(context.Background(), func(ctx context.Context) { _ = c.release(ctx, g.Key, g.Owner, claimOf(g)) })
 }
@@ -118,7 +118,7 @@ func (in *inbox) handBack(g Grant) {
 // A grant is put in its waiter's channel under in.mu, so that it happens
 // either before leave unregisters the waiter (leave then finds it) or not
 // at all (it is handed back here).
-func (in *inbox) deliver(g Grant) {
+func (in *inbox) deliver(g Notice) {
 	in.mu.Lock()
 	if g.Owner != "" {
 		w := in.waiters[g.Owner]

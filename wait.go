@@ -179,7 +179,7 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	w := &waiter{
 		acquisition: *a,
 		req:         Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Look: LookJoin},
-		grants:      make(chan Grant, 1),
+		grants:      make(chan Notice, 1),
 		wake:        make(chan struct{}, 1),
 	}
 	a.c.inbox.join(ctx, w)

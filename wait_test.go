@@ -384,7 +384,7 @@ func TestWithoutListen(t *testing.T) {
 	// looking again every poll interval.
 	ctx := ctxTimeout(t, 30*time.Second)
 	// Listen fails, as a pub/sub connection that cannot be opened.
-	noListen := &hookedProvider{Provider: lock.NewMemoryProvider(), OnListen: func(context.Context, string, func(lock.Grant)) (func(), error) {
+	noListen := &hookedProvider{Provider: lock.NewMemoryProvider(), OnListen: func(context.Context, string, func(lock.Notice)) (func(), error) {
 		return nil, errors.New("no pub/sub")
 	}}
 	c := newClient(t, noListen)
@@ -422,7 +422,7 @@ func TestSlowSubscribeDoesNotBlockClient(t *testing.T) {
 	// Listen hangs until its context ends, as go-redis's Receive does on a
 	// half-open connection.
 	entered := make(chan struct{}, 1)
-	c := newClient(t, &hookedProvider{Provider: m, OnListen: func(ctx context.Context, _ string, _ func(lock.Grant)) (func(), error) {
+	c := newClient(t, &hookedProvider{Provider: m, OnListen: func(ctx context.Context, _ string, _ func(lock.Notice)) (func(), error) {
 		select {
 		case entered <- struct{}{}:
 		default:
@@ -781,8 +781,8 @@ type lateGrants struct {
 
 // provider returns a provider over p whose Listen delivers through lg.
 func (lg *lateGrants) provider(p lock.Provider) *hookedProvider {
-	return &hookedProvider{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-		return p.Listen(ctx, inbox, func(g lock.Grant) {
+	return &hookedProvider{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
+		return p.Listen(ctx, inbox, func(g lock.Notice) {
 			lg.mu.Lock()
 			if lg.hold && g.Owner != "" {
 				lg.held = append(lg.held, func() { deliver(g) })
@@ -879,9 +879,9 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 	mem := b.replica(t)
 	var (
 		mu      sync.Mutex
-		held    []lock.Grant
+		held    []lock.Notice
 		hold    = true
-		deliver func(lock.Grant)
+		deliver func(lock.Notice)
 	)
 	resume := make(chan struct{}) // closed when the waiter's process continues
 	var stopped atomic.Bool
@@ -890,11 +890,11 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 			<-resume // a look made while the process is stopped is sent when it continues
 		}
 		return mem.Queue(ctx, key, w)
-	}, OnListen: func(ctx context.Context, inbox string, d func(lock.Grant)) (func(), error) {
+	}, OnListen: func(ctx context.Context, inbox string, d func(lock.Notice)) (func(), error) {
 		mu.Lock()
 		deliver = d
 		mu.Unlock()
-		return mem.Listen(ctx, inbox, func(g lock.Grant) {
+		return mem.Listen(ctx, inbox, func(g lock.Notice) {
 			mu.Lock()
 			defer mu.Unlock()
 			if hold && g.Owner != "" {
@@ -995,8 +995,8 @@ func TestGrantAfterTheWaitEndedIsHandedOn(t *testing.T) {
 				<-delivered
 				return lock.Record{Owner: l.Owner(), Token: l.Token(), TTL: time.Second}, nil // as if sent before the release
 			}
-			p := &hookedProvider{Provider: mem, OnQueue: onAgain, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-				return mem.Listen(ctx, inbox, func(g lock.Grant) {
+			p := &hookedProvider{Provider: mem, OnQueue: onAgain, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
+				return mem.Listen(ctx, inbox, func(g lock.Notice) {
 					deliver(g)
 					if g.Owner != "" {
 						delivered <- struct{}{}

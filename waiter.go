@@ -27,7 +27,7 @@ type waiter struct {
 	req   Waiter
 	state waiterState
 
-	grants chan Grant    // a lock handed over from the queue
+	grants chan Notice   // a lock handed over from the queue
 	wake   chan struct{} // look again: the lock entered a grace period
 
 	asked      time.Time     // when the last request that left it queued was sent
@@ -163,7 +163,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 // record after w's last request was sent, so the lease counts from then
 // (see confirm); when w cannot tell the grant's age (a later look did not
 // show the holder's token), it renews it before it relies on it.
-func (w *waiter) take(ctx context.Context, g Grant) (*Lock, error) {
+func (w *waiter) take(ctx context.Context, g Notice) (*Lock, error) {
 	if ctx.Err() != nil {
 		// The wait ended as the grant came (select chose it over
 		// ctx.Done): giveUp's Leave hands it on.

@@ -619,9 +619,9 @@ func (p *stoppable) pause() {
 	}
 }
 
-func (p *stoppable) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+func (p *stoppable) Listen(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
 	p.pause()
-	stop, err := p.Provider.Listen(ctx, inbox, func(g lock.Grant) {
+	stop, err := p.Provider.Listen(ctx, inbox, func(g lock.Notice) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.resumed != nil {

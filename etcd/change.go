@@ -152,7 +152,7 @@ func (ch *change) serve(self string, selfWaits bool) (e *entry, dropped int) {
 }
 
 // handTo stores a record for waiter e on lease, as granted at now, and
-// sends e's inbox its Grant: a message on the same lease, whose revision
+// sends e's inbox its Notice: a message on the same lease, whose revision
 // (the change's) is the grant's token. The lease was granted after the
 // state was read, and so after e's last request was sent: the record lives
 // at least e.ttl past it, as e's Client counts.

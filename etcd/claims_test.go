@@ -36,9 +36,9 @@ func (e *claimsEnv) claim(weight, limit int) lock.Claim {
 }
 
 // listen listens to c's inbox and returns the channel of its grants.
-func (e *claimsEnv) listen(c lock.Claim) <-chan lock.Grant {
-	ch := make(chan lock.Grant, 16)
-	stop, err := e.p.Listen(e.ctx, c.Inbox, func(g lock.Grant) {
+func (e *claimsEnv) listen(c lock.Claim) <-chan lock.Notice {
+	ch := make(chan lock.Notice, 16)
+	stop, err := e.p.Listen(e.ctx, c.Inbox, func(g lock.Notice) {
 		if g.Key != "" {
 			ch <- g
 		}
@@ -88,14 +88,14 @@ func (e *claimsEnv) keys() int64 {
 	return n
 }
 
-func awaitGrant(t *testing.T, ch <-chan lock.Grant) lock.Grant {
+func awaitGrant(t *testing.T, ch <-chan lock.Notice) lock.Notice {
 	t.Helper()
 	select {
 	case g := <-ch:
 		return g
 	case <-time.After(10 * time.Second):
 		t.Fatal("no grant within 10s")
-		return lock.Grant{}
+		return lock.Notice{}
 	}
 }
 
@@ -173,7 +173,7 @@ func TestClaimQueueFIFO(t *testing.T) {
 
 	require.NoError(t, e.p.ReleaseClaim(e.ctx, e.key, a.Owner))
 	g := awaitGrant(t, gb)
-	assert.Equal(t, lock.Grant{Key: e.key, Owner: b.Owner, Token: g.Token, TTL: b.TTL, Weight: 2}, g)
+	assert.Equal(t, lock.Notice{Key: e.key, Owner: b.Owner, Token: g.Token, TTL: b.TTL, Weight: 2}, g)
 	g = awaitGrant(t, gc)
 	assert.Equal(t, c.Owner, g.Owner, "c fits beside b")
 	assert.Equal(t, 1, g.Weight)
@@ -388,7 +388,7 @@ func TestClaimConcurrentFit(t *testing.T) {
 		p := newProvider(t, ns)
 		c := lock.Claim{Weight: 1 + i%limit, Limit: limit, TTL: time.Minute, Inbox: "inbox:" + randomHex(8)}
 		wake := make(chan struct{}, 1)
-		stop, err := p.Listen(ctx, c.Inbox, func(lock.Grant) {
+		stop, err := p.Listen(ctx, c.Inbox, func(lock.Notice) {
 			select {
 			case wake <- struct{}{}:
 			default:

@@ -37,11 +37,11 @@ var errStalled = errors.New("watch answered no progress request")
 // ends it), and is asked for its progress every progress interval (see
 // WithProgressInterval): a watch that answers neither is given up and
 // opened again from the last revision it delivered, and deliver is called
-// with a Grant without Key, so that the waiters look again at once rather
+// with a Notice without Key, so that the waiters look again at once rather
 // than at their next poll. The same happens when the session is lost.
 // stop deletes the inbox's key and returns once the goroutine has ended.
 // Two Listens may share an inbox; each gets every grant.
-func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (stop func(), err error) {
+func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.Notice)) (stop func(), err error) {
 	if err := lock.CheckInbox(inbox); err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ type listener struct {
 	inbox    string
 	mailbox  string // the prefix of the inbox's messages
 	key      string // the key that says the inbox is listened to
-	deliver  func(lock.Grant)
+	deliver  func(lock.Notice)
 	relisten chan struct{} // the session was lost: list the inbox again
 	done     chan struct{} // closed when run returns
 
@@ -147,7 +147,7 @@ func (l *listener) run(ctx context.Context, rev int64) {
 				return // ctx ended, or the provider closed
 			}
 		}
-		l.deliver(lock.Grant{}) // grants may be late, entries lost: look again
+		l.deliver(lock.Notice{}) // grants may be late, entries lost: look again
 		l.reached(rev)
 		if !sleep(ctx, wait) {
 			return
@@ -272,32 +272,32 @@ func (p *Provider) delivered(ctx context.Context, inbox string, rev int64) {
 // <key>", a claim's, with "<ttl ms> <weight>" as its value, or
 // "e <token> <key>" for a grace period. ok is false for a key that is
 // neither.
-func (l *listener) parse(kv *mvccKV) (lock.Grant, bool) {
+func (l *listener) parse(kv *mvccKV) (lock.Notice, bool) {
 	rest, _ := strings.CutPrefix(string(kv.Key), l.mailbox)
 	kind, rest, _ := strings.Cut(rest, " ")
 	word, key, found := strings.Cut(rest, " ")
 	if !found || key == "" {
-		return lock.Grant{}, false
+		return lock.Notice{}, false
 	}
 	switch kind {
 	case "g":
 		ms, err := strconv.ParseInt(string(kv.Value), 10, 64)
 		if err != nil || ms <= 0 {
-			return lock.Grant{}, false
+			return lock.Notice{}, false
 		}
-		return lock.Grant{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(ms) * time.Millisecond}, true
+		return lock.Notice{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(ms) * time.Millisecond}, true
 	case "c":
 		ms, weight, _ := strings.Cut(string(kv.Value), " ")
 		n, err := strconv.ParseInt(ms, 10, 64)
 		w, werr := strconv.Atoi(weight)
 		if err != nil || werr != nil || n <= 0 || w <= 0 {
-			return lock.Grant{}, false
+			return lock.Notice{}, false
 		}
-		return lock.Grant{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(n) * time.Millisecond, Weight: w}, true
+		return lock.Notice{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(n) * time.Millisecond, Weight: w}, true
 	case "e":
-		return lock.Grant{Key: key}, true
+		return lock.Notice{Key: key}, true
 	}
-	return lock.Grant{}, false
+	return lock.Notice{}, false
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.

@@ -33,7 +33,7 @@ func proxied(t *testing.T, ns string, opts ...etcd.Option) (*etcd.Provider, *fau
 
 // A watch that stops answering (its connection silent, as with a member
 // cut off or stopped) is given up after a progress request goes
-// unanswered: the inbox is told to look again (a Grant without Key) within
+// unanswered: the inbox is told to look again (a Notice without Key) within
 // about two progress intervals, and grants reach it again once the
 // connection answers.
 func TestListenStalledWatchFallsBack(t *testing.T) {
@@ -44,8 +44,8 @@ func TestListenStalledWatchFallsBack(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 
 	inbox := "inbox:" + uniqueName(t)
-	got := make(chan lock.Grant, 64)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Grant) {
+	got := make(chan lock.Notice, 64)
+	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) {
 		select {
 		case got <- g:
 		default:
@@ -60,7 +60,7 @@ func TestListenStalledWatchFallsBack(t *testing.T) {
 	paused := time.Now()
 	select {
 	case g := <-got:
-		assert.Equal(t, lock.Grant{}, g, "a stalled watch tells the inbox to look again")
+		assert.Equal(t, lock.Notice{}, g, "a stalled watch tells the inbox to look again")
 		t.Logf("told to look again %v after the connection went silent", time.Since(paused).Round(time.Millisecond))
 		assert.Less(t, time.Since(paused), 20*progress)
 	case <-time.After(5 * time.Second):
@@ -150,8 +150,8 @@ func TestLookFindingItsGrantFollowsTheMessage(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	const lag = 200 * time.Millisecond // far more than a look's round trip, less than the wait for it (500 ms)
 	inbox := "inbox:" + uniqueName(t)
-	got := make(chan lock.Grant, 8)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Grant) {
+	got := make(chan lock.Notice, 8)
+	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) {
 		time.Sleep(lag)
 		select {
 		case got <- g:
@@ -175,7 +175,7 @@ func TestLookFindingItsGrantFollowsTheMessage(t *testing.T) {
 	require.Equal(t, w.Owner, rec.Owner, "the look finds the key handed to the waiter")
 	select {
 	case g := <-got:
-		assert.Equal(t, lock.Grant{Key: key, Owner: w.Owner, Token: g.Token, TTL: w.TTL}, g, "the inbox was told of the grant")
+		assert.Equal(t, lock.Notice{Key: key, Owner: w.Owner, Token: g.Token, TTL: w.TTL}, g, "the inbox was told of the grant")
 	default:
 		assert.Fail(t, "the look was answered before its grant's message was delivered")
 	}

@@ -58,8 +58,8 @@ func Renew(b *testing.B, p lock.Provider) {
 func HandOver(b *testing.B, p lock.Provider) {
 	ctx := context.Background()
 	key := uniqueName(b)
-	grants := make(chan lock.Grant, 16)
-	stop, err := p.Listen(ctx, key+":inbox", func(g lock.Grant) {
+	grants := make(chan lock.Notice, 16)
+	stop, err := p.Listen(ctx, key+":inbox", func(g lock.Notice) {
 		if g.Key != "" {
 			grants <- g
 		}

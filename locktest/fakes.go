@@ -104,8 +104,8 @@ type grantStall struct {
 
 // over returns p with its Listen's grants going through s.
 func (s *grantStall) over(p lock.Provider) *testenv.Hooked {
-	return &testenv.Hooked{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
-		return p.Listen(ctx, inbox, func(g lock.Grant) {
+	return &testenv.Hooked{Provider: p, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
+		return p.Listen(ctx, inbox, func(g lock.Notice) {
 			s.mu.Lock()
 			if s.stalled && g.Owner != "" {
 				s.held = append(s.held, func() { deliver(g) })

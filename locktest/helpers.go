@@ -32,7 +32,7 @@ func withoutTTL(r lock.Record) lock.Record {
 // listener is a listened inbox whose grants are kept, in arrival order.
 type listener struct {
 	name    string
-	ch      chan lock.Grant
+	ch      chan lock.Notice
 	dropped atomic.Int32
 }
 
@@ -44,8 +44,8 @@ func listen(t *testing.T, ctx context.Context, p lock.Provider) *listener {
 
 func listenOn(t *testing.T, ctx context.Context, p lock.Provider, name string) *listener {
 	t.Helper()
-	in := &listener{name: name, ch: make(chan lock.Grant, 256)}
-	stop, err := p.Listen(ctx, name, func(g lock.Grant) {
+	in := &listener{name: name, ch: make(chan lock.Notice, 256)}
+	stop, err := p.Listen(ctx, name, func(g lock.Notice) {
 		select {
 		case in.ch <- g:
 		default: // deliver must not block
@@ -66,14 +66,14 @@ func (in *listener) waiter(ttl time.Duration) lock.Waiter {
 }
 
 // next returns the first grant not read yet, waiting up to 5s for it.
-func (in *listener) next(t *testing.T, msgAndArgs ...any) lock.Grant {
+func (in *listener) next(t *testing.T, msgAndArgs ...any) lock.Notice {
 	t.Helper()
 	select {
 	case g := <-in.ch:
 		return g
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "no grant within 5s on inbox "+in.name, msgAndArgs...)
-		return lock.Grant{}
+		return lock.Notice{}
 	}
 }
 

@@ -91,12 +91,12 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 		// The inbox's first message must be its own grant: a grant sent to
 		// it at an earlier Release would come first.
 		g := ins[i].next(t, "waiter %d's inbox is told of its grant", i+1)
-		assert.Equal(t, lock.Grant{Key: key, Owner: w.Owner, Token: g.Token, TTL: w.TTL}, g,
-			"waiter %d is sent a Grant for the key, to its owner, with its own TTL", i+1)
+		assert.Equal(t, lock.Notice{Key: key, Owner: w.Owner, Token: g.Token, TTL: w.TTL}, g,
+			"waiter %d is sent a Notice for the key, to its owner, with its own TTL", i+1)
 		assert.Greater(t, g.Token, last, "waiter %d's token is greater than the previous holder's", i+1)
 		h := holder(t, p, key)
 		assert.Equal(t, w.Owner, h.Owner, "Release hands the key to waiter %d, the first in the queue", i+1)
-		assert.Equal(t, g.Token, h.Token, "the stored record carries the token of the Grant")
+		assert.Equal(t, g.Token, h.Token, "the stored record carries the token of the Notice")
 		assert.False(t, h.Finished, "a handed-over record is not ended")
 		assertTTL(t, w.TTL, h.TTL, "the handed-over record has the waiter's TTL")
 		prev, last = w.Owner, g.Token
@@ -219,8 +219,8 @@ func (s *suite) leaveAfterGrantPassesOn(t *testing.T) {
 
 	require.NoError(t, p.Leave(ctx, key, w1), "the first waiter leaves, holding the key")
 	g2 := in2.next(t, "the second waiter is told of the key passed on by Leave")
-	assert.Equal(t, lock.Grant{Key: key, Owner: w2.Owner, Token: g2.Token, TTL: w2.TTL}, g2,
-		"the second waiter is sent a Grant with its owner and TTL")
+	assert.Equal(t, lock.Notice{Key: key, Owner: w2.Owner, Token: g2.Token, TTL: w2.TTL}, g2,
+		"the second waiter is sent a Notice with its owner and TTL")
 	assert.Greater(t, g2.Token, g1.Token, "the passed-on grant has a greater token")
 	h := holder(t, p, key)
 	assert.Equal(t, w2.Owner, h.Owner, "Leave by the holder passes the key on to the next waiter")
@@ -273,7 +273,7 @@ func (s *suite) leaveAfterLostReplyReleases(t *testing.T) {
 	quiet(t, ctx, p, in)
 }
 
-// gracePeriodTellsWaiters: ending a record tells its waiters with a Grant
+// gracePeriodTellsWaiters: ending a record tells its waiters with a Notice
 // without Owner, takes them out of the queue, and keeps the key closed to
 // them until the record expires.
 func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
@@ -288,7 +288,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	const grace = 2 * time.Second
 	require.NoError(t, p.Finish(ctx, key, a, grace), "the holder ends its record")
 	g := in1.next(t, "the waiter is told of the grace period")
-	assert.Equal(t, lock.Grant{Key: key}, g, "a grace period is told with a Grant for the key without Owner")
+	assert.Equal(t, lock.Notice{Key: key}, g, "a grace period is told with a Notice for the key without Owner")
 
 	w1.Look = lock.LookAgain
 	rec, err := p.Queue(ctx, key, w1)
@@ -379,7 +379,7 @@ func (s *suite) againFindsOwnGrant(t *testing.T) {
 	assert.Greater(t, rec.Token, recA.Token)
 	assertTTL(t, queueTTL, rec.TTL, "the found record has the waiter's TTL")
 	g := in.next(t, "the grant message was sent all the same")
-	assert.Equal(t, lock.Grant{Key: key, Owner: w1.Owner, Token: rec.Token, TTL: queueTTL}, g,
+	assert.Equal(t, lock.Notice{Key: key, Owner: w1.Owner, Token: rec.Token, TTL: queueTTL}, g,
 		"the look again returns the grant the message announced")
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
 	assertFree(t, ctx, p, key, "the waiter that found its grant was not left in the queue")
@@ -410,7 +410,7 @@ func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 		assert.Equal(t, w1.Owner, rec.Owner, "the caller is shown the first waiter as the holder")
 	}
 	g := in1.next(t, "the first waiter is told of its grant")
-	assert.Equal(t, lock.Grant{Key: key, Owner: w1.Owner, Token: g.Token, TTL: w1.TTL}, g, "the first waiter is served")
+	assert.Equal(t, lock.Notice{Key: key, Owner: w1.Owner, Token: g.Token, TTL: w1.TTL}, g, "the first waiter is served")
 	assert.Greater(t, g.Token, recA.Token)
 	assert.Equal(t, w1.Owner, holder(t, p, key).Owner, "the first waiter holds the key")
 
@@ -488,12 +488,12 @@ func (s *suite) listenStopWaitsForDeliver(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	inbox := "inbox:" + uniqueName(t)
 	var calls atomic.Int32
-	entered := make(chan lock.Grant, 1)
+	entered := make(chan lock.Notice, 1)
 	unblock := make(chan struct{})
 	var unblockOnce sync.Once
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
 	t.Cleanup(release)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Grant) {
+	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) {
 		calls.Add(1)
 		select {
 		case entered <- g:
@@ -546,7 +546,7 @@ func (s *suite) listenStopWaitsForDeliver(t *testing.T) {
 func (s *suite) listenAgainAfterStop(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	inbox := "inbox:" + uniqueName(t)
-	stop, err := p.Listen(ctx, inbox, func(lock.Grant) {})
+	stop, err := p.Listen(ctx, inbox, func(lock.Notice) {})
 	require.NoError(t, err)
 	stop()
 	in := listenOn(t, ctx, p, inbox)
@@ -569,7 +569,7 @@ func (s *suite) listenTwiceSameInbox(t *testing.T) {
 	}
 	p, ctx := s.p, s.ctx
 	in := listen(t, ctx, p)
-	stop, err := p.Listen(ctx, in.name, func(lock.Grant) {})
+	stop, err := p.Listen(ctx, in.name, func(lock.Notice) {})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a second Listen on an inbox already listened to is refused")
 	assert.Nil(t, stop, "a refused Listen returns no stop function")
 	key, a := uniqueName(t), newOwner()
@@ -585,10 +585,10 @@ func (s *suite) listenTwiceSameInbox(t *testing.T) {
 // listenBadInput: Listen refuses an empty, too long or white-space inbox and a
 // nil deliver.
 func (s *suite) listenBadInput(t *testing.T) {
-	deliver := func(lock.Grant) {}
+	deliver := func(lock.Notice) {}
 	cases := []struct {
 		name, inbox string
-		deliver     func(lock.Grant)
+		deliver     func(lock.Notice)
 	}{
 		{"EmptyInbox", "", deliver},
 		{"InboxWithSpace", "in box", deliver},

@@ -24,13 +24,13 @@ type claimer struct {
 	key    string
 	limit  int
 	inbox  string
-	grants chan lock.Grant
+	grants chan lock.Notice
 }
 
 func newClaimer(t *testing.T, p *postgres.Provider, limit int) *claimer {
 	t.Helper()
-	c := &claimer{t: t, p: p, key: uniqueName(t), limit: limit, inbox: "inbox:" + randomHex(4), grants: make(chan lock.Grant, 100)}
-	stop, err := p.Listen(ctxTimeout(t, 10*time.Second), c.inbox, func(g lock.Grant) { c.grants <- g })
+	c := &claimer{t: t, p: p, key: uniqueName(t), limit: limit, inbox: "inbox:" + randomHex(4), grants: make(chan lock.Notice, 100)}
+	stop, err := p.Listen(ctxTimeout(t, 10*time.Second), c.inbox, func(g lock.Notice) { c.grants <- g })
 	require.NoError(t, err)
 	t.Cleanup(stop)
 	return c
@@ -72,14 +72,14 @@ func (c *claimer) holders() []string {
 }
 
 // grant waits for the next grant of the inbox.
-func (c *claimer) grant() lock.Grant {
+func (c *claimer) grant() lock.Notice {
 	c.t.Helper()
 	select {
 	case g := <-c.grants:
 		return g
 	case <-time.After(5 * time.Second):
 		c.t.Fatal("no grant within 5s")
-		return lock.Grant{}
+		return lock.Notice{}
 	}
 }
 

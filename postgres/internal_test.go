@@ -51,13 +51,13 @@ func TestChannel(t *testing.T) {
 func TestParseGrant(t *testing.T) {
 	g, ok := parseGrant(`{"k":"lock:{a}","o":"o-1","t":42,"ttl":1500}`)
 	assert.True(t, ok)
-	assert.Equal(t, lock.Grant{Key: "lock:{a}", Owner: "o-1", Token: 42, TTL: 1500 * time.Millisecond}, g)
+	assert.Equal(t, lock.Notice{Key: "lock:{a}", Owner: "o-1", Token: 42, TTL: 1500 * time.Millisecond}, g)
 	g, ok = parseGrant(`{"k":"sem:{a}","o":"o-2","t":43,"ttl":1500,"w":2}`)
 	assert.True(t, ok)
-	assert.Equal(t, lock.Grant{Key: "sem:{a}", Owner: "o-2", Token: 43, TTL: 1500 * time.Millisecond, Weight: 2}, g, "a claim's grant")
+	assert.Equal(t, lock.Notice{Key: "sem:{a}", Owner: "o-2", Token: 43, TTL: 1500 * time.Millisecond, Weight: 2}, g, "a claim's grant")
 	g, ok = parseGrant(`{"k":"lock:{a}"}`)
 	assert.True(t, ok)
-	assert.Equal(t, lock.Grant{Key: "lock:{a}"}, g, "a grace period")
+	assert.Equal(t, lock.Notice{Key: "lock:{a}"}, g, "a grace period")
 	for _, bad := range []string{"", "garbage", `{}`, `{"o":"x","t":1,"ttl":1}`, `{"k":"a","o":"x","ttl":1}`,
 		`{"k":"a","o":"x","t":1}`, `{"k":"a","o":"x","t":-1,"ttl":1}`, `{"k":"a","o":"x","t":1,"ttl":1,"w":-1}`, `["k"]`} {
 		_, ok := parseGrant(bad)

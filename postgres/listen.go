@@ -48,10 +48,10 @@ func channel(inbox string) string {
 // channel, so that every grant notified afterwards reaches deliver. A
 // goroutine then waits for notifications and calls deliver, one call at a
 // time. When the connection fails, it opens another (backing off up to 5s
-// between attempts), listens again, and delivers a Grant without Key. stop
+// between attempts), listens again, and delivers a Notice without Key. stop
 // closes the connection and returns once the goroutine has ended. Two
 // Listens may share an inbox; each gets every grant.
-func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (stop func(), err error) {
+func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.Notice)) (stop func(), err error) {
 	if err := checkInbox(inbox); err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.G
 type listener struct {
 	p       *Provider
 	channel string
-	deliver func(lock.Grant)
+	deliver func(lock.Notice)
 }
 
 // connect takes a connection out of the pool and listens on it.
@@ -115,7 +115,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 		if conn = l.reconnect(ctx); conn == nil {
 			return
 		}
-		l.deliver(lock.Grant{}) // grants notified meanwhile were lost
+		l.deliver(lock.Notice{}) // grants notified meanwhile were lost
 	}
 }
 
@@ -190,16 +190,16 @@ type notice struct {
 }
 
 // parseGrant decodes a payload; ok is false for one that is not ours.
-func parseGrant(payload string) (g lock.Grant, ok bool) {
+func parseGrant(payload string) (g lock.Notice, ok bool) {
 	var n notice
 	if err := json.Unmarshal([]byte(payload), &n); err != nil || n.Key == "" {
-		return lock.Grant{}, false
+		return lock.Notice{}, false
 	}
 	if n.Owner == "" {
-		return lock.Grant{Key: n.Key}, true
+		return lock.Notice{Key: n.Key}, true
 	}
 	if n.Token == 0 || n.TTL <= 0 || n.Weight < 0 {
-		return lock.Grant{}, false
+		return lock.Notice{}, false
 	}
-	return lock.Grant{Key: n.Key, Owner: n.Owner, Token: n.Token, TTL: time.Duration(n.TTL) * time.Millisecond, Weight: n.Weight}, true
+	return lock.Notice{Key: n.Key, Owner: n.Owner, Token: n.Token, TTL: time.Duration(n.TTL) * time.Millisecond, Weight: n.Weight}, true
 }

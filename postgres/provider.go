@@ -45,7 +45,7 @@
 // expired claims, serves its queue, and then does its work; InspectClaims
 // and the counted part of List are plain reads. Serving the queue grants
 // the first waiters while they fit, up to 64 a call, each told with NOTIFY
-// as a lock's waiter is (a Grant with Weight). Claim tokens come from
+// as a lock's waiter is (a Notice with Weight). Claim tokens come from
 // lock_tokens, as the locks' do. A grant of a claim opens up to two other
 // names with expired claims (deletes them and serves those names' queues),
 // so that names never used again do not pile up; a waiter's entry ages out
@@ -77,7 +77,7 @@
 // out two minutes after its waiter's last look.
 //
 // When the Listen connection breaks, the provider reconnects (waiting up
-// to 5s between attempts), listens again, and delivers a Grant without Key:
+// to 5s between attempts), listens again, and delivers a Notice without Key:
 // grants notified meanwhile were lost, and the Client's waiters look again
 // at once.
 //

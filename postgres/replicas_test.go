@@ -166,7 +166,7 @@ func TestForceReleaseTellsHolder(t *testing.T) {
 }
 
 // A Listen connection killed by the server is opened again, listens again,
-// and delivers a Grant without Key; grants reach it afterwards.
+// and delivers a Notice without Key; grants reach it afterwards.
 func TestListenReconnects(t *testing.T) {
 	prefix := testPrefix(t)
 	app := "lock-listen-" + randomHex(4)
@@ -175,8 +175,8 @@ func TestListenReconnects(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	inbox := "inbox:" + uniqueName(t)
 
-	grants := make(chan lock.Grant, 16)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Grant) {
+	grants := make(chan lock.Notice, 16)
+	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) {
 		select {
 		case grants <- g:
 		default:
@@ -197,9 +197,9 @@ func TestListenReconnects(t *testing.T) {
 
 	select {
 	case g := <-grants:
-		assert.Equal(t, lock.Grant{}, g, "a reconnect delivers a Grant without Key")
+		assert.Equal(t, lock.Notice{}, g, "a reconnect delivers a Notice without Key")
 	case <-time.After(20 * time.Second):
-		require.FailNow(t, "no Grant within 20s of the connection's end")
+		require.FailNow(t, "no Notice within 20s of the connection's end")
 	}
 	assert.Eventually(t, func() bool { n := backend(); return n != 0 && n != pid }, 10*time.Second, 10*time.Millisecond,
 		"a new Listen connection replaces the killed one")
@@ -215,7 +215,7 @@ func TestListenReconnects(t *testing.T) {
 	require.NoError(t, p.Release(ctx, key, a))
 	select {
 	case g := <-grants:
-		assert.Equal(t, lock.Grant{Key: key, Owner: w.Owner, Token: g.Token, TTL: w.TTL}, g, "grants reach the new connection")
+		assert.Equal(t, lock.Notice{Key: key, Owner: w.Owner, Token: g.Token, TTL: w.TTL}, g, "grants reach the new connection")
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "no grant within 10s after the reconnect")
 	}
@@ -231,8 +231,8 @@ func TestListenIgnoresForeignPayloads(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	inbox := "inbox:" + randomHex(8) // short: the channel is the inbox
 
-	grants := make(chan lock.Grant, 16)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Grant) { grants <- g })
+	grants := make(chan lock.Notice, 16)
+	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) { grants <- g })
 	require.NoError(t, err)
 	t.Cleanup(stop)
 	for _, payload := range []string{"garbage", `{"o":"x"}`, `{"k":"k","o":"x"}`, `{"k":"k1"}`} {
@@ -241,7 +241,7 @@ func TestListenIgnoresForeignPayloads(t *testing.T) {
 	}
 	select {
 	case g := <-grants:
-		assert.Equal(t, lock.Grant{Key: "k1"}, g, "the payloads before were not grants")
+		assert.Equal(t, lock.Notice{Key: "k1"}, g, "the payloads before were not grants")
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "the grace-period notice did not arrive")
 	}
@@ -322,7 +322,7 @@ func TestCallsEndWithContext(t *testing.T) {
 	cancel()
 	_, err := p.Acquire(ctx, uniqueName(t), "o-1", time.Second)
 	assert.True(t, errors.Is(err, context.Canceled), "a cancelled context ends Acquire: %v", err)
-	_, err = p.Listen(ctx, "inbox:"+randomHex(4), func(lock.Grant) {})
+	_, err = p.Listen(ctx, "inbox:"+randomHex(4), func(lock.Notice) {})
 	assert.True(t, errors.Is(err, context.Canceled), "a cancelled context ends Listen: %v", err)
 }
 

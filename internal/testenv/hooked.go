@@ -20,7 +20,7 @@ type Hooked struct {
 	OnAcquire      func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error)
 	OnQueue        func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
 	OnLeave        func(ctx context.Context, key string, w lock.Waiter) error
-	OnListen       func(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error)
+	OnListen       func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error)
 	OnRelease      func(ctx context.Context, key, owner string) error
 	OnRenew        func(ctx context.Context, key, owner string, ttl time.Duration) error
 	OnFinish       func(ctx context.Context, key, owner string, ttl time.Duration) error
@@ -58,7 +58,7 @@ func (p *Hooked) Leave(ctx context.Context, key string, w lock.Waiter) error {
 	return p.Provider.Leave(ctx, key, w)
 }
 
-func (p *Hooked) Listen(ctx context.Context, inbox string, deliver func(lock.Grant)) (func(), error) {
+func (p *Hooked) Listen(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
 	if p.OnListen != nil {
 		return p.OnListen(ctx, inbox, deliver)
 	}
