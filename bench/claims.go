@@ -598,14 +598,17 @@ func (p *stoppable) stop() {
 // waiting calls go on.
 func (p *stoppable) resume() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, deliver := range p.held {
-		deliver()
-	}
+	held := p.held
 	p.held = nil
 	if p.resumed != nil {
 		close(p.resumed)
 		p.resumed = nil
+	}
+	p.mu.Unlock()
+	// Outside p.mu: a delivery may call the provider (a grant handed back
+	// by a Client that is closing runs its release at once).
+	for _, deliver := range held {
+		deliver()
 	}
 }
 
@@ -623,12 +626,13 @@ func (p *stoppable) Listen(ctx context.Context, inbox string, deliver func(lock.
 	p.pause()
 	stop, err := p.Provider.Listen(ctx, inbox, func(g lock.Notice) {
 		p.mu.Lock()
-		defer p.mu.Unlock()
 		if p.resumed != nil {
 			p.held = append(p.held, func() { deliver(g) })
+			p.mu.Unlock()
 			return
 		}
-		deliver(g)
+		p.mu.Unlock()
+		deliver(g) // outside p.mu: see resume
 	})
 	p.pause()
 	return stop, err
