@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/locktest"
 )
 
 // The Redis provider beside the conformance suite: what it stores and
@@ -50,31 +51,10 @@ func redisStorageConformance(t *testing.T, b backend) {
 	})
 
 	t.Run("RedisBadInputStoresNothing", func(t *testing.T) {
-		key := uniqueName(t)
-		cases := []struct {
-			name, key, owner string
-			ttl              time.Duration
-		}{
-			{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), newOwner(), time.Second},
-			{"EmptyOwner", key, "", time.Second},
-			{"OwnerTooLong", key, strings.Repeat("o", lock.MaxOwnerLen+1), time.Second},
-			{"OwnerWithComma", key, "a,1", time.Second},
-			{"OwnerWithSpace", key, "a b", time.Second},
-			{"OwnerWithNewline", key, "a\n", time.Second},
-			{"ZeroTTL", key, newOwner(), 0},
-			{"TTLUnderOneMillisecond", key, newOwner(), 999 * time.Microsecond},
-			{"NegativeTTL", key, newOwner(), -time.Second},
-		}
-		for _, c := range cases {
-			t.Run(c.name, func(t *testing.T) {
-				_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
-				require.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-				require.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Renew rejects it")
-				require.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Finish rejects it")
-				if c.ttl >= time.Millisecond {
-					require.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
-				}
-				n, err := b.raw.Exists(ctx, rawKey(c.key), queueKey(c.key)).Result()
+		for _, in := range locktest.BadInputs(uniqueName(t)) {
+			t.Run(in.Name, func(t *testing.T) {
+				in.Check(t, ctx, p)
+				n, err := b.raw.Exists(ctx, rawKey(in.Key), queueKey(in.Key)).Result()
 				require.NoError(t, err)
 				assert.Zero(t, n, "nothing is stored for bad input")
 			})
@@ -95,36 +75,14 @@ func redisStorageConformance(t *testing.T, b backend) {
 
 	t.Run("RedisQueueBadInputStoresNothing", func(t *testing.T) {
 		key, inbox := uniqueName(t), "inbox:"+uniqueName(t)
-		good := func() lock.Waiter { return lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox} }
-		cases := []struct {
-			name string
-			w    func() lock.Waiter
-		}{
-			{"EmptyOwner", func() lock.Waiter { w := good(); w.Owner = ""; return w }},
-			{"OwnerWithComma", func() lock.Waiter { w := good(); w.Owner = "a,1"; return w }},
-			{"OwnerWithSpace", func() lock.Waiter { w := good(); w.Owner = "a b"; return w }},
-			{"OwnerTooLong", func() lock.Waiter { w := good(); w.Owner = strings.Repeat("o", lock.MaxOwnerLen+1); return w }},
-			{"EmptyInbox", func() lock.Waiter { w := good(); w.Inbox = ""; return w }},
-			{"InboxWithSpace", func() lock.Waiter { w := good(); w.Inbox = "in box"; return w }},
-			{"InboxWithNewline", func() lock.Waiter { w := good(); w.Inbox += "\n"; return w }},
-			{"InboxTooLong", func() lock.Waiter { w := good(); w.Inbox = strings.Repeat("i", lock.MaxKeyLen+1); return w }},
-			{"ZeroTTL", func() lock.Waiter { w := good(); w.TTL = 0; return w }},
-			{"TTLUnderOneMillisecond", func() lock.Waiter { w := good(); w.TTL = 999 * time.Microsecond; return w }},
-			{"NegativeTTL", func() lock.Waiter { w := good(); w.TTL = -time.Second; return w }},
-		}
+		good := lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
 		check := func(t *testing.T, held bool) {
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					for _, flags := range []lock.Waiter{{}, {Look: lock.LookJoin}, {Look: lock.LookFair}, {Look: lock.LookAgain}} {
-						w := c.w()
-						w.Look = flags.Look
-						_, err := p.Queue(ctx, key, w)
-						require.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue %+v rejects it", flags)
-					}
-					require.ErrorIs(t, p.Leave(ctx, key, c.w()), lock.ErrInvalidArgument, "Leave rejects it")
-					keys := []string{queueKey(key)}
-					if !held {
-						keys = append(keys, rawKey(key))
+			for _, c := range locktest.BadWaiters(key, good) {
+				t.Run(c.Name, func(t *testing.T) {
+					c.Check(t, ctx, p)
+					keys := []string{queueKey(c.Key)}
+					if !held || c.Key != key {
+						keys = append(keys, rawKey(c.Key))
 					}
 					n, err := b.raw.Exists(ctx, keys...).Result()
 					require.NoError(t, err)

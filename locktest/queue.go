@@ -616,37 +616,9 @@ func (s *suite) queueBadInput(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key := uniqueName(t)
 	in := listen(t, ctx, p)
-	good := func() lock.Waiter { return in.waiter(queueTTL) }
-	cases := []struct {
-		name string
-		key  string
-		w    func() lock.Waiter
-	}{
-		{"EmptyKey", "", good},
-		{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), good},
-		{"EmptyOwner", key, func() lock.Waiter { w := good(); w.Owner = ""; return w }},
-		{"OwnerWithComma", key, func() lock.Waiter { w := good(); w.Owner = "a,1"; return w }},
-		{"OwnerWithSpace", key, func() lock.Waiter { w := good(); w.Owner = "a b"; return w }},
-		{"OwnerTooLong", key, func() lock.Waiter { w := good(); w.Owner = strings.Repeat("o", lock.MaxOwnerLen+1); return w }},
-		{"EmptyInbox", key, func() lock.Waiter { w := good(); w.Inbox = ""; return w }},
-		{"InboxWithSpace", key, func() lock.Waiter { w := good(); w.Inbox = "in box"; return w }},
-		{"InboxWithNewline", key, func() lock.Waiter { w := good(); w.Inbox += "\n"; return w }},
-		{"InboxTooLong", key, func() lock.Waiter { w := good(); w.Inbox = strings.Repeat("i", lock.MaxKeyLen+1); return w }},
-		{"ZeroTTL", key, func() lock.Waiter { w := good(); w.TTL = 0; return w }},
-		{"TTLUnderOneMillisecond", key, func() lock.Waiter { w := good(); w.TTL = 999 * time.Microsecond; return w }},
-		{"NegativeTTL", key, func() lock.Waiter { w := good(); w.TTL = -time.Second; return w }},
-	}
 	check := func(t *testing.T) {
-		for _, c := range cases {
-			t.Run(c.name, func(t *testing.T) {
-				for _, flags := range []lock.Waiter{{}, {Look: lock.LookJoin}, {Look: lock.LookFair}, {Look: lock.LookAgain}} {
-					w := c.w()
-					w.Look = flags.Look
-					_, err := p.Queue(ctx, c.key, w)
-					assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue %+v rejects it", flags)
-				}
-				assert.ErrorIs(t, p.Leave(ctx, c.key, c.w()), lock.ErrInvalidArgument, "Leave rejects it")
-			})
+		for _, c := range BadWaiters(key, in.waiter(queueTTL)) {
+			t.Run(c.Name, func(t *testing.T) { c.Check(t, ctx, p) })
 		}
 	}
 	t.Run("FreeKey", check)

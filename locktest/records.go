@@ -291,31 +291,8 @@ func (s *suite) ttlLongerThan25Days(t *testing.T) {
 func (s *suite) badInput(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key := uniqueName(t)
-	cases := []struct {
-		name, key, owner string
-		ttl              time.Duration
-	}{
-		{"EmptyKey", "", newOwner(), time.Second},
-		{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), newOwner(), time.Second},
-		{"EmptyOwner", key, "", time.Second},
-		{"OwnerTooLong", key, strings.Repeat("o", lock.MaxOwnerLen+1), time.Second},
-		{"OwnerWithComma", key, "a,1", time.Second},
-		{"OwnerWithSpace", key, "a b", time.Second},
-		{"OwnerWithNewline", key, "a\n", time.Second},
-		{"ZeroTTL", key, newOwner(), 0},
-		{"TTLUnderOneMillisecond", key, newOwner(), 999 * time.Microsecond},
-		{"NegativeTTL", key, newOwner(), -time.Second},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := p.Acquire(ctx, c.key, c.owner, c.ttl)
-			assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Acquire rejects it")
-			assert.ErrorIs(t, p.Renew(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Renew rejects it")
-			assert.ErrorIs(t, p.Finish(ctx, c.key, c.owner, c.ttl), lock.ErrInvalidArgument, "Finish rejects it")
-			if c.ttl >= time.Millisecond {
-				assert.ErrorIs(t, p.Release(ctx, c.key, c.owner), lock.ErrInvalidArgument, "Release rejects it")
-			}
-		})
+	for _, in := range BadInputs(key) {
+		t.Run(in.Name, func(t *testing.T) { in.Check(t, ctx, p) })
 	}
 	o := newOwner()
 	rec := mustAcquire(t, p, key, o, 10*time.Second)
