@@ -56,9 +56,8 @@ type Sentinel struct {
 	t         testing.TB
 	sentinels []*sentinelProc
 
-	mu      sync.Mutex // guards the clients, by address
-	sclient map[string]*redis.SentinelClient
-	nclient map[string]*redis.Client
+	sentinelClients clients[*redis.SentinelClient]
+	nodeClients     clients[*redis.Client]
 }
 
 // sentinelProc is one redis-server running in sentinel mode.
@@ -78,8 +77,13 @@ func StartSentinel(t testing.TB, o SentinelOptions) *Sentinel {
 	t.Helper()
 	o = o.withDefaults()
 	bin := RequireRedis(t)
-	s := &Sentinel{t: t, sclient: make(map[string]*redis.SentinelClient), nclient: make(map[string]*redis.Client)}
-	t.Cleanup(s.closeClients)
+	s := &Sentinel{
+		t:               t,
+		sentinelClients: clients[*redis.SentinelClient]{open: redis.NewSentinelClient},
+		nodeClients:     clients[*redis.Client]{open: redis.NewClient},
+	}
+	t.Cleanup(s.sentinelClients.close)
+	t.Cleanup(s.nodeClients.close)
 	for range 1 + o.Replicas {
 		s.Nodes = append(s.Nodes, StartRedis(t))
 	}
@@ -464,42 +468,46 @@ func (s *Sentinel) Logs() string {
 
 // sentinelClient returns the client of the sentinel at addr, made once.
 func (s *Sentinel) sentinelClient(addr string) *redis.SentinelClient {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.sclient[addr]
-	if c == nil {
-		c = redis.NewSentinelClient(clientOptions(addr))
-		s.sclient[addr] = c
-	}
-	return c
+	return s.sentinelClients.get(addr)
 }
 
 // nodeClient returns the client of the data node at addr, made once.
 func (s *Sentinel) nodeClient(addr string) *redis.Client {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.nclient[addr]
-	if c == nil {
-		c = redis.NewClient(clientOptions(addr))
-		s.nclient[addr] = c
+	return s.nodeClients.get(addr)
+}
+
+// clients are go-redis clients (of sentinels or of data nodes) by address,
+// each made by open once, on first use, and closed by close. The zero
+// clients with open set is ready; it is safe for concurrent use.
+type clients[C interface{ Close() error }] struct {
+	open func(*redis.Options) C
+	mu   sync.Mutex
+	m    map[string]C
+}
+
+// get returns the client of addr.
+func (cs *clients[C]) get(addr string) C {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c, ok := cs.m[addr]
+	if !ok {
+		c = cs.open(&redis.Options{
+			Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			MaxRetries: -1, ContextTimeoutEnabled: true,
+		})
+		if cs.m == nil {
+			cs.m = map[string]C{}
+		}
+		cs.m[addr] = c
 	}
 	return c
 }
 
-func clientOptions(addr string) *redis.Options {
-	return &redis.Options{
-		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		MaxRetries: -1, ContextTimeoutEnabled: true,
-	}
-}
-
-func (s *Sentinel) closeClients() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.sclient {
-		_ = c.Close()
-	}
-	for _, c := range s.nclient {
+// close closes every client made.
+func (cs *clients[C]) close() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.m {
 		_ = c.Close()
 	}
 }
