@@ -118,16 +118,8 @@ func TestRedisCluster(t *testing.T) {
 
 	t.Run("release wakes a waiter through pub/sub", func(t *testing.T) {
 		holder := newClusterLockClient(t, addrs)
-		contended := make(chan string, 16)
-		waiter := newClusterLockClient(t, addrs, lock.WithPollInterval(10*time.Second),
-			lock.WithEvents(func(e lock.Event) {
-				if e.Kind == lock.EventContended {
-					select {
-					case contended <- e.Key:
-					default:
-					}
-				}
-			}))
+		contended, events := onContended()
+		waiter := newClusterLockClient(t, addrs, lock.WithPollInterval(10*time.Second), events)
 
 		// Subscribe the waiter: a first wait, cut short, makes the Client
 		// listen on its inbox: with sharded pub/sub, on the shard channel of
@@ -209,15 +201,8 @@ func TestRedisCluster(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, 2)
 		for _, who := range []string{"first", "second"} {
-			contended := make(chan struct{}, 1)
-			c := newClusterLockClient(t, addrs, lock.WithEvents(func(e lock.Event) {
-				if e.Kind == lock.EventContended {
-					select {
-					case contended <- struct{}{}:
-					default:
-					}
-				}
-			}))
+			contended, events := onContended()
+			c := newClusterLockClient(t, addrs, events)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -278,7 +263,8 @@ func TestRedisCluster(t *testing.T) {
 	})
 }
 
-func drain[T any](ch chan T) {
+// drain takes what ch holds.
+func drain(ch <-chan struct{}) {
 	for {
 		select {
 		case <-ch:
@@ -299,13 +285,7 @@ func newClusterRedis(t testing.TB, addrs []string) *redis.ClusterClient {
 
 // clusterOptions are the options of the tests' Cluster clients of addrs.
 func clusterOptions(addrs []string) *redis.ClusterOptions {
-	return &redis.ClusterOptions{
-		Addrs:                 addrs,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           2 * time.Second,
-		WriteTimeout:          2 * time.Second,
-	}
+	return universalOptions(addrs...).Cluster()
 }
 
 // newClusterLockClient returns a lock Client on a Redis provider over a

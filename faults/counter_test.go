@@ -105,14 +105,9 @@ func TestMultiProcessCounter(t *testing.T) {
 // roleCounter is a child of TestMultiProcessCounter. It reports
 // "counter grants=N sections=N overlaps=N errors=N first_error=...".
 func roleCounter(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	name := childEnv(t, "FAULTS_LOCK")
-	goroutines, err := strconv.Atoi(childEnv(t, "FAULTS_GOROUTINES"))
-	require.NoError(t, err)
-	iterations, err := strconv.Atoi(childEnv(t, "FAULTS_ITERATIONS"))
-	require.NoError(t, err)
-
-	rc := newRedis(t, addr)
+	rc, name := childRedis(t)
+	goroutines := childInt(t, "FAULTS_GOROUTINES")
+	iterations := childInt(t, "FAULTS_ITERATIONS")
 	c := newClient(t, rc, lock.WithPollInterval(100*time.Millisecond))
 	ctx := ctxTimeout(t, 50*time.Second)
 	require.NoError(t, rc.Ping(ctx).Err())

@@ -379,11 +379,9 @@ func TestElectionBlackholedLeader(t *testing.T) {
 // told "resign" on stdin, it reports "resigned at=<Unix ns when Resign was
 // called> err=...". Otherwise it leads until it is killed.
 func roleLeader(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	role := childEnv(t, "FAULTS_LOCK")
-	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
-	require.NoError(t, err)
-	c := newClient(t, newRedis(t, addr))
+	rc, role := childRedis(t)
+	lease := childDuration(t, "FAULTS_LEASE")
+	c := newClient(t, rc)
 	ctx := ctxTimeout(t, 60*time.Second)
 	term, err := c.Campaign(ctx, role, lock.ElectionOptions{Lease: lease})
 	require.NoError(t, err)
@@ -430,49 +428,26 @@ func TestElectionStoppedLeaders(t *testing.T) {
 	children := make([]*faults.Child, procs)
 	for i := range children {
 		children[i] = startChild(t, "lead-writer", "FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+role,
-			"FAULTS_LEASE="+lease.String(), "FAULTS_NAME=writer-"+strconv.Itoa(i))
+			"FAULTS_LEASE="+lease.String(), "FAULTS_NAME="+faults.WriterName(i))
 		go b.Follow(i, children[i].Lines)
 	}
 	leaderOf := func() (int, uint64) {
 		st, err := obs.Inspect(ctx, role)
 		require.NoError(t, err)
-		for i := range procs {
-			if st.Identity == "writer-"+strconv.Itoa(i) {
-				return i, st.Token
-			}
-		}
-		return -1, 0
+		return faults.WriterIndex(st.Identity, procs), st.Token
 	}
 	var last uint64
 	var stale, staleRefused, inFlight int
 	for r := range rounds {
-		var i int
-		var term uint64
-		require.Eventually(t, func() bool {
-			i, term = leaderOf()
-			return i >= 0 && b.Wrote(term)
-		}, 10*time.Second, time.Millisecond, "round %d: a process leads and has written", r)
+		i, term := b.AwaitLeader(t, r, leaderOf)
 		expect(t, term > last, "round %d: term %d after %d", r, term, last)
 		last = term
-		require.NoError(t, children[i].Cmd.Process.Signal(syscall.SIGSTOP))
-		stopped := time.Now()
 		fault(t, "SIGSTOP the leader")
-		var next uint64
-		require.Eventually(t, func() bool {
-			j, tn := leaderOf()
-			next = tn
-			return j >= 0 && j != i && tn > term && b.Wrote(tn)
-		}, 10*time.Second, time.Millisecond, "round %d: another process leads and writes while writer-%d is stopped", r, i)
+		next, resumed := b.StopLeader(t, r, children[i], i, term, 2*lease, leaderOf)
 		stats.grants.Add(1)
-		time.Sleep(time.Until(stopped.Add(2 * lease)))
-		resumed := time.Now()
-		require.NoError(t, children[i].Cmd.Process.Signal(syscall.SIGCONT))
-		// The stopped leader's term ends (its function returns) after its
-		// next write: started after it continued, or in flight when it was
-		// stopped (then not counted here: the fence's log says whether it
-		// ran before the new leader's writes).
-		require.Eventually(t, func() bool { return b.Ended(term) }, 10*time.Second, time.Millisecond,
-			"round %d: writer-%d's term %d ends after it continued", r, i, term)
+		// A write of the stopped leader's in flight when it was stopped is
+		// not counted here: the fence's log says whether it ran before the
+		// new leader's writes.
 		passed, refused, failed := b.ResumedWrites(term, resumed)
 		n := passed + refused + failed
 		if n == 0 {
@@ -514,11 +489,8 @@ func TestElectionStoppedLeaders(t *testing.T) {
 // once the term's context has ended, ends the term. "quit" on stdin ends
 // its Lead.
 func roleLeadWriter(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	role := childEnv(t, "FAULTS_LOCK")
-	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
-	require.NoError(t, err)
-	rc := newRedis(t, addr)
+	rc, role := childRedis(t)
+	lease := childDuration(t, "FAULTS_LEASE")
 	c := newClient(t, rc, lock.WithIdentity(childEnv(t, "FAULTS_NAME")), lock.WithPollInterval(50*time.Millisecond))
 	fence, data, log := fenceKeysOf(role)
 	ctx, quit := context.WithCancel(context.Background())
@@ -526,7 +498,7 @@ func roleLeadWriter(t *testing.T) {
 		readLine(stdin())
 		quit()
 	}()
-	err = c.Lead(ctx, role, func(ctx context.Context) error {
+	err := c.Lead(ctx, role, func(ctx context.Context) error {
 		l, _ := lock.FromContext(ctx)
 		for {
 			start := time.Now()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,30 +49,17 @@ func TestFencedWriteOfStoppedHolder(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	const name = "fence-stopped"
 	fence, data, log := fenceKeysOf(name)
-	ch := startChild(t, "fence-holder",
-		"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_LEASE="+signalLease.String())
-	word, f := faults.Fields(ch.Next(ctx))
-	require.Equal(t, "held", word)
-	childToken := atou(t, f["token"])
-	stats.grants.Add(1)
-
-	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGSTOP))
-	stopped := time.Now()
-	fault(t, "SIGSTOP the holder")
+	ch, childToken := startHolder(t, ctx, "fence-holder", srv.Addr, name)
+	stopped := stopHolder(t, ch)
 
 	c := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(50*time.Millisecond))
-	l, err := c.Acquire(ctxTimeout(t, 10*time.Second), name,
-		lock.Options{Wait: true, Lease: 5 * time.Second, MaxDuration: 20 * time.Second})
-	require.NoError(t, err, "acquire while the holder is stopped")
-	stats.grants.Add(1)
+	l := waitTakeOver(t, c, name, "while the holder is stopped")
 	require.NoError(t, fenceWrite.Run(ctx, direct, fence, l.Token(), []string{data, log}, "new-holder").Err(),
 		"the new holder's write (token %d)", l.Token())
 
-	time.Sleep(time.Until(stopped.Add(2 * signalLease)))
-	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGCONT))
-	ch.Send("go")
+	continueHolder(t, ch, stopped)
 
-	word, f = faults.Fields(ch.Next(ctx))
+	word, f := faults.Fields(ch.Next(ctx))
 	require.Equal(t, "result", word)
 	expect(t, f["stale"] == "true", "the stopped holder's write with token %d: %s, want ErrStaleToken", childToken, f["err"])
 	expect(t, f["mark"] == strconv.FormatUint(l.Token(), 10), "the mark in the stopped holder's error: %s, want the new holder's token %d", f["mark"], l.Token())
@@ -89,11 +75,8 @@ func TestFencedWriteOfStoppedHolder(t *testing.T) {
 // after it was stopped and continued), makes its fenced write, and reports
 // "result stale=BOOL mark=M err=...".
 func roleFenceHolder(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	name := childEnv(t, "FAULTS_LOCK")
-	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
-	require.NoError(t, err)
-	rc := newRedis(t, addr)
+	rc, name := childRedis(t)
+	lease := childDuration(t, "FAULTS_LEASE")
 	c := newClient(t, rc)
 	ctx := ctxTimeout(t, 30*time.Second)
 	fence, data, log := fenceKeysOf(name)
@@ -177,11 +160,8 @@ func TestFencedWritesAcrossProcesses(t *testing.T) {
 // after 0-3 ms. It reports "writer refused_held=N late=N late_refused=N
 // errors=N first_error=...".
 func roleFenceWriter(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	name := childEnv(t, "FAULTS_LOCK")
-	rounds, err := strconv.Atoi(childEnv(t, "FAULTS_ROUNDS"))
-	require.NoError(t, err)
-	rc := newRedis(t, addr)
+	rc, name := childRedis(t)
+	rounds := childInt(t, "FAULTS_ROUNDS")
 	c := newClient(t, rc, lock.WithPollInterval(50*time.Millisecond))
 	ctx := ctxTimeout(t, 50*time.Second)
 	fence, data, log := fenceKeysOf(name)

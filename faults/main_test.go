@@ -99,18 +99,25 @@ func fault(t testing.TB, what string) {
 	t.Logf("fault: %s", what)
 }
 
-// newRedis returns a go-redis client of addr, closed at the end of the test.
-// ContextTimeoutEnabled makes the context's deadline bound the socket reads
-// and writes, so that a call on a dead connection ends with its context.
-func newRedis(t testing.TB, addr string, opts ...func(*redis.Options)) *redis.Client {
-	t.Helper()
-	o := &redis.Options{
-		Addr:                  addr,
+// universalOptions are the options of the tests' go-redis clients of addrs
+// (Simple, Cluster or Failover, with MasterName, make them). With
+// ContextTimeoutEnabled the context's deadline bounds the socket reads and
+// writes, so that a call on a dead connection ends with its context.
+func universalOptions(addrs ...string) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:                 addrs,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           time.Second,
 		ReadTimeout:           2 * time.Second,
 		WriteTimeout:          2 * time.Second,
 	}
+}
+
+// newRedis returns a go-redis client of addr (universalOptions, then opts),
+// closed at the end of the test.
+func newRedis(t testing.TB, addr string, opts ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := universalOptions(addr).Simple()
 	for _, fn := range opts {
 		fn(o)
 	}
@@ -262,6 +269,27 @@ func childEnv(t testing.TB, name string) string {
 	return v
 }
 
+// childRedis returns what the parent gives every role: a go-redis client of
+// the Redis server at FAULTS_REDIS, and the name of the lock, FAULTS_LOCK.
+func childRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	return newRedis(t, childEnv(t, "FAULTS_REDIS")), childEnv(t, "FAULTS_LOCK")
+}
+
+// childDuration reads a duration the parent set for a child.
+func childDuration(t testing.TB, name string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(childEnv(t, name))
+	require.NoError(t, err, "parse %s", name)
+	return d
+}
+
+// childInt reads a number the parent set for a child.
+func childInt(t testing.TB, name string) int {
+	t.Helper()
+	return int(atoi(t, childEnv(t, name)))
+}
+
 // readLine reads one command line from stdin.
 func readLine(r *bufio.Reader) string {
 	s, _ := r.ReadString('\n')
@@ -270,27 +298,46 @@ func readLine(r *bufio.Reader) string {
 
 var stdin = sync.OnceValue(func() *bufio.Reader { return bufio.NewReader(os.Stdin) })
 
-// checkHandedOver has holder take the lock called name and waiter wait for
-// it, then checks that the release hands it to the waiter at once: waiter
-// polls every 10 s, so only the handoff can wake it that soon. contended
-// receives when the waiter has found the lock held (its EventContended).
-func checkHandedOver[T any](t *testing.T, ctx context.Context, holder, waiter *lock.Client, name string, contended <-chan T) {
-	t.Helper()
-	l, err := holder.Acquire(ctx, name, lock.Options{})
-	require.NoError(t, err)
-	stats.grants.Add(1)
-	type result struct {
-		l   *lock.Lock
-		err error
-		at  time.Time
-	}
-	done := make(chan result, 1)
+// onContended returns a channel that receives when a Client made with the
+// returned option finds a lock held (its EventContended), and that option.
+// The channel holds one event; the ones that come while it is full are
+// dropped.
+func onContended() (<-chan struct{}, lock.ClientOption) {
+	contended := make(chan struct{}, 1)
+	return contended, lock.WithEvents(func(e lock.Event) {
+		if e.Kind == lock.EventContended {
+			select {
+			case contended <- struct{}{}:
+			default:
+			}
+		}
+	})
+}
+
+// waited is what an Acquire that acquireLater ran returned, and when it
+// returned.
+type waited struct {
+	l   *lock.Lock
+	err error
+	at  time.Time
+}
+
+// acquireLater runs c.Acquire(ctx, name, o) in a goroutine; the channel
+// receives what it returned.
+func acquireLater(ctx context.Context, c *lock.Client, name string, o lock.Options) <-chan waited {
+	done := make(chan waited, 1)
 	go func() {
-		wl, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
-		done <- result{wl, err, time.Now()}
+		l, err := c.Acquire(ctx, name, o)
+		done <- waited{l, err, time.Now()}
 	}()
-	// The waiter reports the contention once it has queued; from then on
-	// only the handoff, or its 10 s poll, grants it the lock.
+	return done
+}
+
+// awaitContended waits until contended receives (the waiter whose Acquire
+// done receives has found the lock held, see onContended), and fails the
+// test if that Acquire ends first or ctx does.
+func awaitContended(t testing.TB, ctx context.Context, contended <-chan struct{}, done <-chan waited) {
+	t.Helper()
 	select {
 	case <-contended:
 	case r := <-done:
@@ -298,17 +345,43 @@ func checkHandedOver[T any](t *testing.T, ctx context.Context, holder, waiter *l
 	case <-ctx.Done():
 		t.Fatal("the waiter never found the lock held")
 	}
-	time.Sleep(100 * time.Millisecond)
+}
+
+// releaseToWaiter releases l and checks that the waiter whose Acquire done
+// receives, which polls too seldom to find the lock free by itself, has it
+// within 2 s of the release, woken by what wakes says (the release's
+// announcement), with a greater token. It releases the waiter's lock and
+// returns how long after the release the waiter had it.
+func releaseToWaiter(t testing.TB, ctx context.Context, l *lock.Lock, done <-chan waited, wakes string) time.Duration {
+	t.Helper()
 	released := time.Now()
 	require.NoError(t, l.Release(ctx))
 	r := <-done
 	require.NoError(t, r.err, "the waiter's acquisition")
 	stats.grants.Add(1)
 	took := r.at.Sub(released)
-	t.Logf("waiter acquired %v after the release (poll interval 10s)", took.Round(time.Millisecond))
-	expect(t, took < 2*time.Second, "the waiter took %v after the release: the announcement did not wake it", took)
+	expect(t, took < 2*time.Second, "the waiter took %v after the release: %s did not wake it", took, wakes)
 	expect(t, r.l.Token() > l.Token(), "token %d after %d", r.l.Token(), l.Token())
 	require.NoError(t, r.l.Release(ctx))
+	return took
+}
+
+// checkHandedOver has holder take the lock called name and waiter wait for
+// it, then checks that the release hands it to the waiter at once: waiter
+// polls every 10 s, so only the handoff can wake it that soon. contended
+// receives when the waiter has found the lock held (see onContended).
+func checkHandedOver(t *testing.T, ctx context.Context, holder, waiter *lock.Client, name string, contended <-chan struct{}) {
+	t.Helper()
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	stats.grants.Add(1)
+	done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
+	// The waiter reports the contention once it has queued; from then on
+	// only the handoff, or its 10 s poll, grants it the lock.
+	awaitContended(t, ctx, contended, done)
+	time.Sleep(100 * time.Millisecond)
+	took := releaseToWaiter(t, ctx, l, done, "the announcement")
+	t.Logf("waiter acquired %v after the release (poll interval 10s)", took.Round(time.Millisecond))
 }
 
 // exclusionRun has goroutines goroutines on each of clients take the lock

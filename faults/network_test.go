@@ -66,6 +66,18 @@ func (e *netEnv) acquire(timeout time.Duration, o lock.Options) (*lock.Lock, tim
 	return l, time.Since(start), err
 }
 
+// acquireFails acquires the lock (lease 10 s) within timeout through a
+// fault that makes it fail, which why names, and checks that it failed, and
+// returned within the deadline and the bound of the clean-up after it.
+func (e *netEnv) acquireFails(timeout time.Duration, why string) (*lock.Lock, error) {
+	e.t.Helper()
+	l, took, err := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
+	e.t.Logf("Acquire: %v after %v", err, took.Round(time.Millisecond))
+	expect(e.t, err != nil, "Acquire succeeded although %s", why)
+	expect(e.t, took < timeout+netReleaseTimeout+slack, "Acquire returned after %v, want < deadline %v + release timeout %v", took, timeout, netReleaseTimeout)
+	return l, err
+}
+
 // checkOutcome checks an acquisition against what Redis holds: an error
 // leaves no record once the Client is closed (Close waits for the clean-up of
 // failed attempts), and ends the case; a grant is the record's owner with its
@@ -113,11 +125,7 @@ func TestNetworkFaults(t *testing.T) {
 		e := newNetEnv(t, srv, direct)
 		e.proxy.SetDelay(400*time.Millisecond, faults.Replies)
 		fault(t, "delay replies 400ms")
-		const timeout = 250 * time.Millisecond
-		l, took, err := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
-		t.Logf("Acquire: %v after %v", err, took.Round(time.Millisecond))
-		expect(t, err != nil, "Acquire succeeded although no reply could come within its deadline")
-		expect(t, took < timeout+netReleaseTimeout+slack, "Acquire returned after %v, want < deadline %v + release timeout %v", took, timeout, netReleaseTimeout)
+		l, err := e.acquireFails(250*time.Millisecond, "no reply could come within its deadline")
 		e.checkOutcome(l, err)
 	})
 
@@ -171,11 +179,7 @@ func TestNetworkFaults(t *testing.T) {
 		e := newNetEnv(t, srv, direct)
 		e.proxy.Pause()
 		fault(t, "partition")
-		const timeout = 300 * time.Millisecond
-		l, took, err := e.acquire(timeout, lock.Options{Lease: 10 * time.Second})
-		t.Logf("Acquire: %v after %v", err, took.Round(time.Millisecond))
-		expect(t, err != nil, "Acquire succeeded through a partition")
-		expect(t, took < timeout+netReleaseTimeout+slack, "Acquire returned after %v, want < deadline %v + release timeout %v", took, timeout, netReleaseTimeout)
+		l, err := e.acquireFails(300*time.Millisecond, "nothing gets through a partition")
 		// Bytes sent on the connections the client gave up are dropped, not
 		// delivered when the partition heals (a delivered late request would
 		// store a record that lives one lease; that is the lease's job).

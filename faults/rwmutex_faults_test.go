@@ -49,16 +49,10 @@ func TestRWMutexUnderFaults(t *testing.T) {
 		procs: rwProcesses, run: rwRun, writers: true,
 		kill: func(n int) bool { return n%3 == 1 },
 	})
-	holds := r.holds()
-	stats.grants.Add(int64(len(holds)))
-	clean, slow, toldLost := r.judged(holds)
-	most := r.checkOverlap(t, clean, slow)
-	r.checkTokens(t, holds)
-	r.checkFullAgain(t, clean)
-	longest, longestFree, judged := r.checkStalls(t)
+	c := r.checkHolds(t)
 
 	var writers []claimAttempt
-	for _, h := range holds {
+	for _, h := range c.holds {
 		if h.write {
 			writers = append(writers, h)
 		}
@@ -117,7 +111,7 @@ func TestRWMutexUnderFaults(t *testing.T) {
 	expect(t, stale > 0, "no stopped writer wrote after a later writer had: the fence was not put to the test")
 	expect(t, staleRefused == stale, "%d of %d writes that stopped writers sent after a later writer had written were refused", staleRefused, stale)
 	t.Logf("faults: rwmutex: holds=%d writes=%d kills=%d stops=%d most_at_once=%d stale_writes=%d refused=%d told_lost=%d slow_holds=%d longest_pause=%v longest_pause_free=%v free_waiting=%v",
-		len(holds), len(writers), kills, r.count("SIGSTOP"), most, stale, staleRefused, toldLost, len(slow), longest.Round(time.Millisecond), longestFree, judged)
+		len(c.holds), len(writers), kills, r.count("SIGSTOP"), c.most, stale, staleRefused, c.toldLost, len(c.slow), c.longest.Round(time.Millisecond), c.longestFree, c.judged)
 }
 
 // takenOverBefore reports whether h's write is stale by the recorded

@@ -81,15 +81,9 @@ func TestSemaphoreUnderFaults(t *testing.T) {
 		procs: semProcesses, run: semRun,
 		kill: func(n int) bool { return n%2 == 0 },
 	})
-	holds := r.holds()
-	stats.grants.Add(int64(len(holds)))
-	clean, slow, toldLost := r.judged(holds)
-	most := r.checkOverlap(t, clean, slow)
-	r.checkTokens(t, holds)
-	r.checkFullAgain(t, clean)
-	longest, longestFree, judged := r.checkStalls(t)
+	c := r.checkHolds(t)
 	t.Logf("faults: semaphore: holds=%d kills=%d stops=%d most_at_once=%d told_lost=%d slow_holds=%d longest_pause=%v longest_pause_capacity_free=%v capacity_free_waiting=%v",
-		len(holds), r.count("SIGKILL"), r.count("SIGSTOP"), most, toldLost, len(slow), longest.Round(time.Millisecond), longestFree, judged)
+		len(c.holds), r.count("SIGKILL"), r.count("SIGSTOP"), c.most, c.toldLost, len(c.slow), c.longest.Round(time.Millisecond), c.longestFree, c.judged)
 }
 
 // claimRun says what runClaimHolders runs: processes that take holds of a
@@ -220,6 +214,33 @@ func (r *claimRun) count(what string) int {
 		}
 	}
 	return n
+}
+
+// claimChecks is what checkHolds found.
+type claimChecks struct {
+	holds    []claimAttempt // see claimRun.holds
+	slow     []claimAttempt // see claimRun.judged
+	toldLost int
+	most     int // held at once, see checkOverlap
+	// longest, longestFree and judged: see checkStalls.
+	longest, longestFree, judged time.Duration
+}
+
+// checkHolds makes the checks of the holds that r's processes reported
+// which TestSemaphoreUnderFaults and TestRWMutexUnderFaults share
+// (checkOverlap, checkTokens, checkFullAgain, checkStalls), counts the
+// grants, and returns the holds and the figures.
+func (r *claimRun) checkHolds(t *testing.T) claimChecks {
+	t.Helper()
+	c := claimChecks{holds: r.holds()}
+	stats.grants.Add(int64(len(c.holds)))
+	var clean []claimAttempt
+	clean, c.slow, c.toldLost = r.judged(c.holds)
+	c.most = r.checkOverlap(t, clean, c.slow)
+	r.checkTokens(t, c.holds)
+	r.checkFullAgain(t, clean)
+	c.longest, c.longestFree, c.judged = r.checkStalls(t)
+	return c
 }
 
 // holds returns the attempts that were granted and whose hold was
@@ -795,14 +816,10 @@ func resourceKeys(name string) (fence, counter string) {
 // lost=B [err=...] [relerr=...]" after Release, "failed at=T err=..." when
 // the call fails, and "tick at=T" every 100 ms.
 func roleClaimHolder(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	name := childEnv(t, "FAULTS_LOCK")
+	rc, name := childRedis(t)
 	mode := childEnv(t, "FAULTS_MODE")
-	limit, err := strconv.Atoi(childEnv(t, "FAULTS_LIMIT"))
-	require.NoError(t, err)
-	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
-	require.NoError(t, err)
-	rc := newRedis(t, addr)
+	limit := childInt(t, "FAULTS_LIMIT")
+	lease := childDuration(t, "FAULTS_LEASE")
 	c := newClient(t, rc, lock.WithIdentity(childEnv(t, "FAULTS_NAME")), lock.WithPollInterval(50*time.Millisecond))
 	o := lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: lease}
 	var take func(ctx context.Context) (*lock.Hold, int, bool, error)

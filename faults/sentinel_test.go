@@ -20,14 +20,9 @@ import (
 // sentinels at addrs: NewUniversalClient with MasterName, as the README
 // shows, with ContextTimeoutEnabled.
 func sentinelOptions(addrs []string) *redis.UniversalOptions {
-	return &redis.UniversalOptions{
-		Addrs:                 addrs,
-		MasterName:            faults.MasterName,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           2 * time.Second,
-		WriteTimeout:          2 * time.Second,
-	}
+	o := universalOptions(addrs...)
+	o.MasterName = faults.MasterName
+	return o
 }
 
 // newSentinelClient returns a lock Client on a Redis provider over a failover
@@ -120,16 +115,9 @@ func TestSentinel(t *testing.T) {
 	t.Run("waiter handed the lock", func(t *testing.T) {
 		const name = "sentinel-wake"
 		holder := newSentinelClient(t, s.Addrs)
-		contended := make(chan struct{}, 1)
+		contended, events := onContended()
 		// A poll interval of 10s: only the release's announcement wakes it.
-		waiter := newSentinelClient(t, s.Addrs, lock.WithPollInterval(10*time.Second), lock.WithEvents(func(e lock.Event) {
-			if e.Kind == lock.EventContended {
-				select {
-				case contended <- struct{}{}:
-				default:
-				}
-			}
-		}))
+		waiter := newSentinelClient(t, s.Addrs, lock.WithPollInterval(10*time.Second), events)
 		checkHandedOver(t, ctx, holder, waiter, name, contended)
 	})
 
@@ -202,36 +190,18 @@ func TestSentinel(t *testing.T) {
 			grace = 600 * time.Millisecond
 		)
 		holder := newSentinelClient(t, s.Addrs)
-		contended := make(chan struct{}, 1)
-		waiter := newSentinelClient(t, s.Addrs, lock.WithPollInterval(10*time.Second), lock.WithEvents(func(e lock.Event) {
-			if e.Kind == lock.EventContended {
-				select {
-				case contended <- struct{}{}:
-				default:
-				}
-			}
-		}))
+		contended, events := onContended()
+		waiter := newSentinelClient(t, s.Addrs, lock.WithPollInterval(10*time.Second), events)
 		l, err := holder.Acquire(ctx, name, lock.Options{GracePeriod: grace})
 		require.NoError(t, err)
 		stats.grants.Add(1)
-		done := make(chan error, 1)
-		var ended atomic.Int64
-		go func() {
-			_, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, GracePeriod: grace, MaxDuration: 20 * time.Second})
-			ended.Store(time.Now().UnixNano())
-			done <- err
-		}()
-		select {
-		case <-contended:
-		case err := <-done:
-			t.Fatalf("the waiter ended before the release: %v", err)
-		case <-ctx.Done():
-			t.Fatal("the waiter never found the lock held")
-		}
+		done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, GracePeriod: grace, MaxDuration: 20 * time.Second})
+		awaitContended(t, ctx, contended, done)
 		released := time.Now()
 		require.NoError(t, l.Release(ctx))
-		err = <-done
-		took := time.Unix(0, ended.Load()).Sub(released)
+		r := <-done
+		err = r.err
+		took := r.at.Sub(released)
 		expect(t, errors.Is(err, lock.ErrGracePeriod), "the waiter's acquisition after a release into a window: %v, want ErrGracePeriod", err)
 		expect(t, took < 2*time.Second, "the waiter was told %v after the release (poll interval 10s): the announcement did not wake it", took)
 		v, _ := record(t, direct, l.Key())

@@ -16,6 +16,50 @@ import (
 
 const signalLease = 500 * time.Millisecond
 
+// startHolder starts a child in role (a holder of the lock called name on
+// the Redis at addr, with lease signalLease and the extra environment env)
+// and returns it once it reports "held token=T", with T.
+func startHolder(t *testing.T, ctx context.Context, role, addr, name string, env ...string) (*faults.Child, uint64) {
+	t.Helper()
+	ch := startChild(t, role, append([]string{
+		"FAULTS_REDIS=" + addr, "FAULTS_LOCK=" + name, "FAULTS_LEASE=" + signalLease.String(),
+	}, env...)...)
+	word, f := faults.Fields(ch.Next(ctx))
+	require.Equal(t, "held", word)
+	stats.grants.Add(1)
+	return ch, atou(t, f["token"])
+}
+
+// stopHolder stops (SIGSTOP) the holder ch and returns when.
+func stopHolder(t *testing.T, ch *faults.Child) time.Time {
+	t.Helper()
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
+	fault(t, "SIGSTOP the holder")
+	return stopped
+}
+
+// continueHolder continues (SIGCONT) the holder ch, stopped at stopped,
+// once it has been stopped for two leases in all, and sends it "go".
+func continueHolder(t *testing.T, ch *faults.Child, stopped time.Time) {
+	t.Helper()
+	time.Sleep(time.Until(stopped.Add(2 * signalLease)))
+	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGCONT))
+	ch.Send("go")
+}
+
+// waitTakeOver waits with c, within 10 s, for the lock called name that a
+// child holds (lease 5 s), and returns it; when says when, for the
+// failure message.
+func waitTakeOver(t *testing.T, c *lock.Client, name, when string) *lock.Lock {
+	t.Helper()
+	l, err := c.Acquire(ctxTimeout(t, 10*time.Second), name,
+		lock.Options{Wait: true, Lease: 5 * time.Second, MaxDuration: 20 * time.Second})
+	require.NoError(t, err, "acquire %s", when)
+	stats.grants.Add(1)
+	return l
+}
+
 // TestHolderStopped stops (SIGSTOP) a process that holds a lock for longer
 // than its lease, as a long GC pause or a frozen VM would. Another client
 // takes the lock meanwhile and writes to a fenced resource. When the stopped
@@ -26,35 +70,20 @@ func TestHolderStopped(t *testing.T) {
 	direct := newRedis(t, srv.Addr)
 	ctx := ctxTimeout(t, 30*time.Second)
 	const name = "stopped"
-	ch := startChild(t, "holder",
-		"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_MODE=stop",
-		"FAULTS_LEASE="+signalLease.String())
-	word, f := faults.Fields(ch.Next(ctx))
-	require.Equal(t, "held", word)
-	childToken := atou(t, f["token"])
-	stats.grants.Add(1)
-
-	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGSTOP))
-	stopped := time.Now()
-	fault(t, "SIGSTOP the holder")
+	ch, childToken := startHolder(t, ctx, "holder", srv.Addr, name, "FAULTS_MODE=stop")
+	stopped := stopHolder(t, ch)
 
 	c := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(50*time.Millisecond))
-	l, err := c.Acquire(ctxTimeout(t, 10*time.Second), name,
-		lock.Options{Wait: true, Lease: 5 * time.Second, MaxDuration: 20 * time.Second})
-	require.NoError(t, err, "acquire while the holder is stopped")
-	stats.grants.Add(1)
+	l := waitTakeOver(t, c, name, "while the holder is stopped")
 	t.Logf("taken over %v after the holder was stopped", time.Since(stopped).Round(time.Millisecond))
 	expect(t, l.Token() > childToken, "token %d of the new holder is not greater than the stopped holder's %d", l.Token(), childToken)
 	ok, err := fenced(ctx, direct, name, l.Token(), "new-holder")
 	require.NoError(t, err)
 	expect(t, ok, "the new holder's fenced write (token %d) was rejected", l.Token())
 
-	// Keep the old holder stopped for more than a lease in all.
-	time.Sleep(time.Until(stopped.Add(2 * signalLease)))
-	require.NoError(t, ch.Cmd.Process.Signal(syscall.SIGCONT))
-	ch.Send("go")
+	continueHolder(t, ch, stopped)
 
-	word, f = faults.Fields(ch.Next(ctx))
+	word, f := faults.Fields(ch.Next(ctx))
 	require.Equal(t, "result", word)
 	expect(t, f["write"] == "rejected", "the stopped holder's fenced write with its old token %d was %s", childToken, f["write"])
 	expect(t, f["lost"] == "true", "the stopped holder's handler context was not cancelled with ErrLost after it continued: cause %s", f["cause"])
@@ -79,13 +108,7 @@ func TestHolderKilled(t *testing.T) {
 	srv := faults.StartRedis(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 	const name = "killed"
-	ch := startChild(t, "holder",
-		"FAULTS_REDIS="+srv.Addr, "FAULTS_LOCK="+name, "FAULTS_MODE=kill",
-		"FAULTS_LEASE="+signalLease.String())
-	word, f := faults.Fields(ch.Next(ctx))
-	require.Equal(t, "held", word)
-	childToken := atou(t, f["token"])
-	stats.grants.Add(1)
+	ch, childToken := startHolder(t, ctx, "holder", srv.Addr, name, "FAULTS_MODE=kill")
 
 	c := newClient(t, newRedis(t, srv.Addr), lock.WithPollInterval(50*time.Millisecond))
 	_, err := c.Acquire(ctx, name, lock.Options{Lease: time.Second})
@@ -96,10 +119,7 @@ func TestHolderKilled(t *testing.T) {
 	fault(t, "SIGKILL the holder")
 	_ = ch.Wait(ctx)
 
-	l, err := c.Acquire(ctxTimeout(t, 10*time.Second), name,
-		lock.Options{Wait: true, Lease: 5 * time.Second, MaxDuration: 20 * time.Second})
-	require.NoError(t, err, "acquire after the holder was killed")
-	stats.grants.Add(1)
+	l := waitTakeOver(t, c, name, "after the holder was killed")
 	took := time.Since(killed)
 	t.Logf("taken over %v after the holder was killed (lease %v)", took.Round(time.Millisecond), signalLease)
 	expect(t, took < 3*signalLease, "the lock was free %v after its holder was killed, want < 3 x lease (%v)", took, 3*signalLease)
@@ -115,16 +135,13 @@ func TestHolderKilled(t *testing.T) {
 // "result write=accepted|rejected lost=BOOL cause=..." and then
 // "done lost=BOOL err=...".
 func roleHolder(t *testing.T) {
-	addr := childEnv(t, "FAULTS_REDIS")
-	name := childEnv(t, "FAULTS_LOCK")
+	rc, name := childRedis(t)
 	mode := childEnv(t, "FAULTS_MODE")
-	lease, err := time.ParseDuration(childEnv(t, "FAULTS_LEASE"))
-	require.NoError(t, err)
-	rc := newRedis(t, addr)
+	lease := childDuration(t, "FAULTS_LEASE")
 	c := newClient(t, rc)
 	ctx := ctxTimeout(t, 30*time.Second)
 
-	err = c.Do(ctx, name, lock.Options{Lease: lease, MaxDuration: time.Minute}, func(hctx context.Context) error {
+	err := c.Do(ctx, name, lock.Options{Lease: lease, MaxDuration: time.Minute}, func(hctx context.Context) error {
 		l, _ := lock.FromContext(hctx)
 		report("held token=%d", l.Token())
 		if mode == "kill" {

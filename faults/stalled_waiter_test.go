@@ -137,16 +137,11 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 // for the lock, reports "held token=T at=UNIXNANO", holds it 50 ms and
 // releases it.
 func roleWaiter(t *testing.T) {
-	addr, name := childEnv(t, "FAULTS_REDIS"), childEnv(t, "FAULTS_LOCK")
-	var d [3]time.Duration
-	for i, v := range []string{"FAULTS_LEASE", "FAULTS_WINDOW", "FAULTS_POLL"} {
-		var err error
-		d[i], err = time.ParseDuration(childEnv(t, v))
-		require.NoError(t, err)
-	}
-	c := newClient(t, newRedis(t, addr), lock.WithClaimWindow(d[1]), lock.WithPollInterval(d[2]))
+	rc, name := childRedis(t)
+	lease, window, poll := childDuration(t, "FAULTS_LEASE"), childDuration(t, "FAULTS_WINDOW"), childDuration(t, "FAULTS_POLL")
+	c := newClient(t, rc, lock.WithClaimWindow(window), lock.WithPollInterval(poll))
 	ctx := ctxTimeout(t, 50*time.Second)
-	l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 45 * time.Second, Lease: d[0]})
+	l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 45 * time.Second, Lease: lease})
 	require.NoError(t, err)
 	report("held token=%d at=%s", l.Token(), strconv.FormatInt(time.Now().UnixNano(), 10))
 	time.Sleep(50 * time.Millisecond)

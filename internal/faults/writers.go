@@ -4,6 +4,8 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+	"syscall"
+	"testing"
 	"time"
 )
 
@@ -114,4 +116,75 @@ func (b *WriteBoard) ElectedBy() map[int]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.elected)
+}
+
+// WriterName is the identity with which child i of an election fault test
+// Leads: "writer-i".
+func WriterName(i int) string { return "writer-" + strconv.Itoa(i) }
+
+// WriterIndex returns which of n children identity names (see
+// WriterName), or -1 for none of them.
+func WriterIndex(identity string, n int) int {
+	for i := range n {
+		if identity == WriterName(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// AwaitLeader waits up to 10 s until leader (which returns the child that
+// leads, -1 for none, and its term) names a child whose term has passed
+// the fence, and returns the child and the term. It fails the test
+// otherwise; round names the round in the message.
+func (b *WriteBoard) AwaitLeader(t testing.TB, round int, leader func() (int, uint64)) (int, uint64) {
+	t.Helper()
+	var i int
+	var term uint64
+	eventually(t, func() bool {
+		i, term = leader()
+		return i >= 0 && b.Wrote(term)
+	}, "round %d: a process leads and has written", round)
+	return i, term
+}
+
+// StopLeader stops (SIGSTOP) child c, WriterName(i), the leader of term;
+// waits up to 10 s until leader names another child, with a later term
+// that has passed the fence; keeps c stopped for stop in all; continues it
+// (SIGCONT); and waits up to 10 s until its term has ended. It returns the
+// later term and when c was continued, and fails the test when a wait
+// runs out; round names the round in the messages.
+func (b *WriteBoard) StopLeader(t testing.TB, round int, c *Child, i int, term uint64, stop time.Duration, leader func() (int, uint64)) (next uint64, resumed time.Time) {
+	t.Helper()
+	if err := c.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("round %d: SIGSTOP %s: %v", round, WriterName(i), err)
+	}
+	stopped := time.Now()
+	eventually(t, func() bool {
+		j, tn := leader()
+		next = tn
+		return j >= 0 && j != i && tn > term && b.Wrote(tn)
+	}, "round %d: another process leads and writes while %s is stopped", round, WriterName(i))
+	time.Sleep(time.Until(stopped.Add(stop)))
+	resumed = time.Now()
+	if err := c.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("round %d: SIGCONT %s: %v", round, WriterName(i), err)
+	}
+	// The stopped leader's term ends (its function returns) after its next
+	// write: one started after it continued (see ResumedWrites), or one in
+	// flight when it was stopped.
+	eventually(t, func() bool { return b.Ended(term) },
+		"round %d: %s's term %d ends after it continued", round, WriterName(i), term)
+	return next, resumed
+}
+
+// eventually fails the test with the message unless cond is true within
+// 10 s; it asks every millisecond.
+func eventually(t testing.TB, cond func() bool, format string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+	}
 }
