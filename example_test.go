@@ -38,10 +38,7 @@ func ExampleClient_Do() {
 // while it is held fails at once with ErrHeld.
 func ExampleClient_Acquire() {
 	ctx := context.Background()
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
 	l, err := c.Acquire(ctx, "report", lock.Options{})
@@ -86,10 +83,7 @@ func ExampleNew() {
 		return nil
 	}
 	for _, replica := range []string{"replica-1", "replica-2", "replica-3"} {
-		c, err := lock.NewClient(provider)
-		if err != nil {
-			panic(err)
-		}
+		c, _ := lock.NewClient(provider)
 		defer c.Close()
 		job, err := lock.New(c, sendReport, lock.PrimitiveOptions[string]{
 			Name:    "nightly-report",
@@ -117,10 +111,7 @@ func ExampleNew() {
 // processed is refused with ErrNotAcquired; another order is not blocked.
 func ExampleMiddleware() {
 	ctx := context.Background()
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
 	type order struct{ ID string }
@@ -167,10 +158,7 @@ func ExampleMiddleware() {
 // that does not get the lock is answered 423 Locked with a Retry-After header
 // and a body that does not name the lock.
 func ExampleHTTPMiddleware() {
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
 	withOrderLock, err := lock.HTTPMiddleware(c, lock.HTTPOptions{
@@ -216,20 +204,14 @@ func Example_waiting() {
 	provider := lock.NewMemoryProvider()
 	version := 1 // the schema version, guarded by the lock
 
-	c1, err := lock.NewClient(provider)
-	if err != nil {
-		panic(err)
-	}
+	c1, _ := lock.NewClient(provider)
 	defer c1.Close()
 	waiting := make(chan struct{})
-	c2, err := lock.NewClient(provider, lock.WithEvents(func(e lock.Event) {
+	c2, _ := lock.NewClient(provider, lock.WithEvents(func(e lock.Event) {
 		if e.Kind == lock.EventContended { // replica 2 found the lock held
 			close(waiting)
 		}
 	}))
-	if err != nil {
-		panic(err)
-	}
 	defer c2.Close()
 
 	migrate := func(replica string) func(context.Context) error {
@@ -275,10 +257,7 @@ func Example_waiting() {
 // cannot overwrite the work of the next holder.
 func ExampleLock_Token() {
 	ctx := context.Background()
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
 	var highest uint64 // kept by the storage, next to the data
@@ -317,15 +296,9 @@ func ExampleLock_Token() {
 func ExampleClient_Inspect() {
 	ctx := context.Background()
 	provider := lock.NewMemoryProvider()
-	worker, err := lock.NewClient(provider, lock.WithIdentity("worker-1:4242"))
-	if err != nil {
-		panic(err)
-	}
+	worker, _ := lock.NewClient(provider, lock.WithIdentity("worker-1:4242"))
 	defer worker.Close()
-	operator, err := lock.NewClient(provider)
-	if err != nil {
-		panic(err)
-	}
+	operator, _ := lock.NewClient(provider)
 	defer operator.Close()
 
 	l, err := worker.Acquire(ctx, "nightly-report", lock.Options{})
@@ -372,13 +345,10 @@ func Example_redisDown() {
 		DialerRetries: 1,
 	})
 	defer rdb.Close()
-	c, err := lock.NewClient(lock.NewRedisProvider(rdb))
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewRedisProvider(rdb))
 	defer c.Close()
 
-	_, err = c.Acquire(context.Background(), "job", lock.Options{})
+	_, err := c.Acquire(context.Background(), "job", lock.Options{})
 	fmt.Println(err)
 	fmt.Println("unavailable:", errors.Is(err, lock.ErrUnavailable), "not acquired:", errors.Is(err, lock.ErrNotAcquired))
 	// Output:
@@ -388,13 +358,10 @@ func Example_redisDown() {
 
 // A lock needs a name: an empty one is refused before anything is sent.
 func Example_emptyName() {
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
-	_, err = c.Acquire(context.Background(), "", lock.Options{})
+	_, err := c.Acquire(context.Background(), "", lock.Options{})
 	fmt.Println(err)
 	fmt.Println("invalid argument:", errors.Is(err, lock.ErrInvalidArgument))
 	// Output:
@@ -404,13 +371,10 @@ func Example_emptyName() {
 
 // A key (the prefix and the name in braces) is at most MaxKeyLen bytes.
 func Example_nameTooLong() {
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
-	_, err = c.Acquire(context.Background(), strings.Repeat("x", 1100), lock.Options{})
+	_, err := c.Acquire(context.Background(), strings.Repeat("x", 1100), lock.Options{})
 	fmt.Println(err)
 	fmt.Println("invalid argument:", errors.Is(err, lock.ErrInvalidArgument))
 	// Output:
@@ -422,10 +386,7 @@ func Example_nameTooLong() {
 // caller, not a loss.
 func ExampleLock_Release_twice() {
 	ctx := context.Background()
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
 	l, err := c.Acquire(ctx, "report", lock.Options{})
@@ -445,10 +406,7 @@ func ExampleLock_Release_twice() {
 // Extend after Release says the lock was released, not lost.
 func ExampleLock_Extend_afterRelease() {
 	ctx := context.Background()
-	c, err := lock.NewClient(lock.NewMemoryProvider())
-	if err != nil {
-		panic(err)
-	}
+	c, _ := lock.NewClient(lock.NewMemoryProvider())
 	defer c.Close()
 
 	l, err := c.Acquire(ctx, "report", lock.Options{})
@@ -472,15 +430,9 @@ func ExampleLock_Extend_afterRelease() {
 func ExampleLostError() {
 	ctx := context.Background()
 	provider := lock.NewMemoryProvider()
-	worker, err := lock.NewClient(provider)
-	if err != nil {
-		panic(err)
-	}
+	worker, _ := lock.NewClient(provider)
 	defer worker.Close()
-	other, err := lock.NewClient(provider, lock.WithIdentity("worker-2"))
-	if err != nil {
-		panic(err)
-	}
+	other, _ := lock.NewClient(provider, lock.WithIdentity("worker-2"))
 	defer other.Close()
 
 	l, err := worker.Acquire(ctx, "report", lock.Options{})
