@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -18,17 +19,15 @@ import (
 // make them: each write is made only if what it was built from is as the
 // attempt's state says, so that every method is atomic with respect to the
 // others on the same key, whichever process runs them.
+// Its detach are the leases of the records it replaces or deletes.
 type change struct {
+	guarded
 	p      *Provider
 	key    string
 	st     *state
-	cmps   []clientv3.Cmp
-	ops    []clientv3.Op
-	detach []clientv3.LeaseID // leases of records it replaces or deletes: revoked once it commits
-	heard  []string           // inboxes whose listeners it counts on, or on there being none
-	mine   *stored            // the caller's record it stores, remembered for its next call
-	wrote  bool               // it writes or deletes the record
-	forget bool               // the caller's record is gone once it commits
+	mine   *stored // the caller's record it stores, remembered for its next call
+	wrote  bool    // it writes or deletes the record
+	forget bool    // the caller's record is gone once it commits
 }
 
 // newChange starts a change of key's state st: its first compare is that the
@@ -183,11 +182,10 @@ func (ch *change) free(ctx context.Context, ls *leases, self string, now time.Ti
 }
 
 // update runs attempt until the change it returns commits, or it returns
-// none. attempt builds the change from a state of key: guess, when not nil
-// (a state the caller expects, which the first transaction's compares
-// check), otherwise one read first. A transaction whose compares fail reads
-// the state again in the same round trip, and attempt runs on that. It
-// returns the revision of the commit (0 when nothing was written).
+// none (see retryTxn: the state attempt builds the change from is key's,
+// read with r), and keeps what the committed change did to the caller's
+// record for its next call (remember). It returns the revision of the
+// commit (0 when nothing was written).
 //
 // Each request is bounded by the request timeout (WithRequestTimeout).
 // With retry, a request that times out, or that the cluster refused for
@@ -198,19 +196,66 @@ func (ch *change) free(ctx context.Context, ls *leases, self string, now time.Ti
 // renewed, an entry found is kept), not for Release and Finish, whose
 // repeat, finding their own work done, would call it a loss.
 func (p *Provider) update(ctx context.Context, key string, r reads, guess *state, retry bool, attempt func(*state, *leases) (*change, error)) (int64, error) {
+	ch, rev, err := retryTxn(ctx, p, stateReads[state]{
+		ops:   func(heard []string) []clientv3.Op { return p.ops(key, r, heard) },
+		parse: func(rev int64, heard []string, res []*pb.ResponseOp) *state { return p.parse(key, rev, r, heard, res) },
+	}, guess, retry, attempt)
+	if ch != nil {
+		p.remember(key, ch, rev)
+	}
+	return rev, err
+}
+
+// guarded is what one attempt of a method sends: the writes of its
+// transaction and the compares that make them, the inboxes whose
+// listeners it counts on (or on there being none), which the transaction
+// counts again when the compares fail, and the leases it leaves without a
+// key once it commits, revoked then. change and claimChange are guarded.
+type guarded struct {
+	cmps   []clientv3.Cmp
+	ops    []clientv3.Op
+	heard  []string
+	detach []clientv3.LeaseID
+}
+
+func (g *guarded) guards() *guarded { return g }
+
+// stateReads is how retryTxn reads the state of one key: ops are the reads
+// of the state, then a count of the listeners of each inbox in heard;
+// parse builds the state from their replies, read at rev.
+type stateReads[S any] struct {
+	ops   func(heard []string) []clientv3.Op
+	parse func(rev int64, heard []string, res []*pb.ResponseOp) *S
+}
+
+// retryTxn runs attempt until the change it returns commits, or it returns
+// none, and returns the change that committed with the revision of the
+// commit (nil and 0 when nothing was written). attempt builds the change
+// from a state read with rd: guess, when not nil (a state the caller
+// expects, which the first transaction's compares check), otherwise one
+// read first. A transaction whose compares fail reads the state again in
+// the same round trip (its Else), and attempt runs on that. The leases
+// attempt takes from ls are revoked at the end but for those the committed
+// change's keys are on (see leases.done). With retry, a request that timed
+// out or found no leader is tried again on a state read again, as update
+// says, until ctx ends.
+func retryTxn[S any, C interface {
+	*change | *claimChange
+	guards() *guarded
+}](ctx context.Context, p *Provider, rd stateReads[S], guess *S, retry bool, attempt func(*S, *leases) (C, error)) (C, int64, error) {
 	ls := &leases{p: p}
 	defer ls.done()
 	st, wait := guess, minBackoff
 	for {
 		if st == nil {
-			resp, err := p.txn(ctx, nil, p.ops(key, r, nil), nil)
+			resp, err := p.txn(ctx, nil, rd.ops(nil), nil)
 			if err != nil {
 				if retry && p.again(ctx, err, &wait) {
 					continue
 				}
-				return 0, fail(err)
+				return nil, 0, fail(err)
 			}
-			st = p.parse(key, resp.Header.Revision, r, nil, resp.Responses)
+			st = rd.parse(resp.Header.Revision, nil, resp.Responses)
 			ls.retry()
 		}
 		ch, err := attempt(st, ls)
@@ -219,21 +264,22 @@ func (p *Provider) update(ctx context.Context, key string, r reads, guess *state
 			continue
 		}
 		if err != nil || ch == nil {
-			return 0, err
+			return nil, 0, err
 		}
-		resp, err := p.txn(ctx, ch.cmps, ch.ops, p.ops(key, r, ch.heard))
+		g := ch.guards()
+		resp, err := p.txn(ctx, g.cmps, g.ops, rd.ops(g.heard))
 		switch {
 		case err == nil && resp.Succeeded:
-			ls.commit(ch.detach)
-			p.remember(key, ch, resp.Header.Revision)
-			return resp.Header.Revision, nil
+			ls.commit(g.detach)
+			return ch, resp.Header.Revision, nil
 		case err == nil:
-			st = p.parse(key, resp.Header.Revision, r, ch.heard, resp.Responses)
+			st = rd.parse(resp.Header.Revision, g.heard, resp.Responses)
 			ls.retry()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			// A lease ran out before the write: the session's (lost while
-			// partitioned), or one of ours that an attempt took too long
-			// to use. Nothing was written.
+			// partitioned), a claim's that holds a counted name's version
+			// key, or one of ours that an attempt took too long to use.
+			// Nothing was written.
 			p.sess.check(ctx)
 			ls.drop()
 			st = nil
@@ -245,7 +291,7 @@ func (p *Provider) update(ctx context.Context, key string, r reads, guess *state
 				st = nil
 				continue
 			}
-			return 0, fail(err)
+			return nil, 0, fail(err)
 		}
 	}
 }

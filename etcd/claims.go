@@ -2,11 +2,9 @@ package etcd
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
@@ -278,114 +276,40 @@ func (p *Provider) InspectClaims(ctx context.Context, key string) (lock.Claims, 
 // by their version keys, then each page's claims and waiters in a second
 // request at the page's revision. It reports whether fn asked for more.
 func (p *Provider) listCounted(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) (bool, error) {
-	base := p.versionKey("")
-	from, end := base+prefix, clientv3.GetPrefixRangeEnd(base+prefix)
-	for {
-		var resp *clientv3.GetResponse
-		err := p.read(ctx, func(ctx context.Context) (err error) {
-			resp, err = p.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithKeysOnly())
-			return err
-		})
-		if err != nil {
-			return false, fail(err)
-		}
-		if len(resp.Kvs) == 0 {
-			return true, nil
-		}
-		reads := make([]clientv3.Op, len(resp.Kvs))
-		for i, kv := range resp.Kvs {
-			reads[i] = clientv3.OpGet(p.namePrefix(strings.TrimPrefix(string(kv.Key), base)), clientv3.WithPrefix(),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithRev(resp.Header.Revision))
-		}
-		var names *clientv3.TxnResponse
-		err = p.read(ctx, func(ctx context.Context) (err error) {
-			names, err = p.cli.Txn(ctx).Then(reads...).Commit()
-			return err
-		})
-		if err != nil {
-			return false, fail(err)
-		}
-		now := time.Now()
-		for i, kv := range resp.Kvs {
-			key := strings.TrimPrefix(string(kv.Key), base)
-			st := p.parseName(key, names.Responses[i].GetResponseRange().Kvs)
+	return p.listPages(ctx, p.versionKey(""), prefix, true,
+		func(key string, rev int64) clientv3.Op {
+			return clientv3.OpGet(p.namePrefix(key), clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithRev(rev))
+		},
+		func(key string, _ *mvccKV, name *pb.ResponseOp, now time.Time) bool {
+			st := p.parseName(key, name.GetResponseRange().Kvs)
 			var rec lock.Record
 			var err error
 			switch {
 			case st.bad != nil:
 				err = st.bad
 			case st.limit == 0:
-				continue // its last claim expired a moment ago
+				return true // its last claim expired a moment ago
 			default:
 				rec = lock.Record{Limit: st.limit, Used: weightOf(st.holders), Waiters: len(st.queue)}
 				for _, c := range st.holders {
 					rec.TTL = max(rec.TTL, c.record(now, p.minTTL).TTL)
 				}
 			}
-			if !fn(key, rec, err) {
-				return false, nil
-			}
-		}
-		if !resp.More {
-			return true, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
+			return fn(key, rec, err)
+		})
 }
 
 // updateClaims runs attempt until the change it returns commits, or it
-// returns none, as update does for a lock: attempt builds the change from
-// a counted state of key, guess when not nil, otherwise one read first; a
-// transaction whose compares fail reads the state again in the same round
-// trip. It returns the revision of the commit (0 when nothing was
-// written). With retry, a request that timed out or found no leader is
-// tried again on a state read again, until ctx ends.
+// returns none, as update does for a lock (see retryTxn: the state attempt
+// builds the change from is the counted state of key, read with r). It
+// returns the revision of the commit (0 when nothing was written).
 func (p *Provider) updateClaims(ctx context.Context, key string, r claimReads, guess *counted, retry bool, attempt func(*counted, *leases) (*claimChange, error)) (int64, error) {
-	ls := &leases{p: p}
-	defer ls.done()
-	st, wait := guess, minBackoff
-	for {
-		if st == nil {
-			resp, err := p.txn(ctx, nil, p.claimOps(key, r, nil), nil)
-			if err != nil {
-				if retry && p.again(ctx, err, &wait) {
-					continue
-				}
-				return 0, fail(err)
-			}
-			st = p.parseCounted(key, resp.Header.Revision, r, nil, resp.Responses)
-			ls.retry()
-		}
-		ch, err := attempt(st, ls)
-		if err != nil && retry && p.again(ctx, err, &wait) {
-			st = nil // a lease grant that timed out
-			continue
-		}
-		if err != nil || ch == nil {
-			return 0, err
-		}
-		resp, err := p.txn(ctx, ch.cmps, ch.ops, p.claimOps(key, r, ch.heard))
-		switch {
-		case err == nil && resp.Succeeded:
-			ls.commit(ch.detach)
-			return resp.Header.Revision, nil
-		case err == nil:
-			st = p.parseCounted(key, resp.Header.Revision, r, ch.heard, resp.Responses)
-			ls.retry()
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			// A lease ran out before the write: the session's, a claim's
-			// that holds the version key, or one of ours. Nothing was
-			// written.
-			p.sess.check(ctx)
-			ls.drop()
-			st = nil
-		default:
-			ls.unsure() // see update
-			if retry && p.again(ctx, err, &wait) {
-				st = nil
-				continue
-			}
-			return 0, fail(err)
-		}
-	}
+	_, rev, err := retryTxn(ctx, p, stateReads[counted]{
+		ops: func(heard []string) []clientv3.Op { return p.claimOps(key, r, heard) },
+		parse: func(rev int64, heard []string, res []*pb.ResponseOp) *counted {
+			return p.parseCounted(key, rev, r, heard, res)
+		},
+	}, guess, retry, attempt)
+	return rev, err
 }

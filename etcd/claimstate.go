@@ -273,7 +273,10 @@ const maxServe = 32
 
 // claimChange is the writes of one attempt of a claim method, and the
 // compares that make them, with the name as it will be once they commit.
+//
+// Its detach are the leases no claim is on once it commits.
 type claimChange struct {
+	guarded
 	p       *Provider
 	key     string
 	st      *counted
@@ -282,15 +285,11 @@ type claimChange struct {
 	holders []claim       // the claims once it commits, in grant order
 	queue   []claimWaiter // the waiters once it commits, in arrival order
 	used    int
-	granted int  // the claims it grants
-	bump    bool // it writes or deletes a claim, or deletes a waiter: it puts the version key
-	kept    bool // it rewrites the caller's entry, which keeps its place
-	cmps    []clientv3.Cmp
-	ops     []clientv3.Op
-	heard   []string                   // inboxes whose listeners it counts on, or on there being none
+	granted int                        // the claims it grants
+	bump    bool                       // it writes or deletes a claim, or deletes a waiter: it puts the version key
+	kept    bool                       // it rewrites the caller's entry, which keeps its place
 	gone    []clientv3.LeaseID         // leases of the claims it replaces or deletes
 	fresh   map[int64]clientv3.LeaseID // leases of the claims it grants to waiters, by seconds
-	detach  []clientv3.LeaseID         // the leases no claim is on once it commits: revoked then
 }
 
 // newClaimChange starts a change of key's counted state st.

@@ -68,6 +68,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
@@ -554,12 +555,40 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 // listRecords calls fn, as List does, with each record whose key starts
 // with prefix. It reports whether fn asked for more.
 func (p *Provider) listRecords(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) (bool, error) {
-	base := p.recordKey("")
+	return p.listPages(ctx, p.recordKey(""), prefix, false,
+		func(key string, rev int64) clientv3.Op {
+			return clientv3.OpGet(p.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(rev))
+		},
+		func(key string, kv *mvccKV, waiters *pb.ResponseOp, now time.Time) bool {
+			s, ok := parseStored(kv)
+			if !ok {
+				return fn(key, lock.Record{}, &lock.RecordError{Key: key, Value: string(kv.Value)})
+			}
+			rec := s.record(now, p.minTTL)
+			rec.Waiters = int(waiters.GetResponseRange().Count)
+			return fn(key, rec, nil)
+		})
+}
+
+// listPages reads the keys under base whose names (what follows base)
+// start with prefix, in key order, a page of listPage at a time (only the
+// keys with keysOnly), and then, in a second request at the page's
+// revision, the read of each name that of returns. It calls each with
+// every name of the page, its key, the reply to its read and the time the
+// page was read by, until each returns false. It reports whether each
+// asked for more.
+func (p *Provider) listPages(ctx context.Context, base, prefix string, keysOnly bool,
+	of func(name string, rev int64) clientv3.Op,
+	each func(name string, kv *mvccKV, r *pb.ResponseOp, now time.Time) bool) (bool, error) {
 	from, end := base+prefix, clientv3.GetPrefixRangeEnd(base+prefix)
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
 	for {
 		var resp *clientv3.GetResponse
 		err := p.read(ctx, func(ctx context.Context) (err error) {
-			resp, err = p.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage))
+			resp, err = p.cli.Get(ctx, from, opts...)
 			return err
 		})
 		if err != nil {
@@ -568,14 +597,13 @@ func (p *Provider) listRecords(ctx context.Context, prefix string, fn func(key s
 		if len(resp.Kvs) == 0 {
 			return true, nil
 		}
-		counts := make([]clientv3.Op, len(resp.Kvs))
+		reads := make([]clientv3.Op, len(resp.Kvs))
 		for i, kv := range resp.Kvs {
-			counts[i] = clientv3.OpGet(p.queuePrefix(strings.TrimPrefix(string(kv.Key), base)),
-				clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(resp.Header.Revision))
+			reads[i] = of(strings.TrimPrefix(string(kv.Key), base), resp.Header.Revision)
 		}
-		var waiters *clientv3.TxnResponse
+		var replies *clientv3.TxnResponse
 		err = p.read(ctx, func(ctx context.Context) (err error) {
-			waiters, err = p.cli.Txn(ctx).Then(counts...).Commit()
+			replies, err = p.cli.Txn(ctx).Then(reads...).Commit()
 			return err
 		})
 		if err != nil {
@@ -583,17 +611,7 @@ func (p *Provider) listRecords(ctx context.Context, prefix string, fn func(key s
 		}
 		now := time.Now()
 		for i, kv := range resp.Kvs {
-			key := strings.TrimPrefix(string(kv.Key), base)
-			s, ok := parseStored(kv)
-			if !ok {
-				if !fn(key, lock.Record{}, &lock.RecordError{Key: key, Value: string(kv.Value)}) {
-					return false, nil
-				}
-				continue
-			}
-			rec := s.record(now, p.minTTL)
-			rec.Waiters = int(waiters.Responses[i].GetResponseRange().Count)
-			if !fn(key, rec, nil) {
+			if !each(strings.TrimPrefix(string(kv.Key), base), kv, replies.Responses[i], now) {
 				return false, nil
 			}
 		}
