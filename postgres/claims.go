@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/seed05627090/lock"
 )
 
@@ -223,29 +225,20 @@ func (p *Provider) InspectClaims(ctx context.Context, key string) (lock.Claims, 
 	return cs, nil
 }
 
-// listClaimsPage reads up to listPage counted names with live claims or
-// waiters whose keys start with prefix, in key order, after the key after.
-func (p *Provider) listClaimsPage(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error) {
-	rows, err := p.pool.Query(ctx, p.claimSQL.list, prefix, after, upper, listPage)
-	if err != nil {
-		return nil, nil, err
+// scanCounted reads a row of the counted names' list: a key, with its
+// limit, the weight its claims hold, when its last claim expires, the
+// count of its waiters, and the server's time.
+func scanCounted(rows pgx.CollectableRow) (listed, error) {
+	var l listed
+	var limit int32
+	var used, waiters int64
+	var until, now time.Time
+	if err := rows.Scan(&l.key, &limit, &used, &until, &waiters, &now); err != nil {
+		return listed{}, err
 	}
-	defer rows.Close()
-	var keys []string
-	var recs []lock.Record
-	for rows.Next() {
-		var key string
-		var limit int32
-		var used, waiters int64
-		var until, now time.Time
-		if err := rows.Scan(&key, &limit, &used, &until, &waiters, &now); err != nil {
-			return nil, nil, err
-		}
-		rec := lock.Record{Limit: int(limit), Used: int(used), Waiters: int(waiters)}
-		if used > 0 {
-			rec.TTL = ttlLeft(until, now)
-		}
-		keys, recs = append(keys, key), append(recs, rec)
+	l.rec = lock.Record{Limit: int(limit), Used: int(used), Waiters: int(waiters)}
+	if used > 0 {
+		l.rec.TTL = ttlLeft(until, now)
 	}
-	return keys, recs, rows.Err()
+	return l, nil
 }

@@ -94,6 +94,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seed05627090/lock"
@@ -354,10 +355,11 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 		return err
 	}
 	upper := upperBound(prefix)
-	for _, page := range []func(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error){
-		p.listPage, p.listClaimsPage,
-	} {
-		more, err := listPages(ctx, prefix, upper, page, fn)
+	for _, table := range []struct {
+		query string
+		scan  pgx.RowToFunc[listed]
+	}{{p.sql.list, scanRecord}, {p.claimSQL.list, scanCounted}} {
+		more, err := p.listPages(ctx, table.query, prefix, upper, table.scan, fn)
 		if err != nil || !more {
 			return err
 		}
@@ -365,51 +367,57 @@ func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, 
 	return nil
 }
 
-// listPages calls fn with the keys and records page reads, a page at a
-// time, until fn returns false (more is false then) or the last page.
-func listPages(ctx context.Context, prefix string, upper *string,
-	page func(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error),
+// listed is a key and its record, as a row of a list query reads.
+type listed struct {
+	key string
+	rec lock.Record
+}
+
+// listPages runs query (the list of the records, or of the counted names,
+// whose keys start with prefix, in key order, after the key $2) a page of
+// listPage rows at a time, and calls fn with each key and record scan
+// reads, until fn returns false (more is false then) or the last page.
+func (p *Provider) listPages(ctx context.Context, query, prefix string, upper *string, scan pgx.RowToFunc[listed],
 	fn func(key string, r lock.Record, err error) bool) (more bool, err error) {
 	after := ""
 	for {
-		keys, recs, err := page(ctx, prefix, after, upper)
+		page, err := p.listPage(ctx, query, prefix, after, upper, scan)
 		if err != nil {
 			return false, fail(err)
 		}
-		for i, key := range keys {
-			if !fn(key, recs[i], nil) {
+		for _, l := range page {
+			if !fn(l.key, l.rec, nil) {
 				return false, nil
 			}
 		}
-		if len(keys) < listPage {
+		if len(page) < listPage {
 			return true, nil
 		}
-		after = keys[len(keys)-1]
+		after = page[len(page)-1].key
 	}
 }
 
-// listPage reads up to listPage live records whose keys start with prefix,
-// in key order, after the key after.
-func (p *Provider) listPage(ctx context.Context, prefix, after string, upper *string) ([]string, []lock.Record, error) {
-	rows, err := p.pool.Query(ctx, p.sql.list, prefix, after, upper, listPage)
+// listPage reads up to listPage rows of query, each with scan.
+func (p *Provider) listPage(ctx context.Context, query, prefix, after string, upper *string, scan pgx.RowToFunc[listed]) ([]listed, error) {
+	rows, err := p.pool.Query(ctx, query, prefix, after, upper, listPage)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	defer rows.Close()
-	var keys []string
-	var recs []lock.Record
-	for rows.Next() {
-		var key string
-		var r row
-		var waiters int64
-		if err := rows.Scan(append(append([]any{&key}, r.fields()...), &waiters)...); err != nil {
-			return nil, nil, err
-		}
-		rec := r.record()
-		rec.Waiters = int(waiters)
-		keys, recs = append(keys, key), append(recs, rec)
+	return pgx.CollectRows(rows, scan)
+}
+
+// scanRecord reads a row of the records' list: a key, its record and the
+// count of its waiters.
+func scanRecord(rows pgx.CollectableRow) (listed, error) {
+	var l listed
+	var r row
+	var waiters int64
+	if err := rows.Scan(append(append([]any{&l.key}, r.fields()...), &waiters)...); err != nil {
+		return listed{}, err
 	}
-	return keys, recs, rows.Err()
+	l.rec = r.record()
+	l.rec.Waiters = int(waiters)
+	return l, nil
 }
 
 // ForceRelease implements lock.Provider.
