@@ -277,29 +277,13 @@ func (r *cellResult) perCommand() string {
 }
 
 // readCommands returns the calls of each command in INFO commandstats
-// (the commands scripts ran among them), as readServerStats counts them:
-// without INFO, HELLO and CLIENT.
+// (see commandCalls).
 func readCommands(ctx context.Context, rc *redis.Client) (map[string]int64, error) {
 	info, err := rc.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
-	calls := map[string]int64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, stats, _ := strings.Cut(rest, ":")
-		if name == "info" || name == "hello" || strings.HasPrefix(name, "client|") {
-			continue
-		}
-		n, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		if calls[name], err = strconv.ParseInt(n, 10, 64); err != nil {
-			return nil, fmt.Errorf("parse %q: %w", line, err)
-		}
-	}
-	return calls, nil
+	return commandCalls(info)
 }
 
 // failures says what makes the run fail: violations, errors, no hold.
@@ -334,8 +318,9 @@ func (g *gauge) leave() { g.n.Add(-1) }
 func (g *gauge) restart() { g.most.Store(g.n.Load()) }
 
 // newClients returns n Clients under prefix, each on a go-redis client of
-// its own (wrapped by wrap, when not nil), and a function that closes them.
-func newClients(ctx context.Context, addr, prefix string, n int, wrap func(i int, p lock.Provider) lock.Provider) ([]*lock.Client, func(), error) {
+// its own (wrapped by wrap, when not nil), Client i with the identity who
+// and i, and a function that closes them.
+func newClients(ctx context.Context, addr, prefix, who string, n int, wrap func(i int, p lock.Provider) lock.Provider) ([]*lock.Client, func(), error) {
 	var cs []*lock.Client
 	var rcs []*redis.Client
 	closeAll := func() {
@@ -357,7 +342,7 @@ func newClients(ctx context.Context, addr, prefix string, n int, wrap func(i int
 		if wrap != nil {
 			p = wrap(i, p)
 		}
-		c, err := lock.NewClient(p, lock.WithPrefix(prefix), lock.WithIdentity("process-"+strconv.Itoa(i)))
+		c, err := lock.NewClient(p, lock.WithPrefix(prefix), lock.WithIdentity(who+strconv.Itoa(i)))
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -367,41 +352,70 @@ func newClients(ctx context.Context, addr, prefix string, n int, wrap func(i int
 	return cs, closeAll, nil
 }
 
-// window runs until warm has passed, calls begin, then until d more has
-// passed, calls end, and returns how long the window took.
-func window(ctx context.Context, warm, d time.Duration, begin, end func() error) (time.Duration, error) {
+// measure measures a cell's window: it runs until warm has passed, reads
+// the commands Redis has run (on stats) and calls begin, which notes the
+// cell's own counts, then reads the CPU times; it runs until d more has
+// passed, reads the commands and the CPU times again and calls end, which
+// sets the cell's figures in r from its counts. It sets how long the window
+// took, the commands and the CPU times in r.
+func (r *cellResult) measure(ctx context.Context, stats *redis.Client, warm, d time.Duration, begin, end func()) error {
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	case <-time.After(warm):
 	}
-	if err := begin(); err != nil {
-		return 0, err
+	before, err := readCommands(ctx, stats)
+	begin()
+	if err == nil {
+		err = r.cpu(ctx, stats, -1)
+	}
+	if err != nil {
+		return err
 	}
 	start := time.Now()
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	case <-time.After(d):
 	}
-	took := time.Since(start)
-	return took, end()
+	r.took = time.Since(start)
+	after, err := readCommands(ctx, stats)
+	if err == nil {
+		err = r.cpu(ctx, stats, 1)
+	}
+	end()
+	r.count(before, after)
+	return err
+}
+
+// claimsPrimitives returns one primitive on each of claimsClients Clients
+// under prefix (see newClients), made by open, and a function that closes
+// the Clients.
+func claimsPrimitives[P any](ctx context.Context, addr, prefix string, open func(*lock.Client) (P, error)) ([]P, func(), error) {
+	cs, closeAll, err := newClients(ctx, addr, prefix, "process-", claimsClients, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	ps := make([]P, len(cs))
+	for i, c := range cs {
+		if ps[i], err = open(c); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	return ps, closeAll, nil
 }
 
 // semCell runs callers goroutines on one Semaphore(n) of claimsClients
 // Clients, each holding for hold, and measures the window of d after warm.
 func semCell(ctx context.Context, stats *redis.Client, addr, prefix string, n, callers int, hold time.Duration, o lock.Options, warm, d time.Duration) (*cellResult, error) {
-	cs, closeAll, err := newClients(ctx, addr, prefix, claimsClients, nil)
+	sems, closeAll, err := claimsPrimitives(ctx, addr, prefix, func(c *lock.Client) (*lock.Semaphore, error) {
+		return c.Semaphore("sem", n)
+	})
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll()
-	sems := make([]*lock.Semaphore, len(cs))
-	for i, c := range cs {
-		if sems[i], err = c.Semaphore("sem", n); err != nil {
-			return nil, err
-		}
-	}
 	r := &cellResult{}
 	var g gauge
 	var holds, violations atomic.Int64
@@ -430,25 +444,12 @@ func semCell(ctx context.Context, stats *redis.Client, addr, prefix string, n, c
 			}
 		})
 	}
-	var before map[string]int64
 	var h0 int64
-	r.took, err = window(ctx, warm, d, func() error {
-		var err error
-		before, err = readCommands(ctx, stats)
+	err = r.measure(ctx, stats, warm, d, func() {
 		g.restart()
 		h0 = holds.Load()
-		if err == nil {
-			err = r.cpu(ctx, stats, -1)
-		}
-		return err
-	}, func() error {
-		after, err := readCommands(ctx, stats)
-		if err == nil {
-			err = r.cpu(ctx, stats, 1)
-		}
+	}, func() {
 		r.holds, r.most = holds.Load()-h0, g.most.Load()
-		r.count(before, after)
-		return err
 	})
 	cancel()
 	wg.Wait()
@@ -469,17 +470,13 @@ const (
 // writers writing every rwEvery on one RWMutex(rwReaders) of
 // claimsClients Clients, and measures the window of d after warm.
 func rwCell(ctx context.Context, stats *redis.Client, addr, prefix string, o lock.Options, warm, d time.Duration) (*cellResult, error) {
-	cs, closeAll, err := newClients(ctx, addr, prefix, claimsClients, nil)
+	rws, closeAll, err := claimsPrimitives(ctx, addr, prefix, func(c *lock.Client) (*lock.RWMutex, error) {
+		return c.RWMutex("rw", rwReaders)
+	})
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll()
-	rws := make([]*lock.RWMutex, len(cs))
-	for i, c := range cs {
-		if rws[i], err = c.RWMutex("rw", rwReaders); err != nil {
-			return nil, err
-		}
-	}
 	r := &cellResult{}
 	var readers, writers gauge
 	var reads, writes, violations atomic.Int64
@@ -545,27 +542,14 @@ func rwCell(ctx context.Context, stats *redis.Client, addr, prefix string, o loc
 			}
 		})
 	}
-	var before map[string]int64
 	var r0, w0, rw0, wb0 int64
-	r.took, err = window(ctx, warm, d, func() error {
-		var err error
-		before, err = readCommands(ctx, stats)
+	err = r.measure(ctx, stats, warm, d, func() {
 		readers.restart()
 		r0, w0, rw0, wb0 = reads.Load(), writes.Load(), readWait.Load(), writeBusy.Load()
-		if err == nil {
-			err = r.cpu(ctx, stats, -1)
-		}
-		return err
-	}, func() error {
-		after, err := readCommands(ctx, stats)
-		if err == nil {
-			err = r.cpu(ctx, stats, 1)
-		}
+	}, func() {
 		r.reads, r.writes, r.most = reads.Load()-r0, writes.Load()-w0, readers.most.Load()
 		r.readWait, r.writeBusy = time.Duration(readWait.Load()-rw0), time.Duration(writeBusy.Load()-wb0)
 		r.holds = r.reads + r.writes
-		r.count(before, after)
-		return err
 	})
 	cancel()
 	wg.Wait()
@@ -805,7 +789,7 @@ type stoppedResult struct {
 // Client after another for stoppedFor every stopEvery.
 func stoppedCell(ctx context.Context, addr, prefix string, d time.Duration) (*stoppedResult, error) {
 	ps := make([]*stoppable, stoppedClients)
-	cs, closeAll, err := newClients(ctx, addr, prefix, stoppedClients, func(i int, p lock.Provider) lock.Provider {
+	cs, closeAll, err := newClients(ctx, addr, prefix, "process-", stoppedClients, func(i int, p lock.Provider) lock.Provider {
 		ps[i] = &stoppable{Provider: p}
 		return ps[i]
 	})

@@ -53,25 +53,13 @@ func holdsMain(ctx context.Context, w io.Writer, addr string, d time.Duration) e
 		return claimsMain(ctx, w, addr, d)
 	}
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
-	var cs []*lock.Client
-	var rcs []*redis.Client
-	defer func() {
-		for _, c := range cs {
-			_ = c.Close()
-		}
-		for _, rc := range rcs {
-			_ = rc.Close()
-		}
-	}()
-	for i := range holdReplicas {
-		rc := redis.NewClient(&redis.Options{Addr: addr})
-		rcs = append(rcs, rc)
-		c, err := lock.NewClient(lock.NewRedisProvider(rc), lock.WithPrefix("bench:"+runID+":"), lock.WithIdentity("replica-"+strconv.Itoa(i)))
-		if err != nil {
-			return err
-		}
-		cs = append(cs, c)
+	cs, closeAll, err := newClients(ctx, addr, "bench:"+runID+":", "replica-", holdReplicas, nil)
+	if err != nil {
+		return err
 	}
+	defer closeAll()
+	stats := redis.NewClient(&redis.Options{Addr: addr})
+	defer stats.Close()
 	wait := lock.Options{Wait: true, MaxWait: time.Minute, Lease: 8 * time.Second}
 	sems := make([]*lock.Semaphore, holdReplicas)
 	rws := make([]*lock.RWMutex, holdReplicas)
@@ -176,7 +164,7 @@ func holdsMain(ctx context.Context, w io.Writer, addr string, d time.Duration) e
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, r := range rows {
-		res, err := runHoldRow(ctx, rcs[0], r, d)
+		res, err := runHoldRow(ctx, stats, r, d)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.id, err)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -132,18 +131,34 @@ func readServerStats(ctx context.Context, rc *redis.Client) (serverStats, error)
 		return serverStats{}, err
 	}
 	var st serverStats
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := sc.Text()
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
 		if k, v, ok := strings.Cut(line, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
 			secs, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				return serverStats{}, fmt.Errorf("parse %q: %w", line, err)
 			}
 			st.cpu += time.Duration(secs * float64(time.Second))
-			continue
 		}
-		rest, ok := strings.CutPrefix(line, "cmdstat_")
+	}
+	calls, err := commandCalls(info)
+	if err != nil {
+		return serverStats{}, err
+	}
+	for _, n := range calls {
+		st.calls += n
+	}
+	return st, nil
+}
+
+// commandCalls returns the calls of each command in the text of INFO
+// commandstats, the commands that Lua scripts ran among them, but not
+// INFO, HELLO and CLIENT (connection set-up), so that the harness and new
+// pool connections do not count.
+func commandCalls(info string) (map[string]int64, error) {
+	calls := map[string]int64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
 		if !ok {
 			continue
 		}
@@ -151,14 +166,13 @@ func readServerStats(ctx context.Context, rc *redis.Client) (serverStats, error)
 		if name == "info" || name == "hello" || strings.HasPrefix(name, "client|") {
 			continue
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			return serverStats{}, fmt.Errorf("parse %q: %w", line, err)
+		n, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		var err error
+		if calls[name], err = strconv.ParseInt(n, 10, 64); err != nil {
+			return nil, fmt.Errorf("parse %q: %w", line, err)
 		}
-		st.calls += n
 	}
-	return st, nil
+	return calls, nil
 }
 
 // serverVersion returns redis_version from INFO server.

@@ -82,14 +82,15 @@ type cell struct {
 }
 
 // openCell opens lib with n lockers and warms it up on a key of its own: a
-// pooled connection, and the scripts loaded in the server's cache.
-func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*cell, error) {
+// pooled connection, and the scripts loaded in the server's cache. It
+// returns the cell and its counters after the warm-up.
+func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*cell, counters, error) {
 	r := &cell{}
 	r.rc = newRedisClient(addr, &r.sent)
 	var err error
 	if r.lockers, r.free, err = lib.lockers(r.rc, n); err != nil {
 		_ = r.rc.Close()
-		return nil, fmt.Errorf("%s: %w", lib.name, err)
+		return nil, counters{}, fmt.Errorf("%s: %w", lib.name, err)
 	}
 	for range 3 {
 		release, err := r.lockers[0](ctx, prefix+":warmup")
@@ -98,10 +99,15 @@ func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*ce
 		}
 		if err != nil {
 			r.close()
-			return nil, fmt.Errorf("%s: warm-up: %w", lib.name, err)
+			return nil, counters{}, fmt.Errorf("%s: warm-up: %w", lib.name, err)
 		}
 	}
-	return r, nil
+	before, err := r.counters(ctx)
+	if err != nil {
+		r.close()
+		return nil, counters{}, err
+	}
+	return r, before, nil
 }
 
 func (r *cell) close() {
@@ -163,15 +169,11 @@ func (e *errorCount) add(err error) {
 // own, back to back, for d.
 func uncontended(ctx context.Context, addr, prefix string, lib library, goroutines int, d time.Duration) (result, error) {
 	res := result{Library: lib.name, Goroutines: goroutines}
-	r, err := openCell(ctx, addr, prefix, lib, goroutines)
+	r, before, err := openCell(ctx, addr, prefix, lib, goroutines)
 	if err != nil {
 		return res, err
 	}
 	defer r.close()
-	before, err := r.counters(ctx)
-	if err != nil {
-		return res, err
-	}
 
 	var errs errorCount
 	lat := make([][]time.Duration, goroutines)
@@ -223,15 +225,11 @@ func uncontended(ctx context.Context, addr, prefix string, lib library, goroutin
 // again, for d.
 func contended(ctx context.Context, addr, prefix string, lib library, goroutines int, section, pause, d time.Duration) (result, error) {
 	res := result{Library: lib.name, Goroutines: goroutines, SectionUS: us(section), PauseUS: us(pause)}
-	r, err := openCell(ctx, addr, prefix, lib, goroutines)
+	r, before, err := openCell(ctx, addr, prefix, lib, goroutines)
 	if err != nil {
 		return res, err
 	}
 	defer r.close()
-	before, err := r.counters(ctx)
-	if err != nil {
-		return res, err
-	}
 
 	type goroutineStats struct {
 		grants, wonBack, gaveUp int64
