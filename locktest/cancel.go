@@ -50,12 +50,7 @@ func (s *suite) cancelledWaitLeavesNothing(t *testing.T) {
 		}, 10*time.Second, 2*time.Millisecond, "round %d: the waiter queues", round)
 		cancel()
 		require.NoError(t, h.Release(ctx), "round %d", round)
-		var r result
-		select {
-		case r = <-got:
-		case <-time.After(15 * time.Second):
-			t.Fatalf("round %d: the cancelled waiter did not return", round)
-		}
+		r := receive(t, got, 15*time.Second, "round %d: the cancelled waiter did not return", round)
 		if r.l != nil {
 			returned++
 			assert.NoError(t, r.l.Release(ctx))

@@ -62,12 +62,8 @@ func (s *suite) releaseOfTakenLock(t *testing.T) {
 		}()
 		err = l.Release(ctx)
 		require.ErrorIs(t, err, lock.ErrLost, "grace %v: the release finds the lock taken", grace)
-		select {
-		case werr := <-seen:
-			assert.Equal(t, err, werr, "grace %v: Err read right after Done is the loss Release returned", grace)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("grace %v: Done was not closed after Release returned", grace)
-		}
+		werr := receive(t, seen, 10*time.Second, "grace %v: Done was not closed after Release returned", grace)
+		assert.Equal(t, err, werr, "grace %v: Err read right after Done is the loss Release returned", grace)
 		var le *lock.LostError
 		if assert.ErrorAs(t, err, &le) {
 			assert.Equal(t, lock.LostTaken, le.Reason, "grace %v: another owner was found before the lease ran out", grace)
@@ -169,12 +165,7 @@ func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
 	sp.stall()
 	released := time.Now()
 	require.NoError(t, h.Release(ctx)) // hands the lock to the stalled waiter
-	var lv result
-	select {
-	case lv = <-liveGot:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the live waiter did not get the lock")
-	}
+	lv := receive(t, liveGot, 20*time.Second, "the live waiter did not get the lock")
 	require.NoError(t, lv.err)
 	waited := lv.when.Sub(released)
 	t.Logf("the live waiter got the lock %v after the release (claim window %v, lease %v)", waited.Round(time.Millisecond), window, lease)
@@ -194,12 +185,7 @@ func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
 	require.NoError(t, lv.l.Err())
 	require.NoError(t, lv.l.Release(ctx))
 
-	var sv result
-	select {
-	case sv = <-stalledGot:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the resumed waiter did not get the lock after the live one")
-	}
+	sv := receive(t, stalledGot, 20*time.Second, "the resumed waiter did not get the lock after the live one")
 	require.NoError(t, sv.err)
 	assert.Greater(t, sv.l.Token(), lv.l.Token(), "tokens increase")
 	require.NoError(t, sv.l.Release(ctx))

@@ -109,14 +109,51 @@ func mustQueue(t *testing.T, ctx context.Context, p lock.Provider, key string, w
 	require.True(t, rec.Queued, "%s should have been queued on held key %q, got %+v", w.Owner, key, rec)
 }
 
-// assertFree checks that key is free by taking it with a fresh owner, and
-// releases it.
+// receive returns the first value sent on ch, or fails the test when none
+// comes within d: msg and args say what did not happen.
+func receive[T any](t *testing.T, ch <-chan T, d time.Duration, msg string, args ...any) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf(msg, args...)
+		panic("unreachable") // Fatalf does not return
+	}
+}
+
+// queueBehind takes a new key for a new owner and queues a waiter of in for
+// it: it returns the key, the holder's record and the waiter.
+func queueBehind(t *testing.T, ctx context.Context, p lock.Provider, in *listener) (string, lock.Record, lock.Waiter) {
+	t.Helper()
+	key := uniqueName(t)
+	held := mustAcquire(t, p, key, newOwner(), queueTTL)
+	w := in.waiter(queueTTL)
+	mustQueue(t, ctx, p, key, w)
+	return key, held, w
+}
+
+// handsOver checks that in gets its grants: a waiter of in queued for a held
+// key is told when the holder releases it (msg says why that matters), and
+// in is told nothing else.
+func handsOver(t *testing.T, ctx context.Context, p lock.Provider, in *listener, msg string) {
+	t.Helper()
+	key, held, w := queueBehind(t, ctx, p, in)
+	require.NoError(t, p.Release(ctx, key, held.Owner))
+	assert.Equal(t, w.Owner, in.next(t, msg).Owner)
+	require.NoError(t, p.Release(ctx, key, w.Owner))
+	quiet(t, ctx, p, in)
+}
+
+// assertFree checks that key is free by taking it with a fresh owner, which
+// gets a new record, and releases it.
 func assertFree(t *testing.T, ctx context.Context, p lock.Provider, key, msg string) {
 	t.Helper()
 	o := newOwner()
 	rec, err := p.Acquire(ctx, key, o, queueTTL)
 	require.NoError(t, err)
 	if assert.Equal(t, o, rec.Owner, "%s: wanted the key free, found it held (%+v)", msg, rec) {
+		assert.False(t, rec.Finished, "%s: a new record is not in a grace period", msg)
 		assert.NoError(t, p.Release(ctx, key, o))
 	}
 }

@@ -182,11 +182,8 @@ func (s *suite) forceReleaseEndsGracePeriod(t *testing.T) {
 // waiter, as the holder's Release would.
 func (s *suite) forceReleaseHandsToWaiter(t *testing.T) {
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, queueTTL)
 	in := listen(t, ctx, p)
-	w := in.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w)
+	key, recA, w := queueBehind(t, ctx, p, in)
 	_, err := p.ForceRelease(ctx, key)
 	require.NoError(t, err)
 	g := in.next(t, "the waiter is told of its grant")

@@ -189,11 +189,9 @@ func (s *suite) againKeepsPlace(t *testing.T) {
 // leaveTakesOutOfQueue: a waiter that left is not handed the key.
 func (s *suite) leaveTakesOutOfQueue(t *testing.T) {
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, queueTTL)
 	in := listen(t, ctx, p)
-	w1 := in.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in)
+	a := recA.Owner
 	require.NoError(t, p.Leave(ctx, key, w1), "a queued waiter leaves")
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner, "a waiter's Leave leaves the holder's record")
@@ -241,10 +239,8 @@ func (s *suite) leaveNotQueuedChangesNothing(t *testing.T) {
 	assert.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: in.name, Look: lock.LookAgain}))
 	assertFree(t, ctx, p, free, "Leave on a free key leaves it free")
 
-	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, queueTTL)
-	w1 := in.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in)
+	a := recA.Owner
 	assert.NoError(t, p.Leave(ctx, key, in.waiter(queueTTL)), "Leave of an owner not in the queue is not an error")
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner, "Leave of a stranger leaves the holder's record")
@@ -279,11 +275,9 @@ func (s *suite) leaveAfterLostReplyReleases(t *testing.T) {
 func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	testenv.SkipShort(t, "a conformance check of 2 s (a grace period runs out)")
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, queueTTL)
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
-	w1 := in1.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in1)
+	a := recA.Owner
 
 	const grace = 2 * time.Second
 	require.NoError(t, p.Finish(ctx, key, a, grace), "the holder ends its record")
@@ -362,11 +356,9 @@ func (s *suite) unlistenedWaiterIsSkipped(t *testing.T) {
 // handed to it when it looks again.
 func (s *suite) againFindsOwnGrant(t *testing.T) {
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, queueTTL)
 	in := listen(t, ctx, p)
-	w1 := in.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in)
+	a := recA.Owner
 	require.NoError(t, p.Release(ctx, key, a))
 
 	// The waiter has not read its inbox (as after a lost message): it looks.
@@ -393,11 +385,9 @@ func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 		t.Skip("needs a record that expires, with its waiter still queued")
 	}
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	recA := mustAcquire(t, p, key, a, queueTTL)
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
-	w1 := in1.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in1)
+	a := recA.Owner
 	s.expire(t, key, a) // free, with w1 queued
 
 	w2 := in2.waiter(queueTTL)
@@ -436,11 +426,9 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 		t.Skip("needs a record that expires, with its waiter still queued")
 	}
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, queueTTL)
 	in1, in3 := listen(t, ctx, p), listen(t, ctx, p)
-	w1 := in1.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, held, w1 := queueBehind(t, ctx, p, in1)
+	a := held.Owner
 	s.expire(t, key, a) // free, with w1 queued
 
 	w3 := in3.waiter(queueTTL)
@@ -549,15 +537,7 @@ func (s *suite) listenAgainAfterStop(t *testing.T) {
 	stop, err := p.Listen(ctx, inbox, func(lock.Notice) {})
 	require.NoError(t, err)
 	stop()
-	in := listenOn(t, ctx, p, inbox)
-	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, queueTTL)
-	w := in.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w)
-	require.NoError(t, p.Release(ctx, key, a))
-	assert.Equal(t, w.Owner, in.next(t, "the second Listen on the inbox gets its grants").Owner)
-	require.NoError(t, p.Release(ctx, key, w.Owner))
-	quiet(t, ctx, p, in)
+	handsOver(t, ctx, p, listenOn(t, ctx, p, inbox), "the second Listen on the inbox gets its grants")
 }
 
 // listenTwiceSameInbox: a provider with Backend.ExclusiveInbox (the memory
@@ -572,14 +552,7 @@ func (s *suite) listenTwiceSameInbox(t *testing.T) {
 	stop, err := p.Listen(ctx, in.name, func(lock.Notice) {})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a second Listen on an inbox already listened to is refused")
 	assert.Nil(t, stop, "a refused Listen returns no stop function")
-	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, queueTTL)
-	w := in.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w)
-	require.NoError(t, p.Release(ctx, key, a))
-	assert.Equal(t, w.Owner, in.next(t, "the first Listen still gets the inbox's grants").Owner)
-	require.NoError(t, p.Release(ctx, key, w.Owner))
-	quiet(t, ctx, p, in)
+	handsOver(t, ctx, p, in, "the first Listen still gets the inbox's grants")
 }
 
 // listenBadInput: Listen refuses an empty, too long or white-space inbox and a
