@@ -39,7 +39,8 @@ type objects struct {
 
 // functions lists the functions of schema.sql, in an order that drops them.
 var functions = []string{"acquire", "wait", "leave", "release", "update", "force_release", "free", "serve", "grant", "enter",
-	"claim_acquire", "claim_change", "claim_view", "claim_grant", "claim_open", "claim_serve", "claim_limit", "claim_enter"}
+	"claim_acquire", "claim_change", "claim_view", "claim_grant", "claim_open", "claim_serve", "claim_limit", "claim_enter",
+	"enter_class"}
 
 func newObjects(schema, prefix string) objects {
 	qualified := func(name string) string { return pgx.Identifier{schema, prefix + name}.Sanitize() }

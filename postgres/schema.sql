@@ -54,20 +54,25 @@ BEGIN
 	END IF;
 END $do$;
 
--- enter takes the advisory lock of p_key for the rest of the transaction
--- and returns the server's time after it. A snapshot that outlives one
+-- enter_class takes the advisory lock of p_key in the class p_class (the
+-- locks', or the counted names') for the rest of the transaction and
+-- returns the server's time after it. A snapshot that outlives one
 -- statement (REPEATABLE READ, SERIALIZABLE) would not see the calls that
 -- held the lock before: it is refused.
-CREATE OR REPLACE FUNCTION {{enter}}(p_key text) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION {{enter_class}}(p_class int, p_key text) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 BEGIN
 	IF current_setting('transaction_isolation') <> 'read committed' THEN
 		RAISE EXCEPTION 'lock provider: isolation level %, want read committed',
 			current_setting('transaction_isolation');
 	END IF;
-	PERFORM pg_advisory_xact_lock({{class}}, hashtext(p_key));
+	PERFORM pg_advisory_xact_lock(p_class, hashtext(p_key));
 	RETURN clock_timestamp();
 END $$;
+
+-- enter takes the advisory lock of the key p_key (enter_class).
+CREATE OR REPLACE FUNCTION {{enter}}(p_key text) RETURNS timestamptz
+LANGUAGE sql AS $$ SELECT {{enter_class}}({{class}}, p_key) $$;
 
 -- grant stores a new record for p_owner under the free key p_key, with a
 -- fresh token, over the expired record that may be there. First it deletes
@@ -350,20 +355,12 @@ END $do$;
 -- claim_enter is enter for a counted name: it takes the name's advisory
 -- lock (of a class of its own, so that a lock and a counted name of the
 -- same key do not wait for each other) for the rest of the transaction,
--- and returns the server's time after it. Every call on a counted name
--- takes it first: two calls on one name run one after the other, and the
--- second's statements (READ COMMITTED) see all that the first committed,
--- so two calls never both see the same room.
+-- and returns the server's time after it (enter_class). Every call on a
+-- counted name takes it first: two calls on one name run one after the
+-- other, and the second's statements (READ COMMITTED) see all that the
+-- first committed, so two calls never both see the same room.
 CREATE OR REPLACE FUNCTION {{claim_enter}}(p_key text) RETURNS timestamptz
-LANGUAGE plpgsql AS $$
-BEGIN
-	IF current_setting('transaction_isolation') <> 'read committed' THEN
-		RAISE EXCEPTION 'lock provider: isolation level %, want read committed',
-			current_setting('transaction_isolation');
-	END IF;
-	PERFORM pg_advisory_xact_lock({{claims_class}}, hashtext(p_key));
-	RETURN clock_timestamp();
-END $$;
+LANGUAGE sql AS $$ SELECT {{enter_class}}({{claims_class}}, p_key) $$;
 
 -- claim_limit returns the limit of the name p_key: that of its claims, or
 -- of its first live waiter; NULL when it holds neither.
