@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,36 +29,15 @@ import (
 // to release), whatever the limit: at most 11 with the two EVALSHA.
 
 var (
-	//go:embed scripts/claim.lua
-	claimLua string
+	claimLua = lua("claim.lua")
 
-	//go:embed scripts/claimacquire.lua
-	claimAcquireLua    string
-	claimAcquireScript = newScript(claimLua + claimAcquireLua)
-
-	//go:embed scripts/claimqueue.lua
-	claimQueueLua    string
-	claimQueueScript = newScript(claimLua + claimQueueLua)
-
-	//go:embed scripts/claimleave.lua
-	claimLeaveLua    string
-	claimLeaveScript = newScript(claimLua + claimLeaveLua)
-
-	//go:embed scripts/claimrenew.lua
-	claimRenewLua    string
-	claimRenewScript = newScript(claimLua + claimRenewLua)
-
-	//go:embed scripts/claimrelease.lua
-	claimReleaseLua    string
-	claimReleaseScript = newScript(claimLua + claimReleaseLua)
-
-	//go:embed scripts/claimlower.lua
-	claimLowerLua    string
-	claimLowerScript = newScript(claimLua + claimLowerLua)
-
-	//go:embed scripts/claiminspect.lua
-	claimInspectLua    string
-	claimInspectScript = newScript(claimInspectLua)
+	claimAcquireScript = newScript(claimLua + lua("claimacquire.lua"))
+	claimQueueScript   = newScript(claimLua + lua("claimqueue.lua"))
+	claimLeaveScript   = newScript(claimLua + lua("claimleave.lua"))
+	claimRenewScript   = newScript(claimLua + lua("claimrenew.lua"))
+	claimReleaseScript = newScript(claimLua + lua("claimrelease.lua"))
+	claimLowerScript   = newScript(claimLua + lua("claimlower.lua"))
+	claimInspectScript = newScript(lua("claiminspect.lua"))
 )
 
 // The suffixes of a counted name's keys, after its record key.

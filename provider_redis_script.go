@@ -2,7 +2,7 @@ package lock
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,46 +23,38 @@ import (
 // decoded by decode into a reply) is written once, at the top of
 // scripts/record.lua; sendScripts is the one place that sends them.
 
+// scriptFiles holds the provider's scripts and fragments (scripts/fence.lua
+// is RedisFence's, embedded in fence_redis.go).
+//
+//go:embed scripts/token.lua scripts/owned.lua scripts/record.lua
+//go:embed scripts/acquire.lua scripts/queue.lua scripts/leave.lua scripts/release.lua
+//go:embed scripts/renew.lua scripts/finish.lua scripts/inspect.lua scripts/forcerelease.lua
+//go:embed scripts/claim*.lua
+var scriptFiles embed.FS
+
+// lua returns the text of scripts/name.
+func lua(name string) string {
+	b, err := scriptFiles.ReadFile("scripts/" + name)
+	if err != nil {
+		panic("lock: no script " + name + " embedded: " + err.Error())
+	}
+	return string(b)
+}
+
 var (
-	//go:embed scripts/token.lua
-	tokenLua string
-	//go:embed scripts/owned.lua
-	ownedLua string
+	tokenLua = lua("token.lua")
+	ownedLua = lua("owned.lua")
 
-	//go:embed scripts/record.lua
-	recordLua string
+	recordLua = lua("record.lua")
 
-	//go:embed scripts/acquire.lua
-	acquireLua    string
-	acquireScript = newScript(acquireLua) // self-contained: record.lua not prepended
-
-	//go:embed scripts/queue.lua
-	queueLua    string
-	queueScript = newScript(recordLua + queueLua)
-
-	//go:embed scripts/leave.lua
-	leaveLua    string
-	leaveScript = newScript(recordLua + leaveLua)
-
-	//go:embed scripts/release.lua
-	releaseLua    string
-	releaseScript = newScript(recordLua + releaseLua)
-
-	//go:embed scripts/renew.lua
-	renewLua    string
-	renewScript = newScript(recordLua + renewLua)
-
-	//go:embed scripts/finish.lua
-	finishLua    string
-	finishScript = newScript(recordLua + finishLua)
-
-	//go:embed scripts/inspect.lua
-	inspectLua    string
-	inspectScript = newScript(inspectLua)
-
-	//go:embed scripts/forcerelease.lua
-	forceReleaseLua    string
-	forceReleaseScript = newScript(recordLua + forceReleaseLua)
+	acquireScript      = newScript(lua("acquire.lua")) // self-contained: record.lua not prepended
+	queueScript        = newScript(recordLua + lua("queue.lua"))
+	leaveScript        = newScript(recordLua + lua("leave.lua"))
+	releaseScript      = newScript(recordLua + lua("release.lua"))
+	renewScript        = newScript(recordLua + lua("renew.lua"))
+	finishScript       = newScript(recordLua + lua("finish.lua"))
+	inspectScript      = newScript(lua("inspect.lua"))
+	forceReleaseScript = newScript(recordLua + lua("forcerelease.lua"))
 )
 
 // script is a Lua script (one of the provider's, or a RedisFence's), sent
