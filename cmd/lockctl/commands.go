@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -134,41 +135,34 @@ func (c command) showCounted(s lock.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	rw := s.Kind == "rwmutex" // a column for reader or writer
-	if len(s.Holders) > 0 {
-		fmt.Fprintln(c.stdout)
-		head := "HOLDER\tIDENTITY\tWEIGHT\tTOKEN\tSINCE\tUNTIL\tTIME LEFT"
-		if rw {
-			head = "HOLDER\tIDENTITY\tKIND\tWEIGHT\tTOKEN\tSINCE\tUNTIL\tTIME LEFT"
+	// The holders' table and the queue's, each under an empty line when it
+	// has a row; the third column, KIND (reader or writer), for a
+	// read-write lock alone.
+	holders := [][]string{{"HOLDER", "IDENTITY", "KIND", "WEIGHT", "TOKEN", "SINCE", "UNTIL", "TIME LEFT"}}
+	for _, h := range s.Holders {
+		holders = append(holders, []string{h.Owner, orDash(h.Identity), h.Kind, strconv.Itoa(h.Weight),
+			strconv.FormatUint(h.Token, 10), age(h.Since, now), timestamp(h.Until), left(h.Until, now)})
+	}
+	queue := [][]string{{"QUEUED", "IDENTITY", "KIND", "WEIGHT"}}
+	for _, q := range s.Queue {
+		queue = append(queue, []string{q.Owner, orDash(q.Identity), q.Kind, strconv.Itoa(q.Weight)})
+	}
+	for _, table := range [][][]string{holders, queue} {
+		if len(table) == 1 {
+			continue
 		}
-		fmt.Fprintln(tw, head)
-		for _, h := range s.Holders {
-			fmt.Fprintf(tw, "%s\t%s\t", h.Owner, orDash(h.Identity))
-			if rw {
-				fmt.Fprintf(tw, "%s\t", h.Kind)
+		fmt.Fprintln(c.stdout)
+		for _, row := range table {
+			if s.Kind != "rwmutex" {
+				row = slices.Delete(row, 2, 3)
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", h.Weight, h.Token, age(h.Since, now), timestamp(h.Until), left(h.Until, now))
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	if len(s.Queue) > 0 {
-		fmt.Fprintln(c.stdout)
-		head := "QUEUED\tIDENTITY\tWEIGHT"
-		if rw {
-			head = "QUEUED\tIDENTITY\tKIND\tWEIGHT"
-		}
-		fmt.Fprintln(tw, head)
-		for _, q := range s.Queue {
-			fmt.Fprintf(tw, "%s\t%s\t", q.Owner, orDash(q.Identity))
-			if rw {
-				fmt.Fprintf(tw, "%s\t", q.Kind)
-			}
-			fmt.Fprintf(tw, "%d\n", q.Weight)
-		}
-	}
-	return tw.Flush()
+	return nil
 }
 
 // release frees the lock called name whoever holds it, and prints what it

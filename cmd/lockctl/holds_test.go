@@ -258,21 +258,12 @@ func testCounted(t *testing.T, f *fixture) {
 		assert.Contains(t, stderr, "level=WARN", "the forced release is logged")
 		assert.Contains(t, stderr, "forced release of a hold")
 
-		var r heldHold
-		select {
-		case r = <-s.waiter:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter did not get its permits within 10s of the forced release")
-		}
+		r := within10s(t, s.waiter, "the waiter did not get its permits within 10s of the forced release")
 		s.waiter <- r // for the cleanup to release it
 		require.NoError(t, r.err, "the waiter should get its permits")
 		assert.Greater(t, r.h.Token(), s.two.Token(), "the new grant's token is newer")
 
-		select {
-		case <-s.two.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the holder was not told within 10s that its hold was lost")
-		}
+		within10s(t, s.two.Done(), "the holder was not told within 10s that its hold was lost")
 		assert.ErrorIs(t, s.two.Err(), lock.ErrLost)
 		assert.NoError(t, s.one.Err(), "the other hold is held still")
 	})

@@ -612,21 +612,12 @@ func testCommands(t *testing.T, f *fixture) {
 		assert.Contains(t, stderr, "level=WARN", "the forced release is logged")
 		assert.Contains(t, stderr, "forced release")
 
-		var r acquired
-		select {
-		case r = <-s.waiter:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter did not get the lock within 10s of the forced release")
-		}
+		r := within10s(t, s.waiter, "the waiter did not get the lock within 10s of the forced release")
 		s.waiter <- r // for the cleanup to release it
 		require.NoError(t, r.err, "the waiter should get the lock")
 		assert.Greater(t, r.l.Token(), s.held.Token(), "the new grant's token is newer")
 
-		select {
-		case <-s.held.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the holder was not told within 10s that its lock was lost")
-		}
+		within10s(t, s.held.Done(), "the holder was not told within 10s that its lock was lost")
 		assert.ErrorIs(t, s.held.Err(), lock.ErrLost)
 	})
 
@@ -733,12 +724,21 @@ func testBinary(t *testing.T, f *fixture, bin string) {
 	assert.Equal(t, exitError, cmd.ProcessState.ExitCode())
 	assert.Contains(t, errOut.String(), "127.0.0.1:1")
 
-	select {
-	case <-held.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the holder was not told within 10s that its lock was lost")
-	}
+	within10s(t, held.Done(), "the holder was not told within 10s that its lock was lost")
 	assert.ErrorIs(t, held.Err(), lock.ErrLost)
+}
+
+// within10s returns what ch receives within 10 s, and fails the test with
+// msg otherwise.
+func within10s[T any](t *testing.T, ch <-chan T, msg string) T {
+	t.Helper()
+	var v T
+	select {
+	case v = <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
+	}
+	return v
 }
 
 // TestEmptyList checks what ls says when it finds no lock: the prefix it
