@@ -95,12 +95,15 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 	if err != nil {
 		return nil, err
 	}
+	c.announce(ctx, key, Notice{Owner: l.Owner(), Token: l.Token(), TTL: lo.Lease}) // to Observe
 	if ctx.Err() != nil {
-		_ = l.Release(ctx) // hands the role on
-		return nil, &NotAcquiredError{Key: key, Reason: context.Cause(ctx)}
+		err = &NotAcquiredError{Key: key, Reason: context.Cause(ctx)}
+	} else {
+		err = l.heldErr()
 	}
-	if err := l.heldErr(); err != nil {
-		_ = l.Release(ctx)
+	if err != nil {
+		_ = l.Release(ctx) // hands the role on
+		c.announce(ctx, key, Notice{})
 		return nil, err
 	}
 	t := &Term{role: role, l: l, since: time.Now()}
@@ -159,7 +162,9 @@ func (t *Term) Err() error { return t.l.Err() }
 // Lock.Release after Release does.
 func (t *Term) Resign(ctx context.Context) error {
 	t.cancel(nil)
-	return t.l.Release(ctx)
+	err := t.l.Release(ctx)
+	t.l.c.announce(ctx, t.l.key, Notice{})
+	return err
 }
 
 // LeadOptions configure Lead. The zero value campaigns with the zero
@@ -295,124 +300,5 @@ func (c *Client) pauseLead(ctx context.Context, d time.Duration) error {
 		return context.Cause(ctx)
 	case <-c.closing.Done():
 		return ErrClosed
-	}
-}
-
-// Leader is who leads a role, as Observe reads it.
-type Leader struct {
-	// Role is the role observed.
-	Role string
-	// Owner is the leader's term's owner (Term.Owner); empty when nobody
-	// leads (see Vacant).
-	Owner string
-	// Identity is the identity of the leader's Client (WithIdentity): name
-	// each process with it (a host and port, a pod name) so that observers
-	// know where the leader runs. Empty when nobody leads or the Client set
-	// none.
-	Identity string
-	// Term is the term's number (Term.Token); zero when nobody leads.
-	Term uint64
-	// Since is when the term began, by the clock of the process that
-	// granted it (see Status.Since); zero when nobody leads.
-	Since time.Time
-	// Err is set when the state could not be read (the provider's error):
-	// the other fields are then the last state sent, which may be stale.
-	// Observe reads again every poll interval and sends the state it reads
-	// next, changed or not.
-	Err error
-}
-
-// Vacant reports whether nobody leads the role: no leader, or the state
-// could not be read before anything else was sent (Err set).
-func (l Leader) Vacant() bool { return l.Owner == "" }
-
-// Observe returns a channel of who leads role: first the state now (a
-// Leader, or a Vacant one when nobody leads), then each change: a new term,
-// or nobody. It reads the role's record with Inspect every poll interval of
-// the Client (WithPollInterval, one second by default), so a change is seen
-// within a poll interval, and a term shorter than that may not be seen at
-// all; terms are sent in the order they were read, each once. A read that
-// fails is sent once, as a Leader with Err set, and is tried again every
-// poll interval; the first read that succeeds after it is sent whatever it
-// says, so no change is missed for a reconnection. A slow receiver misses
-// nothing but intermediate states: each value sent is the state at its
-// read. The channel is closed when ctx ends or the Client closes: cancel
-// ctx when done. Observe returns ErrInvalidArgument for a bad role.
-//
-// A leader can publish where it runs through its Client's identity (Leader
-// .Identity): a host and port is a valid identity. Any other value would
-// need a field in the provider's record, which the Provider contract does
-// not have.
-func (c *Client) Observe(ctx context.Context, role string) (<-chan Leader, error) {
-	if _, err := c.checkName(role); err != nil {
-		return nil, err
-	}
-	ch := make(chan Leader)
-	go c.observe(ctx, role, ch)
-	return ch, nil
-}
-
-// observe reads role's state every poll interval and sends it on ch when it
-// changed, after a failure, or first; it closes ch when ctx ends or the
-// Client closes.
-func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
-	defer close(ch)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(c.closing, cancel)
-	defer stop()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var last Leader // the last value sent
-	first := true
-	for {
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return
-		}
-		now, err := c.leader(ctx, role)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil && last.Err != nil:
-			// told already: read again
-		case err != nil:
-			last.Role, last.Err = role, err
-			if !sendLeader(ctx, ch, last) {
-				return
-			}
-		case first || last.Err != nil || now.Owner != last.Owner || now.Term != last.Term:
-			first, last = false, now
-			if !sendLeader(ctx, ch, now) {
-				return
-			}
-		}
-		timer.Reset(c.poll)
-	}
-}
-
-// leader reads who leads role now.
-func (c *Client) leader(ctx context.Context, role string) (Leader, error) {
-	key := c.Key(role)
-	rec, err := c.provider.Inspect(ctx, key)
-	if err != nil {
-		return Leader{}, c.failed(ctx, "inspect", key, err)
-	}
-	s := status(role, key, rec, time.Now())
-	l := Leader{Role: role}
-	if !s.Free() && !s.GracePeriod {
-		l.Owner, l.Identity, l.Term, l.Since = s.Owner, s.Identity, s.Token, s.Since
-	}
-	return l, nil
-}
-
-// sendLeader sends l on ch, and reports false if ctx ends first.
-func sendLeader(ctx context.Context, ch chan<- Leader, l Leader) bool {
-	select {
-	case ch <- l:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

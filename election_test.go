@@ -589,3 +589,95 @@ func TestLeadStopsWhenClosedDuringPause(t *testing.T) {
 		t.Fatal("Lead went on pausing after Close")
 	}
 }
+
+// notifyCounter passes every call on, counting Notify, and failing Watch
+// when watchFails is set.
+type notifyCounter struct {
+	lock.Provider
+	notified   atomic.Int32
+	watchFails bool
+}
+
+func (p *notifyCounter) Notify(ctx context.Context, key string, n lock.Notice) error {
+	p.notified.Add(1)
+	return p.Provider.Notify(ctx, key, n)
+}
+
+func (p *notifyCounter) Watch(ctx context.Context, key string, deliver func(lock.Notice)) (func(), error) {
+	if p.watchFails {
+		return nil, errElectionDown
+	}
+	return p.Provider.Watch(ctx, key, deliver)
+}
+
+// TestOnlyRolesNotify: plain locks, waits and handoffs tell no Watch (their
+// cycle costs what it did); a term tells its start and its end; a forced
+// release tells its end.
+func TestOnlyRolesNotify(t *testing.T) {
+	ctx := context.Background()
+	p := &notifyCounter{Provider: lock.NewMemoryProvider()}
+	c := testenv.NewClient(t, p)
+	name := testenv.Name(t)
+	for range 3 {
+		require.NoError(t, c.Do(ctx, name, lock.Options{Wait: true}, func(context.Context) error { return nil }))
+	}
+	l, err := c.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, name, lock.Options{Wait: true})
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		st, err := c.Inspect(ctx, name)
+		return err == nil && st.Waiters == 1
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, l.Release(ctx)) // a handoff
+	require.NoError(t, <-got)
+	assert.Zero(t, p.notified.Load(), "a lock's acquire, wait, handoff and release notify nobody")
+
+	term, err := c.Campaign(ctx, name+"-role", lock.ElectionOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, p.notified.Load(), "a term won is told")
+	require.NoError(t, term.Resign(ctx))
+	assert.EqualValues(t, 2, p.notified.Load(), "its end is told")
+	_, err = c.Campaign(ctx, name+"-role", lock.ElectionOptions{})
+	require.NoError(t, err)
+	_, err = c.ForceRelease(ctx, name+"-role")
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, p.notified.Load(), "a forced release is told")
+}
+
+// TestObservePollsWhenWatchFails: a provider whose Watch fails is read
+// every poll interval: Observe still sees each term that lasts longer
+// than one.
+func TestObservePollsWhenWatchFails(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	watcher := testenv.NewClient(t, &notifyCounter{Provider: mem, watchFails: true}, lock.WithPollInterval(5*time.Millisecond))
+	leader := testenv.NewClient(t, mem, lock.WithIdentity("a"))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	role := testenv.Name(t)
+	seen, err := watcher.Observe(ctx, role)
+	require.NoError(t, err)
+	next := func() lock.Leader {
+		t.Helper()
+		select {
+		case l := <-seen:
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing observed within 10s")
+		}
+		return lock.Leader{}
+	}
+	assert.True(t, next().Vacant())
+	term, err := leader.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	l := next()
+	assert.Equal(t, term.Token(), l.Term, "the term is read at a poll")
+	require.NoError(t, term.Resign(ctx))
+	assert.True(t, next().Vacant(), "and its end")
+}

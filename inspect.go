@@ -187,6 +187,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Status, error) 
 	}
 	s := status(name, key, rec, time.Now())
 	if !s.Free() {
+		c.announce(ctx, key, Notice{}) // for Observe
 		c.log.Warn("lock: forced release", "key", key, "owner", s.Owner, "token", s.Token, "since", s.Since)
 		c.emit(Event{Kind: EventForceReleased, Key: key, Owner: s.Owner, Token: s.Token})
 	}

@@ -9,9 +9,9 @@ import (
 // Provider stores lock records, the counted names of semaphores and
 // read-write locks, and the queues of their waiters. It is the one
 // contract every backend implements, all of it: the Client builds waiting,
-// renewal, grace periods and events on the first seven methods, Inspect,
-// List and ForceRelease on the next three, and Semaphore and RWMutex on
-// the claim methods; a wrapper that embeds a Provider (for logging or
+// renewal, grace periods and events on the first seven methods,
+// Client.Observe on Watch and Notify, Inspect, List and ForceRelease on the
+// next three, and Semaphore and RWMutex on the claim methods; a wrapper that embeds a Provider (for logging or
 // metrics) passes every one on.
 //
 // A key holds at most one record. Every method is atomic with respect to the
@@ -52,6 +52,22 @@ type Provider interface {
 	// inbox should then look again. deliver must not block. stop waits until
 	// deliver is no longer running.
 	Listen(ctx context.Context, inbox string, deliver func(Notice)) (stop func(), err error)
+
+	// Watch calls deliver, until stop is called, with every Notice that
+	// Notify sends to key after Watch returns, from any process sharing
+	// the backend, and with a Notice without Key when notices may have been
+	// lost (a broken connection, reopened): the watcher should then read
+	// the key again. deliver must not block. stop waits until deliver is
+	// no longer running. Several Watches of one key each get every Notice.
+	// Watches are apart from the inboxes of Listen: Client.Observe hears a
+	// role's changes on one, and a key nobody watches costs nothing.
+	Watch(ctx context.Context, key string, deliver func(Notice)) (stop func(), err error)
+
+	// Notify sends n to every Watch of key: a Notice with Owner says that
+	// Owner holds key's record, with Token and TTL; one without Owner, that
+	// the record may have ended. n.Key is key. It is a message only: nothing
+	// stored changes, and a Notice nobody watches for is lost.
+	Notify(ctx context.Context, key string, n Notice) error
 
 	// Release deletes the record under key if owner holds it, or hands it to
 	// the first caller in the key's wait queue (see Queue). It returns a
@@ -259,7 +275,7 @@ func (l Look) String() string {
 // claim of that weight on the counted name Key was granted to Owner; with
 // no Owner, the lock under Key entered a grace period and its waiters
 // should look again; with no Key, every waiter of the inbox should look
-// again.
+// again. It is also the message of Notify to the Watches of a key.
 type Notice struct {
 	Key    string
 	Owner  string

@@ -29,9 +29,10 @@ type MemoryProvider struct {
 	token   uint64
 	queues  map[string][]Waiter // wait queues, in arrival order
 	inboxes map[string]*memInbox
-	spare   []*memRecord        // deleted records, for grant to use again
-	names   map[string]*memName // counted names (provider_memory_claims.go)
-	counted timeHeap[*memName]  // by their soonest deadline
+	watches map[string][]*memInbox // by key
+	spare   []*memRecord           // deleted records, for grant to use again
+	names   map[string]*memName    // counted names (provider_memory_claims.go)
+	counted timeHeap[*memName]     // by their soonest deadline
 
 	// The most entries records and queues have held since they were made.
 	recordsPeak, queuesPeak int
@@ -92,6 +93,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 		records: make(map[string]*memRecord),
 		queues:  make(map[string][]Waiter),
 		inboxes: make(map[string]*memInbox),
+		watches: make(map[string][]*memInbox),
 		names:   make(map[string]*memName),
 	}
 	for _, o := range opts {
@@ -201,6 +203,60 @@ func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(
 			in.mu.Unlock()
 		})
 	}, nil
+}
+
+// Watch implements Provider: deliver is called by Notify, outside the
+// provider's lock. stop waits for a running deliver, so deliver must not
+// call it.
+func (m *MemoryProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, invalidf("nil deliver function")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := &memInbox{deliver: deliver}
+	m.mu.Lock()
+	m.watches[key] = append(m.watches[key], w)
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			ws := slices.DeleteFunc(m.watches[key], func(x *memInbox) bool { return x == w })
+			if len(ws) == 0 {
+				delete(m.watches, key)
+			} else {
+				m.watches[key] = ws
+			}
+			m.mu.Unlock()
+			w.mu.Lock()
+			w.stopped = true
+			w.mu.Unlock()
+		})
+	}, nil
+}
+
+// Notify implements Provider.
+func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.Key = key
+	m.mu.Lock()
+	msgs := make([]memMessage, 0, len(m.watches[key]))
+	for _, w := range m.watches[key] {
+		msgs = append(msgs, memMessage{w, n})
+	}
+	m.mu.Unlock()
+	send(msgs)
+	return nil
 }
 
 // Release implements Provider.

@@ -628,13 +628,33 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 			})
 		}, nil
 	}
-	ps := p.client.Subscribe(ctx, inbox)
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
+	stop, err := subscribe(ctx, p.client.Subscribe(ctx, inbox), parseGrant, deliver)
+	if err != nil {
 		if confirm != nil {
 			confirm.stop()
 		}
 		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stop()
+			if confirm != nil {
+				confirm.stop()
+			}
+		})
+	}, nil
+}
+
+// subscribe waits for Redis to confirm ps's subscription, then calls
+// deliver, on a goroutine of its own, with each message that parse reads,
+// and with a Notice without Key at each later confirmation (go-redis
+// resubscribes after a break; what was published meanwhile is lost). stop
+// closes ps and waits for the goroutine.
+func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice)) (stop func(), err error) {
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, err
 	}
 	done := make(chan struct{})
 	go func() {
@@ -644,7 +664,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 			case *redis.Subscription:
 				deliver(Notice{}) // resubscribed after a break
 			case *redis.Message:
-				if g, ok := parseGrant(m.Payload); ok {
+				if g, ok := parse(m.Payload); ok {
 					deliver(g)
 				}
 			}
@@ -655,11 +675,87 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 		once.Do(func() {
 			_ = ps.Close()
 			<-done
-			if confirm != nil {
-				confirm.stop()
-			}
 		})
 	}, nil
+}
+
+// Watch implements Provider, on a pub/sub connection of its own with one
+// channel in the slot of key's record (see RedisKeys): the record key
+// followed by ":w", subscribed with SSUBSCRIBE on a Cluster with sharded
+// pub/sub, with SUBSCRIBE otherwise. It returns once Redis has confirmed
+// the subscription. A connection that breaks is reconnected and
+// resubscribed by go-redis, and a Notice without Key is delivered then; a
+// Cluster's shard channel whose slot moved is not followed to its new
+// node (Client.Observe then reads at its poll interval).
+func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
+	if err := p.ready(CheckKey(key)); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, invalidf("nil deliver function")
+	}
+	ch, sharded, err := p.watchChannel(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
+	}
+	var ps *redis.PubSub
+	if sharded {
+		ps = p.client.SSubscribe(ctx, ch)
+	} else {
+		ps = p.client.Subscribe(ctx, ch)
+	}
+	stop, err := subscribe(ctx, ps, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver)
+	if err != nil {
+		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
+	}
+	return stop, nil
+}
+
+// Notify implements Provider: one PUBLISH (SPUBLISH on a Cluster with
+// sharded pub/sub) on key's watch channel (see Watch), of "" for a Notice
+// without Owner, or "<token> <ttl ms> <owner>".
+func (p *RedisProvider) Notify(ctx context.Context, key string, n Notice) error {
+	if err := p.ready(CheckKey(key)); err != nil {
+		return err
+	}
+	ch, sharded, err := p.watchChannel(ctx, key)
+	if err != nil {
+		return err
+	}
+	msg := ""
+	if n.Owner != "" {
+		msg = strconv.FormatUint(n.Token, 10) + " " + strconv.FormatInt(n.TTL.Milliseconds(), 10) + " " + n.Owner
+	}
+	if sharded {
+		return p.client.SPublish(ctx, ch, msg).Err()
+	}
+	return p.client.Publish(ctx, ch, msg).Err()
+}
+
+// watchChannel returns the channel of key's Watches, and whether it is a
+// shard channel.
+func (p *RedisProvider) watchChannel(ctx context.Context, key string) (string, bool, error) {
+	rk, err := recordKey(key)
+	if err != nil {
+		return "", false, err
+	}
+	sharded, err := p.sharded(ctx)
+	return rk + ":w", sharded, err
+}
+
+// parseWatch reads a message of key's watch channel (see Notify).
+func parseWatch(key, s string) (Notice, bool) {
+	if s == "" {
+		return Notice{Key: key}, true
+	}
+	token, rest, _ := strings.Cut(s, " ")
+	ms, owner, _ := strings.Cut(rest, " ")
+	t, err := strconv.ParseUint(token, 10, 64)
+	d, derr := strconv.ParseInt(ms, 10, 64)
+	if err != nil || derr != nil || owner == "" {
+		return Notice{}, false
+	}
+	return Notice{Key: key, Owner: owner, Token: t, TTL: time.Duration(d) * time.Millisecond}, true
 }
 
 // confirmer passes on the grants of one Listen with WaitForReplicas once

@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,6 +80,48 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.N
 			_, _ = p.cli.Delete(dctx, l.key)
 		})
 	}, nil
+}
+
+// Watch implements lock.Provider: a Listen of an inbox of key's own, "w/"
+// and 40 hex digits of the key's SHA-256 sum, where Notify writes.
+func (p *Provider) Watch(ctx context.Context, key string, deliver func(lock.Notice)) (stop func(), err error) {
+	if err := lock.CheckKey(key); err != nil {
+		return nil, err
+	}
+	return p.Listen(ctx, watchInbox(key), deliver)
+}
+
+// Notify implements lock.Provider: it writes the message "n <lease> <key>"
+// of key's watch inbox (see Watch), on the provider's session lease, with
+// "<token> <ttl ms> <owner>" as its value, or nothing for a Notice without
+// Owner. Each provider has one such message per key, written again by each
+// Notify, gone with the session.
+func (p *Provider) Notify(ctx context.Context, key string, n lock.Notice) error {
+	if err := lock.CheckKey(key); err != nil {
+		return err
+	}
+	id, err := p.sess.lease(ctx)
+	if err != nil {
+		return err
+	}
+	val := ""
+	if n.Owner != "" {
+		val = strconv.FormatUint(n.Token, 10) + " " + strconv.FormatInt(n.TTL.Milliseconds(), 10) + " " + n.Owner
+	}
+	rctx, cancel := p.request(ctx)
+	defer cancel()
+	name := p.mailPrefix(watchInbox(key)) + "n " + strconv.FormatInt(int64(id), 16) + " " + key
+	if _, err := p.cli.Put(rctx, name, val, clientv3.WithLease(id)); err != nil {
+		p.sess.check(ctx)
+		return fail(err)
+	}
+	return nil
+}
+
+// watchInbox returns the inbox of key's Watches.
+func watchInbox(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "w/" + hex.EncodeToString(sum[:20])
 }
 
 // listener is one Listen.
@@ -269,8 +313,8 @@ func (p *Provider) delivered(ctx context.Context, inbox string, rev int64) {
 
 // parse reads a message of the inbox: "g <owner> <key>" with the TTL in
 // milliseconds as its value and its revision as the token, "c <owner>
-// <key>", a claim's, with "<ttl ms> <weight>" as its value, or
-// "e <token> <key>" for a grace period. ok is false for a key that is
+// <key>", a claim's, with "<ttl ms> <weight>" as its value,
+// "e <token> <key>" for a grace period, or "n <lease> <key>", Notify's. ok is false for a key that is
 // neither.
 func (l *listener) parse(kv *mvccKV) (lock.Notice, bool) {
 	rest, _ := strings.CutPrefix(string(kv.Key), l.mailbox)
@@ -296,6 +340,18 @@ func (l *listener) parse(kv *mvccKV) (lock.Notice, bool) {
 		return lock.Notice{Key: key, Owner: word, Token: uint64(kv.ModRevision), TTL: time.Duration(n) * time.Millisecond, Weight: w}, true
 	case "e":
 		return lock.Notice{Key: key}, true
+	case "n":
+		if len(kv.Value) == 0 {
+			return lock.Notice{Key: key}, true
+		}
+		token, rest, _ := strings.Cut(string(kv.Value), " ")
+		ms, owner, _ := strings.Cut(rest, " ")
+		t, err := strconv.ParseUint(token, 10, 64)
+		d, derr := strconv.ParseInt(ms, 10, 64)
+		if err != nil || derr != nil || owner == "" {
+			return lock.Notice{}, false
+		}
+		return lock.Notice{Key: key, Owner: owner, Token: t, TTL: time.Duration(d) * time.Millisecond}, true
 	}
 	return lock.Notice{}, false
 }

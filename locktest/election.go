@@ -451,18 +451,7 @@ func (s *suite) observeSeesEveryTerm(t *testing.T) {
 	watcher := newClient(t, s.b.New(t), lock.WithPollInterval(10*time.Millisecond))
 	seen, err := watcher.Observe(ctx, role)
 	require.NoError(t, err)
-	next := func(what string) lock.Leader {
-		t.Helper()
-		select {
-		case l, ok := <-seen:
-			require.True(t, ok, "the channel is open until the context ends (%s)", what)
-			require.NoError(t, l.Err, what)
-			return l
-		case <-time.After(10 * time.Second):
-			t.Fatalf("nothing observed within 10s: wanted %s", what)
-		}
-		return lock.Leader{}
-	}
+	next := func(what string) lock.Leader { t.Helper(); return nextLeader(t, seen, what) }
 	first := next("the state now")
 	assert.True(t, first.Vacant(), "nobody leads yet: %+v", first)
 	assert.Equal(t, role, first.Role)

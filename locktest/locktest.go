@@ -120,6 +120,7 @@ func Run(t *testing.T, b Backend) {
 	s.runInspect(t)
 	s.runClient(t)
 	s.runElection(t)
+	s.runWatch(t)
 	s.runHolds(t)
 }
 

@@ -58,10 +58,59 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.N
 	if deliver == nil {
 		return nil, invalidf("nil deliver function")
 	}
-	l := &listener{p: p, channel: channel(inbox), deliver: deliver}
-	conn, err := l.connect(ctx)
+	stop, err = p.listen(ctx, channel(inbox), deliver)
 	if err != nil {
 		return nil, fmt.Errorf("lock: postgres listen %q: %w", inbox, err)
+	}
+	return stop, nil
+}
+
+// Watch implements lock.Provider, as Listen does on a channel of key's
+// own: "lock_watch_" and 40 hex digits of the key's SHA-256 sum.
+func (p *Provider) Watch(ctx context.Context, key string, deliver func(lock.Notice)) (stop func(), err error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, invalidf("nil deliver function")
+	}
+	stop, err = p.listen(ctx, watchChannel(key), deliver)
+	if err != nil {
+		return nil, fmt.Errorf("lock: postgres watch %q: %w", key, err)
+	}
+	return stop, nil
+}
+
+// Notify implements lock.Provider: one pg_notify on key's watch channel
+// (see Watch), with the payload of a grant (see notice).
+func (p *Provider) Notify(ctx context.Context, key string, n lock.Notice) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	msg := notice{Key: key}
+	if n.Owner != "" {
+		msg = notice{Key: key, Owner: n.Owner, Token: n.Token, TTL: max(n.TTL.Milliseconds(), 1)}
+	}
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	_, err = p.pool.Exec(ctx, "SELECT pg_notify($1, $2)", watchChannel(key), string(payload))
+	return err
+}
+
+// watchChannel returns the NOTIFY channel of key's Watches.
+func watchChannel(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "lock_watch_" + hex.EncodeToString(sum[:20])
+}
+
+// listen listens on channel (see Listen).
+func (p *Provider) listen(ctx context.Context, channel string, deliver func(lock.Notice)) (stop func(), err error) {
+	l := &listener{p: p, channel: channel, deliver: deliver}
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -1,0 +1,172 @@
+package locktest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
+)
+
+// runWatch checks the provider's Watch and Notify, and Client.Observe built
+// on them: a watcher polls once an hour, so that what it sees it heard, or
+// read when a record expired.
+func (s *suite) runWatch(t *testing.T) {
+	t.Run("WatchHearsEveryNotifyOfItsKey", s.watchHearsNotify)
+	t.Run("ObserveHearsATermShorterThanItsPoll", s.observeHearsShortTerm)
+	t.Run("ObserveSeesALeaderThatStoppedAtItsExpiry", s.observeSeesExpiry)
+}
+
+// notices gathers what a Watch delivers.
+type notices struct {
+	mu   sync.Mutex
+	got  []lock.Notice
+	more chan struct{}
+}
+
+func newNotices() *notices { return &notices{more: make(chan struct{}, 1)} }
+
+func (n *notices) deliver(g lock.Notice) {
+	n.mu.Lock()
+	n.got = append(n.got, g)
+	n.mu.Unlock()
+	select {
+	case n.more <- struct{}{}:
+	default:
+	}
+}
+
+// next waits for the next notice with a Key (one without says that notices
+// may have been lost: a reconnection) and returns it.
+func (n *notices) next(t *testing.T, what string) lock.Notice {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		n.mu.Lock()
+		for len(n.got) > 0 {
+			g := n.got[0]
+			n.got = n.got[1:]
+			if g.Key != "" {
+				n.mu.Unlock()
+				return g
+			}
+		}
+		n.mu.Unlock()
+		select {
+		case <-n.more:
+		case <-deadline:
+			t.Fatalf("no notice within 10s: wanted %s", what)
+		}
+	}
+}
+
+// watchHearsNotify: two Watches of a key, on providers of their own, each
+// hear every Notify of the key, from another provider, as sent (a term,
+// then an end); a Watch of another key hears neither; a stopped Watch
+// hears nothing more.
+func (s *suite) watchHearsNotify(t *testing.T) {
+	ctx := s.ctx
+	key, other := uniqueName(t), uniqueName(t)+"-other"
+	sender := s.b.New(t)
+	a, b, o := newNotices(), newNotices(), newNotices()
+	for _, w := range []struct {
+		key string
+		n   *notices
+	}{{key, a}, {key, b}, {other, o}} {
+		stop, err := s.b.New(t).Watch(ctx, w.key, w.n.deliver)
+		require.NoError(t, err)
+		t.Cleanup(stop)
+	}
+	term := lock.Notice{Key: key, Owner: "leader-1", Token: 42, TTL: 1500 * time.Millisecond}
+	require.NoError(t, sender.Notify(ctx, key, term))
+	require.NoError(t, sender.Notify(ctx, key, lock.Notice{Key: key}))
+	for _, n := range []*notices{a, b} {
+		assert.Equal(t, term, n.next(t, "the term"), "a Notice with Owner arrives as sent")
+		assert.Equal(t, lock.Notice{Key: key}, n.next(t, "the end"), "then the one without, in order")
+	}
+	// The other key's Watch is told its own Notify, and nothing before it.
+	require.NoError(t, sender.Notify(ctx, other, lock.Notice{Key: other}))
+	assert.Equal(t, lock.Notice{Key: other}, o.next(t, "the other key's notice"), "a Watch hears only its key")
+
+	_, err := s.b.New(t).Watch(ctx, key, nil)
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a nil deliver function")
+	_, err = s.b.New(t).Watch(ctx, "", a.deliver)
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty key")
+	assert.ErrorIs(t, sender.Notify(ctx, "", term), lock.ErrInvalidArgument, "Notify of an empty key")
+}
+
+// observeHearsShortTerm: a watcher that polls once an hour sees a term won
+// and resigned at once, then nobody: it heard them (Campaign and Resign
+// tell the role's Watches), it could not have read them.
+func (s *suite) observeHearsShortTerm(t *testing.T) {
+	ctx, stop := context.WithCancel(s.ctx)
+	defer stop()
+	role := uniqueName(t)
+	cand := s.candidates(t, 1, 50*time.Millisecond)[0]
+	watcher := newClient(t, s.b.New(t), lock.WithPollInterval(time.Hour))
+	seen, err := watcher.Observe(ctx, role)
+	require.NoError(t, err)
+	first := nextLeader(t, seen, "the state now")
+	require.True(t, first.Vacant(), "nobody leads yet: %+v", first)
+
+	for i := range 3 {
+		term, err := cand.Campaign(ctx, role, lock.ElectionOptions{})
+		require.NoError(t, err)
+		require.NoError(t, term.Resign(ctx))
+		l := nextLeader(t, seen, "the short term")
+		assert.Equal(t, term.Token(), l.Term, "term %d is seen although it lasted less than a poll", i+1)
+		assert.Equal(t, term.Owner(), l.Owner, "term %d's owner", i+1)
+		assert.Equal(t, "cand-0", l.Identity, "term %d's identity", i+1)
+		assert.True(t, nextLeader(t, seen, "nobody, after Resign").Vacant(), "term %d ended", i+1)
+	}
+}
+
+// observeSeesExpiry: a leader whose renewals never reach the provider (a
+// process stopped, a network cut) loses its record at the end of its
+// lease; a watcher that polls once an hour sees nobody lead then, because
+// it reads when the record would expire.
+func (s *suite) observeSeesExpiry(t *testing.T) {
+	if !s.expires(t) {
+		return
+	}
+	ctx, stop := context.WithCancel(s.ctx)
+	defer stop()
+	role := uniqueName(t)
+	stalled := &testenv.Hooked{Provider: s.b.New(t), OnRenew: func(context.Context, string, string, time.Duration) error {
+		return nil // the renewal is lost on the way, and the leader does not know
+	}}
+	leader := newClient(t, stalled)
+	watcher := newClient(t, s.b.New(t), lock.WithPollInterval(time.Hour))
+	seen, err := watcher.Observe(ctx, role)
+	require.NoError(t, err)
+	require.True(t, nextLeader(t, seen, "the state now").Vacant())
+
+	lease := 600 * time.Millisecond
+	asked := time.Now()
+	term, err := leader.Campaign(ctx, role, lock.ElectionOptions{Lease: lease})
+	require.NoError(t, err)
+	l := nextLeader(t, seen, "the term")
+	assert.Equal(t, term.Token(), l.Term)
+	gone := nextLeader(t, seen, "nobody, once the record expired")
+	assert.True(t, gone.Vacant(), "the stopped leader's record expired: %+v", gone)
+	assert.GreaterOrEqual(t, time.Since(asked), lease-20*time.Millisecond, "not before the lease could end")
+}
+
+// nextLeader waits for the next value of an Observe channel, without Err.
+func nextLeader(t *testing.T, seen <-chan lock.Leader, what string) lock.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-seen:
+		require.True(t, ok, "the channel is open until the context ends (%s)", what)
+		require.NoError(t, l.Err, what)
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatalf("nothing observed within 10s: wanted %s", what)
+	}
+	return lock.Leader{}
+}

@@ -1,0 +1,235 @@
+package lock
+
+// Observing a role: who leads it now, and each change, heard from the
+// provider's Watch of the role's key (Campaign, Resign and ForceRelease
+// tell it with Notify) and read with Inspect.
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Leader is who leads a role, as Observe reads it.
+type Leader struct {
+	// Role is the role observed.
+	Role string
+	// Owner is the leader's term's owner (Term.Owner); empty when nobody
+	// leads (see Vacant).
+	Owner string
+	// Identity is the identity of the leader's Client (WithIdentity): name
+	// each process with it (a host and port, a pod name) so that observers
+	// know where the leader runs. Empty when nobody leads or the Client set
+	// none.
+	Identity string
+	// Term is the term's number (Term.Token); zero when nobody leads.
+	Term uint64
+	// Since is when the term began, by the clock of the process that
+	// granted it (see Status.Since); for a term that had ended before
+	// Observe could read it, when Observe heard of it. Zero when nobody
+	// leads.
+	Since time.Time
+	// Err is set when the state could not be read (the provider's error):
+	// the other fields are then the last state sent, which may be stale.
+	// Observe reads again at its next notice or poll, and sends the state
+	// it reads next, changed or not.
+	Err error
+}
+
+// Vacant reports whether nobody leads the role: no leader, or the state
+// could not be read before anything else was sent (Err set).
+func (l Leader) Vacant() bool { return l.Owner == "" }
+
+// Observe returns a channel of who leads role: first the state now (a
+// Leader, or a Vacant one when nobody leads), then each change: a new term,
+// or nobody.
+//
+// It watches the role's key (Provider.Watch: Redis pub/sub, PostgreSQL
+// LISTEN, an etcd watch), on which Campaign tells each term it wins and
+// Resign and ForceRelease each end, and reads the role's record with
+// Inspect at each notice, when the leader's record would expire unless
+// renewed, and every poll interval of the Client (WithPollInterval, one
+// second by default). So a term won, resigned or forced off reaches the
+// channel within a round trip or two, a leader that stopped (its record
+// expired) within a round trip of the expiry, and anything else (a Notify
+// that failed, a lock tool that freed the record through the Provider
+// directly) within a poll interval. A term heard of is sent even when it
+// ended before Observe could read it; where the Watch fails, Observe reads
+// every poll interval and a term shorter than that may be missed.
+//
+// Terms are sent in the order of their numbers, each once. A read that
+// fails is sent once, as a Leader with Err set, and is tried again; the
+// first read that succeeds after it is sent whatever it says, so no change
+// is missed for a reconnection. A slow receiver misses nothing but
+// intermediate states: each value sent is the state at its read. The
+// channel is closed when ctx ends or the Client closes: cancel ctx when
+// done. Observe returns ErrInvalidArgument for a bad role.
+//
+// A leader can publish where it runs through its Client's identity (Leader
+// .Identity): a host and port is a valid identity. Any other value would
+// need a field in the provider's record, which the Provider contract does
+// not have.
+func (c *Client) Observe(ctx context.Context, role string) (<-chan Leader, error) {
+	if _, err := c.checkName(role); err != nil {
+		return nil, err
+	}
+	ch := make(chan Leader)
+	go c.observe(ctx, role, ch)
+	return ch, nil
+}
+
+// observe watches role and sends its state on ch: first, then when it
+// changed, after a failure, and each term heard of; it closes ch when ctx
+// ends or the Client closes.
+func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
+	defer close(ch)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.closing, cancel)
+	defer stop()
+	key := c.Key(role)
+	h := &heard{ready: make(chan struct{}, 1)}
+	if unwatch, err := c.provider.Watch(ctx, key, h.add); err != nil {
+		c.log.Debug("lock: watch failed; Observe reads every poll interval", "key", key, "err", err)
+	} else {
+		defer unwatch()
+	}
+	o := observer{role: role, ch: ch, first: true}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-h.ready:
+		case <-ctx.Done():
+			return
+		}
+		terms := h.take()
+		now, until, err := c.leader(ctx, role)
+		if ctx.Err() != nil || !o.tell(ctx, terms, now, err) {
+			return
+		}
+		next := c.poll
+		if !until.IsZero() {
+			// just after the expiry, unless renewed; 5ms at least, should
+			// the record outlive the time it said it had
+			next = min(next, max(time.Until(until)+time.Millisecond, 5*time.Millisecond))
+		}
+		timer.Reset(next)
+	}
+}
+
+// observer is what observe has sent.
+type observer struct {
+	role  string
+	ch    chan<- Leader
+	first bool   // nothing sent yet
+	last  Leader // the last value sent
+	term  uint64 // the highest term sent
+}
+
+// tell sends the terms heard of that are newer than every term sent, in
+// order, then the state read (now, or err), when it changed, failed, or
+// follows a failure; it reports false if ctx ended first.
+func (o *observer) tell(ctx context.Context, terms []Notice, now Leader, err error) bool {
+	if err != nil {
+		if o.last.Err != nil {
+			return true // told already: read again
+		}
+		o.last.Role, o.last.Err = o.role, err
+		return o.send(ctx, o.last)
+	}
+	for _, n := range terms {
+		if n.Token > o.term && n.Token != now.Term {
+			s := status(o.role, n.Key, Record{Owner: n.Owner, Token: n.Token, Since: time.Now()}, time.Now())
+			l := Leader{Role: o.role, Owner: s.Owner, Identity: s.Identity, Term: s.Token, Since: s.Since}
+			if !o.send(ctx, l) {
+				return false
+			}
+		}
+	}
+	switch {
+	case now.Term != 0 && now.Term < o.term:
+		return true // read before a term sent: stale
+	case o.first || o.last.Err != nil || now.Owner != o.last.Owner || now.Term != o.last.Term:
+		return o.send(ctx, now)
+	}
+	return true
+}
+
+// send sends l, and reports false if ctx ends first.
+func (o *observer) send(ctx context.Context, l Leader) bool {
+	select {
+	case o.ch <- l:
+	case <-ctx.Done():
+		return false
+	}
+	o.first, o.last = false, l
+	o.term = max(o.term, l.Term)
+	return true
+}
+
+// heard keeps the terms a Watch told of until observe takes them.
+type heard struct {
+	mu    sync.Mutex
+	terms []Notice
+	ready chan struct{} // a notice came
+}
+
+// maxHeard bounds the terms kept between two reads; more are dropped (the
+// read still sees the state they led to).
+const maxHeard = 1024
+
+// add is the Watch's deliver: it keeps n if it tells of a term, and wakes
+// observe.
+func (h *heard) add(n Notice) {
+	if n.Owner != "" {
+		h.mu.Lock()
+		if len(h.terms) < maxHeard {
+			h.terms = append(h.terms, n)
+		}
+		h.mu.Unlock()
+	}
+	select {
+	case h.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the terms heard of since the last take, by term number.
+func (h *heard) take() []Notice {
+	h.mu.Lock()
+	terms := h.terms
+	h.terms = nil
+	h.mu.Unlock()
+	slices.SortFunc(terms, func(a, b Notice) int { return cmp.Compare(a.Token, b.Token) })
+	return terms
+}
+
+// leader reads who leads role now, and when the leader's record expires
+// unless renewed (zero when nobody leads).
+func (c *Client) leader(ctx context.Context, role string) (Leader, time.Time, error) {
+	key := c.Key(role)
+	rec, err := c.provider.Inspect(ctx, key)
+	if err != nil {
+		return Leader{}, time.Time{}, c.failed(ctx, "inspect", key, err)
+	}
+	s := status(role, key, rec, time.Now())
+	l := Leader{Role: role}
+	if !s.Free() && !s.GracePeriod {
+		l.Owner, l.Identity, l.Term, l.Since = s.Owner, s.Identity, s.Token, s.Since
+	}
+	return l, s.Until, nil
+}
+
+// announce tells the Watches of key (Observe) of a term won (n with Owner)
+// or ended (n without): a failure is logged, and observers then find the
+// change at their next read.
+func (c *Client) announce(ctx context.Context, key string, n Notice) {
+	n.Key = key
+	if err := c.provider.Notify(c.detached(ctx), key, n); err != nil {
+		c.log.Debug("lock: notify failed", "key", key, "err", err)
+	}
+}
