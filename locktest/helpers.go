@@ -133,6 +133,19 @@ func queueBehind(t *testing.T, ctx context.Context, p lock.Provider, in *listene
 	return key, held, w
 }
 
+// freeWithWaiter returns a key that is free with a waiter of in still
+// queued for it: the key's holder's record (returned) expired. It skips the
+// test when the backend's records do not expire in real time.
+func (s *suite) freeWithWaiter(t *testing.T, in *listener) (string, lock.Record, lock.Waiter) {
+	t.Helper()
+	if !s.expires(t) {
+		t.Skip("needs a record that expires, with its waiter still queued")
+	}
+	key, held, w := queueBehind(t, s.ctx, s.p, in)
+	s.expire(t, key, held.Owner)
+	return key, held, w
+}
+
 // handsOver checks that in gets its grants: a waiter of in queued for a held
 // key is told when the holder releases it (msg says why that matters), and
 // in is told nothing else.

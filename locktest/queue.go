@@ -381,14 +381,9 @@ func (s *suite) againFindsOwnGrant(t *testing.T) {
 // freeKeyServesFirstWaiter: a Queue with Fair (or Again) on a free key that
 // has waiters serves the first waiter, and queues the caller behind it.
 func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
-	if !s.expires(t) {
-		t.Skip("needs a record that expires, with its waiter still queued")
-	}
 	p, ctx := s.p, s.ctx
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
-	key, recA, w1 := queueBehind(t, ctx, p, in1)
-	a := recA.Owner
-	s.expire(t, key, a) // free, with w1 queued
+	key, recA, w1 := s.freeWithWaiter(t, in1)
 
 	w2 := in2.waiter(queueTTL)
 	w2.Look = flags.Look
@@ -422,14 +417,9 @@ func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
 // before anyone else's. When the taker ends its record instead, the waiter's
 // next look finds the grace period.
 func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
-	if !s.expires(t) {
-		t.Skip("needs a record that expires, with its waiter still queued")
-	}
 	p, ctx := s.p, s.ctx
 	in1, in3 := listen(t, ctx, p), listen(t, ctx, p)
-	key, held, w1 := queueBehind(t, ctx, p, in1)
-	a := held.Owner
-	s.expire(t, key, a) // free, with w1 queued
+	key, _, w1 := s.freeWithWaiter(t, in1)
 
 	w3 := in3.waiter(queueTTL)
 	var rec lock.Record
