@@ -21,13 +21,15 @@ import (
 // scripts/claim*.lua), on miniredis and real Redis: what a claim call
 // grants, queues, serves and tells, and what it leaves in Redis.
 
-// eachRedisBackend runs fn against the miniredis and real Redis backends.
-func eachRedisBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+// eachRedisBackend runs fn against the miniredis and real Redis backends,
+// with a context that ends after 20 s, a provider on the backend and a key
+// of the test's own.
+func eachRedisBackend(t *testing.T, fn func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string)) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		if b.raw == nil {
 			t.Skip("the memory provider's claims are tested with it")
 		}
-		fn(t, b)
+		fn(t, ctxTimeout(t, 20*time.Second), b, b.replica(t), uniqueName(t))
 	})
 }
 
@@ -113,9 +115,7 @@ func claimKeys(t *testing.T, rc redis.UniversalClient, key string) []string {
 }
 
 func TestRedisClaimsFitAndRelease(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		a := claimOf(2, 3, time.Minute, nil)
 		rec := mustClaim(t, p, key, a)
 		assert.Equal(t, 3, rec.Limit)
@@ -170,12 +170,9 @@ func TestRedisClaimsFitAndRelease(t *testing.T) {
 }
 
 func TestRedisClaimsQueueInOrder(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		in := listen(t, p)
 		a := mustClaim(t, p, key, claimOf(2, 3, time.Minute, nil))
-		_ = a
 		holder := a.Owner
 
 		// The head does not fit; the one behind it would, but never
@@ -235,9 +232,7 @@ func TestRedisClaimsQueueInOrder(t *testing.T) {
 }
 
 func TestRedisClaimsServedByLeaveLowerAndExpiry(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		in := listen(t, p)
 
 		// A writer holds all 4; a writer waits, readers behind it.
@@ -288,9 +283,7 @@ func TestRedisClaimsServedByLeaveLowerAndExpiry(t *testing.T) {
 }
 
 func TestRedisClaimsLimitMismatchChangesNothing(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		in := listen(t, p)
 		a := mustClaim(t, p, key, claimOf(1, 3, time.Minute, nil))
 		before, err := p.InspectClaims(ctx, key)
@@ -324,9 +317,7 @@ func TestRedisClaimsLimitMismatchChangesNothing(t *testing.T) {
 // TestRedisClaimTokensFollowTheLocks: a claim's token comes from the
 // counter of the lock of the same key, above every earlier grant's.
 func TestRedisClaimTokensFollowTheLocks(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		l := mustAcquire(t, p, key, newOwner(), time.Minute)
 		c := mustClaim(t, p, key, claimOf(1, 1, time.Minute, nil))
 		assert.Greater(t, c.Token, l.Token)
@@ -353,9 +344,7 @@ func TestRedisClaimTokensFollowTheLocks(t *testing.T) {
 // TestRedisClaimsCorrupt: a stored value that is not the scripts' is a
 // RecordError, and nothing is written.
 func TestRedisClaimsCorrupt(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		a := claimOf(1, 3, time.Minute, nil)
 		mustClaim(t, p, key, a)
 		require.NoError(t, b.raw.HSet(ctx, rawKey(key)+":c", a.Owner, "junk").Err())
@@ -562,9 +551,7 @@ func TestRedisClaimGrantConfirmedByRenewClaim(t *testing.T) {
 // TestRedisClaimsSkipUnheardWaiters: a waiter whose inbox nobody listens
 // to is skipped, and the next one granted.
 func TestRedisClaimsSkipUnheardWaiters(t *testing.T) {
-	eachRedisBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxTimeout(t, 20*time.Second)
-		p, key := b.replica(t), uniqueName(t)
+	eachRedisBackend(t, func(t *testing.T, ctx context.Context, b backend, p lock.Provider, key string) {
 		in := listen(t, p)
 		a := mustClaim(t, p, key, claimOf(1, 1, time.Minute, nil))
 		deaf := claimOf(1, 1, time.Minute, &inbox{name: "inbox:" + uniqueName(t) + ":deaf"})
