@@ -59,9 +59,10 @@ func mainCode() int {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process to this file")
 	holds := flag.Bool("holds", false, "run the holds table instead (a semaphore, a read-write lock, a multi-lock, each beside a by-hand one)")
 	election := flag.Bool("election", false, "run the election table instead: from a leader's death (SIGKILL of its process) or Resign to its successor's function running")
-	rounds := flag.Int("rounds", 20, "with -election: rounds of each kind")
+	rounds := flag.Int("rounds", 20, "with -election: rounds of each kind; with -observe, ten times as many rounds")
 	lease := flag.Duration("lease", time.Second, "with -election: the leader's lease")
 	poll := flag.Duration("poll", time.Second, "with -election: the successor's poll interval (WithPollInterval)")
+	observe := flag.Bool("observe", false, "run the observe table instead: from a role's change (a term won, resigned, a leader stopped) to Observe sending it")
 	flag.Parse()
 	match, err := regexp.Compile(*only)
 	if err != nil {
@@ -94,6 +95,13 @@ func mainCode() int {
 	fmt.Println(m.line())
 	if *holds {
 		if err := holdsMain(ctx, os.Stdout, serverAddr, *dur); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if *observe {
+		if err := observeMain(ctx, os.Stdout, serverAddr, max(*rounds, 1)*10); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
