@@ -186,10 +186,7 @@ func (p *Provider) claimOps(key string, r claimReads, heard []string) []clientv3
 	if r.inbox != "" {
 		ops = append(ops, clientv3.OpGet(p.claimMail(r.inbox, r.owner, key), clientv3.WithKeysOnly()))
 	}
-	for _, inbox := range heard {
-		ops = append(ops, clientv3.OpGet(p.listenPrefix(inbox), clientv3.WithPrefix(), clientv3.WithCountOnly()))
-	}
-	return ops
+	return append(ops, p.listenCounts(heard)...)
 }
 
 // parseCounted builds the counted state of key from the replies to
@@ -197,22 +194,13 @@ func (p *Provider) claimOps(key string, r claimReads, heard []string) []clientv3
 func (p *Provider) parseCounted(key string, rev int64, r claimReads, heard []string, res []*pb.ResponseOp) *counted {
 	st := p.parseName(key, res[0].GetResponseRange().Kvs)
 	st.rev = rev
-	if kvs := res[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		st.version = kvs[0].ModRevision
-	}
+	st.version = firstMod(res[1])
 	i := 2
 	if r.inbox != "" {
-		if kvs := res[2].GetResponseRange().Kvs; len(kvs) > 0 {
-			st.mail = kvs[0].ModRevision
-		}
+		st.mail = firstMod(res[2])
 		i = 3
 	}
-	for j, inbox := range heard {
-		if st.deaf == nil {
-			st.deaf = map[string]bool{}
-		}
-		st.deaf[inbox] = res[i+j].GetResponseRange().Count == 0
-	}
+	st.deaf = deafOf(heard, res[i:])
 	return st
 }
 

@@ -215,10 +215,7 @@ func (p *Provider) ops(key string, r reads, heard []string) []clientv3.Op {
 			ops = append(ops, clientv3.OpGet(p.grantMail(r.inbox, r.owner, key), clientv3.WithKeysOnly()))
 		}
 	}
-	for _, inbox := range heard {
-		ops = append(ops, clientv3.OpGet(p.listenPrefix(inbox), clientv3.WithPrefix(), clientv3.WithCountOnly()))
-	}
-	return ops
+	return append(ops, p.listenCounts(heard)...)
 }
 
 // parse builds the state of key from the replies to ops(key, r, heard), read
@@ -250,19 +247,45 @@ func (p *Provider) parse(key string, rev int64, r reads, heard []string, res []*
 		}
 		i = 3
 		if r.inbox != "" {
-			if kvs := res[3].GetResponseRange().Kvs; len(kvs) > 0 {
-				st.mail = kvs[0].ModRevision
-			}
+			st.mail = firstMod(res[3])
 			i = 4
 		}
 	}
-	for j, inbox := range heard {
-		if st.deaf == nil {
-			st.deaf = map[string]bool{}
-		}
-		st.deaf[inbox] = res[i+j].GetResponseRange().Count == 0
-	}
+	st.deaf = deafOf(heard, res[i:])
 	return st
+}
+
+// listenCounts returns one count of the listeners of each inbox in heard
+// (see deafOf).
+func (p *Provider) listenCounts(heard []string) []clientv3.Op {
+	ops := make([]clientv3.Op, len(heard))
+	for i, inbox := range heard {
+		ops[i] = clientv3.OpGet(p.listenPrefix(inbox), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	}
+	return ops
+}
+
+// firstMod returns the ModRevision of the first key of the reply to a
+// read, 0 when it found none.
+func firstMod(res *pb.ResponseOp) int64 {
+	if kvs := res.GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0].ModRevision
+	}
+	return 0
+}
+
+// deafOf tells, of each inbox in heard, whether nobody listens to it, from
+// counts, the replies to the counts of their listeners in the same order;
+// nil when heard is empty.
+func deafOf(heard []string, counts []*pb.ResponseOp) map[string]bool {
+	var deaf map[string]bool
+	for j, inbox := range heard {
+		if deaf == nil {
+			deaf = map[string]bool{}
+		}
+		deaf[inbox] = counts[j].GetResponseRange().Count == 0
+	}
+	return deaf
 }
 
 // place returns how many entries are before the caller's own entry, as
