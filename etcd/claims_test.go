@@ -60,6 +60,22 @@ func (e *claimsEnv) queue(c lock.Claim) lock.Record {
 	return rec
 }
 
+// holdAndQueue takes first's claim, and queues each of waiting behind it,
+// in order, listening to its inbox first; it returns the channels of
+// their grants (see listen), in the same order.
+func (e *claimsEnv) holdAndQueue(first lock.Claim, waiting ...lock.Claim) []<-chan lock.Notice {
+	e.t.Helper()
+	grants := make([]<-chan lock.Notice, len(waiting))
+	for i, w := range waiting {
+		grants[i] = e.listen(w)
+	}
+	e.acquire(first)
+	for _, w := range waiting {
+		require.True(e.t, e.queue(w).Queued, "%s waits", w.Owner)
+	}
+	return grants
+}
+
 func (e *claimsEnv) inspect() lock.Claims {
 	cs, err := e.p.InspectClaims(e.ctx, e.key)
 	require.NoError(e.t, err)
@@ -75,6 +91,18 @@ func owners(cs lock.Claims) (holders, queue []string) {
 		queue = append(queue, c.Owner)
 	}
 	return holders, queue
+}
+
+// held checks that the name's claims are those of holders, in grant
+// order, and that nobody waits; it returns the name as InspectClaims read
+// it.
+func (e *claimsEnv) held(holders ...string) lock.Claims {
+	e.t.Helper()
+	cs := e.inspect()
+	got, queue := owners(cs)
+	assert.Equal(e.t, holders, got, "the holders")
+	assert.Empty(e.t, queue, "the queue")
+	return cs
 }
 
 // keys counts the keys of the counted names left under the namespace.
@@ -145,9 +173,7 @@ func TestClaimLimitMismatch(t *testing.T) {
 	rec = e.queue(b)
 	assert.Equal(t, 3, rec.Limit)
 	assert.False(t, rec.Queued)
-	holders, queue := owners(e.inspect())
-	assert.Equal(t, []string{a.Owner}, holders)
-	assert.Empty(t, queue)
+	e.held(a.Owner)
 }
 
 // The queue is served in arrival order: a head that does not fit holds
@@ -178,10 +204,7 @@ func TestClaimQueueFIFO(t *testing.T) {
 	assert.Equal(t, c.Owner, g.Owner, "c fits beside b")
 	assert.Equal(t, 1, g.Weight)
 
-	cs := e.inspect()
-	holders, queue := owners(cs)
-	assert.Equal(t, []string{b.Owner, c.Owner}, holders)
-	assert.Empty(t, queue)
+	cs := e.held(b.Owner, c.Owner)
 	assert.Equal(t, g.Token, cs.Holders[0].Token, "granted together: one transaction's revision")
 
 	rec := e.queue(b)
@@ -201,9 +224,7 @@ func TestClaimLowerServes(t *testing.T) {
 	require.NoError(t, e.p.LowerClaim(e.ctx, e.key, w.Owner, 1))
 	assert.Equal(t, r1.Owner, awaitGrant(t, g1).Owner)
 	assert.Equal(t, r2.Owner, awaitGrant(t, g2).Owner)
-	cs := e.inspect()
-	holders, _ := owners(cs)
-	assert.Equal(t, []string{w.Owner, r1.Owner, r2.Owner}, holders)
+	cs := e.held(w.Owner, r1.Owner, r2.Owner)
 	assert.Equal(t, []int{1, 1, 1}, cs.Weights)
 	assert.Equal(t, rw.Token, cs.Holders[0].Token, "a lowered claim keeps its token")
 	require.NoError(t, e.p.LowerClaim(e.ctx, e.key, w.Owner, 3))
@@ -215,19 +236,13 @@ func TestClaimLowerServes(t *testing.T) {
 func TestClaimLeaveServes(t *testing.T) {
 	e := newClaimsEnv(t)
 	a, b, c := e.claim(2, 3), e.claim(2, 3), e.claim(1, 3)
-	gc := e.listen(c)
-	e.listen(b)
-	e.acquire(a)
-	e.queue(b)
-	e.queue(c)
+	grants := e.holdAndQueue(a, b, c)
 	require.NoError(t, e.p.LeaveClaim(e.ctx, e.key, b))
-	assert.Equal(t, c.Owner, awaitGrant(t, gc).Owner)
+	assert.Equal(t, c.Owner, awaitGrant(t, grants[1]).Owner)
 	require.NoError(t, e.p.LeaveClaim(e.ctx, e.key, b), "absent: not an error")
 
 	require.NoError(t, e.p.LeaveClaim(e.ctx, e.key, c), "c was granted: its claim is released")
-	holders, queue := owners(e.inspect())
-	assert.Equal(t, []string{a.Owner}, holders)
-	assert.Empty(t, queue)
+	e.held(a.Owner)
 }
 
 // A waiter whose inbox nobody listens to is passed over.
@@ -240,9 +255,7 @@ func TestClaimSkipsUnlistened(t *testing.T) {
 	e.queue(c)
 	require.NoError(t, e.p.ReleaseClaim(e.ctx, e.key, a.Owner))
 	assert.Equal(t, c.Owner, awaitGrant(t, gc).Owner)
-	holders, queue := owners(e.inspect())
-	assert.Equal(t, []string{c.Owner}, holders)
-	assert.Empty(t, queue)
+	e.held(c.Owner)
 }
 
 // A claim's token comes from the same counter as the lock's of its key.
@@ -324,14 +337,10 @@ func TestClaimExpires(t *testing.T) {
 func TestClaimNothingLeftBehind(t *testing.T) {
 	e := newClaimsEnv(t)
 	a, b, c := e.claim(2, 2), e.claim(1, 2), e.claim(1, 2)
-	gb := e.listen(b)
-	e.listen(c)
-	e.acquire(a)
-	e.queue(b)
-	e.queue(c)
+	grants := e.holdAndQueue(a, b, c)
 	require.NoError(t, e.p.LeaveClaim(e.ctx, e.key, c))
 	require.NoError(t, e.p.ReleaseClaim(e.ctx, e.key, a.Owner))
-	awaitGrant(t, gb)
+	awaitGrant(t, grants[0])
 	require.NoError(t, e.p.ReleaseClaim(e.ctx, e.key, b.Owner))
 	assert.Equal(t, lock.Claims{}, e.inspect())
 	assert.Zero(t, e.keys())

@@ -345,7 +345,7 @@ func writeThrice(ctx context.Context, cli *clientv3.Client, ns, name string, tok
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := fencedWrite(wctx, cli, ns, name, token, false, report)
 		cancel()
-		if err != nil || !sleep(ctx, 10*time.Millisecond) {
+		if err != nil || !etcd.Sleep(ctx, 10*time.Millisecond) {
 			return err
 		}
 	}
@@ -437,7 +437,7 @@ func runClient(spec string) int {
 					func(ctx context.Context) error { return hold(ctx, cli, s.NS, name, rep.report) })
 				if err != nil && ctx.Err() == nil {
 					rep.report(event{Kind: "error", Err: errKind(err)})
-					sleep(ctx, 20*time.Millisecond)
+					etcd.Sleep(ctx, 20*time.Millisecond)
 				}
 			}
 		}()
@@ -673,7 +673,7 @@ func TestFaults(t *testing.T) {
 			Identity: "client-" + strconv.Itoa(i), Workers: workers, Lease: lease}, h))
 	}
 
-	sleep(ctx, time.Second) // the workload under way
+	etcd.Sleep(ctx, time.Second) // the workload under way
 	kinds := []string{"kill-leader", "stop-leader", "cut-leader-out", "partition-leader", "kill-follower"}
 	var longest time.Duration
 	var splits []splitResult
@@ -689,15 +689,15 @@ func TestFaults(t *testing.T) {
 				m = (leader + 1 + rand.IntN(2)) % 3
 			}
 			c.kill(m)
-			sleep(ctx, stall)
+			etcd.Sleep(ctx, stall)
 			require.NoError(t, c.spawn(m), "restarting member %d", m)
 		case "stop-leader":
 			c.signal(leader, syscall.SIGSTOP)
-			sleep(ctx, stall)
+			etcd.Sleep(ctx, stall)
 			c.signal(leader, syscall.SIGCONT)
 		case "cut-leader-out":
 			c.net.cutFrom(leader)
-			sleep(ctx, stall)
+			etcd.Sleep(ctx, stall)
 			c.net.heal()
 		case "partition-leader":
 			s := c.split(ctx, t, leader, ns, lease, stall, "split-"+strconv.Itoa(i), h)
@@ -714,7 +714,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("fault %d (%s, leader m%d): every lock granted again within %v", i, kind, leader, took.Round(time.Millisecond))
 		assert.LessOrEqual(t, took, bound, "fault %d (%s): every lock granted again within 3 election timeouts + the lease + 3s", i, kind)
 		longest = max(longest, took)
-		sleep(ctx, 500*time.Millisecond)
+		etcd.Sleep(ctx, 500*time.Millisecond)
 	}
 	for _, stop := range stops {
 		stop()
@@ -778,16 +778,4 @@ func errKind(err error) string {
 		msg = msg[i+2:]
 	}
 	return "other: " + msg
-}
-
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

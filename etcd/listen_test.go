@@ -31,6 +31,21 @@ func proxied(t *testing.T, ns string, opts ...etcd.Option) (*etcd.Provider, *fau
 	return p, px
 }
 
+// heldAndQueued makes a key held by a new owner on holder, with a waiter
+// on inbox queued behind it on queuer (both for 10s), and returns the
+// key, the holder's owner and the waiter.
+func heldAndQueued(t *testing.T, ctx context.Context, holder, queuer *etcd.Provider, inbox string) (key, owner string, w lock.Waiter) {
+	t.Helper()
+	key, owner = uniqueName(t), newOwner()
+	_, err := holder.Acquire(ctx, key, owner, 10*time.Second)
+	require.NoError(t, err)
+	w = lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
+	rec, err := queuer.Queue(ctx, key, w)
+	require.NoError(t, err)
+	require.True(t, rec.Queued)
+	return key, owner, w
+}
+
 // A watch that stops answering (its connection silent, as with a member
 // cut off or stopped) is given up after a progress request goes
 // unanswered: the inbox is told to look again (a Notice without Key) within
@@ -68,13 +83,7 @@ func TestListenStalledWatchFallsBack(t *testing.T) {
 	}
 	px.Resume()
 
-	key, a := uniqueName(t), newOwner()
-	_, err = other.Acquire(ctx, key, a, 10*time.Second)
-	require.NoError(t, err)
-	w := lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
-	rec, err := other.Queue(ctx, key, w)
-	require.NoError(t, err)
-	require.True(t, rec.Queued)
+	key, a, w := heldAndQueued(t, ctx, other, other, inbox)
 	require.NoError(t, other.Release(ctx, key, a))
 	deadline := time.After(10 * time.Second)
 	for {
@@ -161,16 +170,10 @@ func TestLookFindingItsGrantFollowsTheMessage(t *testing.T) {
 	require.NoError(t, err)
 	defer stop()
 
-	key, a := uniqueName(t), newOwner()
-	_, err = other.Acquire(ctx, key, a, 10*time.Second)
-	require.NoError(t, err)
-	w := lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
-	rec, err := p.Queue(ctx, key, w)
-	require.NoError(t, err)
-	require.True(t, rec.Queued)
+	key, a, w := heldAndQueued(t, ctx, other, p, inbox)
 	require.NoError(t, other.Release(ctx, key, a), "the holder's release hands the key to the waiter and tells its inbox")
 	w.Look = lock.LookAgain
-	rec, err = p.Queue(ctx, key, w)
+	rec, err := p.Queue(ctx, key, w)
 	require.NoError(t, err)
 	require.Equal(t, w.Owner, rec.Owner, "the look finds the key handed to the waiter")
 	select {

@@ -70,7 +70,7 @@ func (c *cluster) split(ctx context.Context, t *testing.T, leader int, ns string
 	case <-time.After(10 * time.Second):
 		require.Fail(t, "the cut-off holder is told of its loss")
 	}
-	sleep(ctx, time.Until(cut.Add(stall)))
+	etcd.Sleep(ctx, time.Until(cut.Add(stall)))
 	c.net.heal()
 	close(stop)
 	r.tries = <-tries

@@ -1,0 +1,4 @@
+package etcd
+
+// Sleep is sleep, for the tests of package etcd_test.
+var Sleep = sleep
