@@ -202,7 +202,7 @@ func ExampleClient_Observe_readme() {
 		for l := range leaders { // until ctx ends or the Client closes
 			switch {
 			case l.Err != nil:
-				log.Printf("who leads is unknown: %v", l.Err) // read again every poll interval
+				log.Printf("who leads is unknown: %v", l.Err) // read again at the next notice or poll
 			case l.Vacant():
 				log.Printf("nobody leads")
 			default:
