@@ -186,6 +186,16 @@ func (r *recorder) kinds() []lock.EventKind {
 
 func newRecorder() *recorder { return &recorder{ch: make(chan lock.Event, 1024)} }
 
+// awaitWaiters waits up to 10 s until c's Inspect counts n waiters for the
+// lock called name; msg says who they are.
+func awaitWaiters(t *testing.T, c *lock.Client, name string, n int, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := c.Inspect(context.Background(), name)
+		return err == nil && st.Waiters == n
+	}, 10*time.Second, time.Millisecond, msg)
+}
+
 // waitEvent waits for an event of kind, dropping others.
 func waitEvent(t testing.TB, r *recorder, kind lock.EventKind) lock.Event {
 	t.Helper()
@@ -264,9 +274,42 @@ func (b *syncBuffer) lines(s string) []string {
 }
 
 // sectionProbe watches a critical section: how many handlers are inside now, the
-// most that ever were at once, and how many entered in all.
+// most that ever were at once, and how many entered in all; and how many of
+// the calls made by together failed.
 type sectionProbe struct {
-	inside, most, entered atomic.Int32
+	inside, most, entered, failed atomic.Int32
+}
+
+// section is the handlers' body in the tests of concurrent calls: inside for
+// 30 ms and, with hold, until the other n-1 calls have failed, so that
+// exactly one of them can succeed however the goroutines are scheduled.
+func (p *sectionProbe) section(hold bool, n int) {
+	defer p.enter()()
+	time.Sleep(30 * time.Millisecond)
+	if hold {
+		waitUntil(func() bool { return p.failed.Load() >= int32(n-1) }, 2*time.Second)
+	}
+}
+
+// together makes n calls of call at once and returns their errors when all
+// have returned, counting the failed calls in p.failed.
+func (p *sectionProbe) together(n int, call func(i int) error) []error {
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if errs[i] = call(i); errs[i] != nil {
+				p.failed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
 
 // enter records a handler entering; call the returned function when it leaves.

@@ -55,10 +55,7 @@ func TestInspectAndForceRelease(t *testing.T) {
 			assert.NoError(t, err, "the waiter is handed the lock")
 			got <- wl
 		}()
-		require.Eventually(t, func() bool {
-			s, err := operator.Inspect(ctx, name)
-			return err == nil && s.Waiters == 1
-		}, 10*time.Second, 5*time.Millisecond, "Inspect counts the waiter")
+		awaitWaiters(t, operator, name, 1, "Inspect counts the waiter")
 
 		s, err = operator.ForceRelease(ctx, name)
 		require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,38 +146,20 @@ func mwConcurrentCalls(t *testing.T, c *lock.Client, wait bool) ([]error, *secti
 	t.Helper()
 	const calls = 3
 	probe := &sectionProbe{}
-	var failed atomic.Int32
 	wrapped, err := lock.Middleware(c, func(_ context.Context, i int) (int, error) {
-		defer probe.enter()()
-		time.Sleep(30 * time.Millisecond)
-		if !wait {
-			waitUntil(func() bool { return failed.Load() >= calls-1 }, 2*time.Second)
-		}
+		probe.section(!wait, calls)
 		return i, nil
 	}, lock.MiddlewareOptions[int]{Name: uniqueName(t), Options: lock.Options{Wait: wait}})
 	require.NoError(t, err)
 
 	ctx := ctxTimeout(t, 10*time.Second)
-	errs := make([]error, calls)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var res int
-			res, errs[i] = wrapped(ctx, i)
-			if errs[i] != nil {
-				failed.Add(1)
-			} else if res != i {
-				errs[i] = errors.New("wrong result " + strconv.Itoa(res))
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	return errs, probe
+	return probe.together(calls, func(i int) error {
+		res, err := wrapped(ctx, i)
+		if err == nil && res != i {
+			err = errors.New("wrong result " + strconv.Itoa(res))
+		}
+		return err
+	}), probe
 }
 
 // Alepha test 11: three concurrent calls on one instance, no Wait: at most one

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,33 +345,13 @@ func TestPrimitive_ConcurrentRunsOnOnePrimitive(t *testing.T) {
 			name := uniqueName(t)
 			ctx := ctxTimeout(t, 10*time.Second)
 			var probe sectionProbe
-			var failed atomic.Int32
 			p, err := lock.New(c, func(context.Context, int) error {
-				defer probe.enter()()
-				time.Sleep(30 * time.Millisecond)
-				if !wait {
-					waitUntil(func() bool { return failed.Load() >= callers-1 }, 2*time.Second)
-				}
+				probe.section(!wait, callers)
 				return nil
 			}, lock.PrimitiveOptions[int]{Name: name, Options: lock.Options{Wait: wait}})
 			require.NoError(t, err)
 
-			errs := make([]error, callers)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for i := range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					errs[i] = p.Run(ctx, i)
-					if errs[i] != nil {
-						failed.Add(1)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
+			errs := probe.together(callers, func(i int) error { return p.Run(ctx, i) })
 
 			assert.EqualValues(t, 1, probe.most.Load(), "Wait=%v: concurrent Runs must never both be inside", wait)
 			if wait {

@@ -500,10 +500,7 @@ func TestLocalFairness(t *testing.T) {
 				}
 			}()
 		}
-		require.Eventually(t, func() bool {
-			st, err := c.Inspect(ctx, name)
-			return err == nil && st.Waiters == workers
-		}, 10*time.Second, time.Millisecond, "every goroutine waits")
+		awaitWaiters(t, c, name, workers, "every goroutine waits")
 		require.NoError(t, first.Release(ctx))
 		wg.Wait()
 		got := make([]int64, workers)
@@ -833,10 +830,7 @@ func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
 			l, err := c.Acquire(ctx, name, lock.Options{Wait: true})
 			got <- result{l, err}
 		}()
-		require.Eventually(t, func() bool {
-			st, err := other.Inspect(ctx, name)
-			return err == nil && st.Waiters == 1
-		}, 10*time.Second, 5*time.Millisecond, "the waiter queues")
+		awaitWaiters(t, other, name, 1, "the waiter queues")
 
 		late.mu.Lock()
 		late.hold = true
@@ -918,10 +912,7 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	require.Eventually(t, func() bool {
-		st, err := holder.Inspect(ctx, name)
-		return err == nil && st.Waiters == 1
-	}, 5*time.Second, time.Millisecond, "the waiter queues")
+	awaitWaiters(t, holder, name, 1, "the waiter queues")
 	// The waiter's process stops: the handoff's grant is held back, its
 	// looks wait; its record expires at the end of its claim window; the
 	// other owner takes the lock.
