@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/locktest"
 )
 
@@ -105,48 +105,20 @@ type handoffCost struct {
 }
 
 // handOff takes the lock called name n times with goroutines of three
-// Clients (their providers built with opts) that wait for it, each
-// releasing it at once, so that nearly every grant is a handoff to a
-// waiter; it returns what the grants cost.
+// Clients (their providers built with opts) that wait for it, each holding
+// it a millisecond (exclusionRun, which checks the exclusion and the
+// tokens), so that nearly every grant is a handoff to a waiter; it returns
+// what the grants cost.
 func handOff(t *testing.T, ctx context.Context, addrs []string, name string, n int64, opts ...lock.RedisOption) handoffCost {
 	t.Helper()
-	const clients, goroutines = 3, 2
-	cs := make([]*lock.Client, clients)
+	cs := make([]*lock.Client, 3)
 	for i := range cs {
-		c, err := lock.NewClient(lock.NewRedisProvider(newClusterRedis(t, addrs), opts...), lock.WithPollInterval(5*time.Second))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		cs[i] = c
+		cs[i] = testenv.NewClient(t, lock.NewRedisProvider(newClusterRedis(t, addrs), opts...), lock.WithPollInterval(5*time.Second))
 	}
 	before := clusterCost(t, ctx, addrs)
 	var taken atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, clients*goroutines)
-	for _, c := range cs {
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for taken.Add(1) <= n {
-					l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxDuration: 10 * time.Second})
-					if err != nil {
-						errs <- err
-						return
-					}
-					if err := l.Release(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	stats.grants.Add(n)
+	got := exclusionRun(t, ctx, cs, 2, name, 10*time.Second, func() bool { return taken.Add(1) <= n })
+	expect(t, got == n, "%d grants, want %d", got, n)
 	after := clusterCost(t, ctx, addrs)
 	return handoffCost{
 		publish:    after.publish - before.publish,

@@ -254,15 +254,15 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 	t.Logf("slot %d moved from %s to %s; the waiter acquired %v after the release (poll interval 1m)", slot, src, dst, took.Round(time.Millisecond))
 }
 
-// handOver has holder take the lock called name, waiter wait for it until
-// it is queued, and holder release it; it returns how long after the
-// release waiter had it (it releases it at once).
+// handOver has holder take the lock called name, waiter wait for it (a
+// minute at most) until it is queued, and holder release it; it returns
+// how long after the release waiter had it (it releases it at once).
 func handOver(ctx context.Context, holder, waiter *lock.Client, name string) (time.Duration, error) {
 	h, err := holder.Acquire(ctx, name, lock.Options{})
 	if err != nil {
 		return 0, err
 	}
-	done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: 20 * time.Second})
+	done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: time.Minute})
 	for {
 		st, err := holder.Inspect(ctx, name)
 		if err != nil {

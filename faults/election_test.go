@@ -223,22 +223,22 @@ const killSlack = 600 * time.Millisecond
 func TestElectionFailoverMemory(t *testing.T) {
 	const rounds = 10
 	mem := lock.NewMemoryProvider()
-	c := newMemoryClient(t, mem)
+	c := testenv.NewClient(t, mem)
 	stalls := testenv.WatchStalls(t)
 	var afterDeath, afterResign []time.Duration
 	for r := range 2 * rounds {
 		die := r%2 == 0
 		role := "failover-memory:" + strconv.Itoa(r)
-		dying := &deadRenewals{Provider: mem}
+		var dead atomic.Bool
 		losses, lostAt := lossTimes("")
-		leader, err := newMemoryClient(t, dying, losses).Campaign(context.Background(), role, lock.ElectionOptions{Lease: electionLease})
+		leader, err := testenv.NewClient(t, deadRenewals(mem, &dead), losses).Campaign(context.Background(), role, lock.ElectionOptions{Lease: electionLease})
 		require.NoError(t, err)
 		s := lead(t, c, role)
 		time.Sleep(rand.N(electionLease / 3))
 		stalls.Reset()
 		var from time.Time
 		if die {
-			dying.dead.Store(true)
+			dead.Store(true)
 			// Its last renewal got through before this: the record lives
 			// until a lease after it.
 			from = time.Now()
@@ -277,28 +277,16 @@ func TestElectionFailoverMemory(t *testing.T) {
 	t.Logf("faults: election (memory) successor running after Resign: %s", durations(afterResign))
 }
 
-// newMemoryClient returns a Client on p, closed at the end of the test.
-func newMemoryClient(t *testing.T, p lock.Provider, opts ...lock.ClientOption) *lock.Client {
-	t.Helper()
-	c, err := lock.NewClient(p, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// deadRenewals is a provider whose renewals fail once dead is set: the
+// deadRenewals returns p with its renewals failing once dead is set: the
 // leader's process is gone, as far as the lock store can tell.
-type deadRenewals struct {
-	lock.Provider
-	dead atomic.Bool
-}
-
-func (p *deadRenewals) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if p.dead.Load() {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return p.Provider.Renew(ctx, key, owner, ttl)
+func deadRenewals(p lock.Provider, dead *atomic.Bool) lock.Provider {
+	return &testenv.Hooked{Provider: p, OnRenew: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+		if dead.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return p.Renew(ctx, key, owner, ttl)
+	}}
 }
 
 // durations summarizes ds: min, median and max.
@@ -505,17 +493,8 @@ func roleLeadWriter(t *testing.T) {
 			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := fenceWrite.Run(wctx, rc, fence, l.Token(), []string{data, log}, strconv.FormatUint(l.Token(), 10)).Err()
 			cancel()
-			result := "ok"
+			report("write term=%d result=%s start=%d", l.Token(), faults.WriteResult(err), start.UnixNano())
 			switch {
-			case errors.Is(err, lock.ErrStaleToken):
-				result = "stale"
-			case err != nil:
-				result = "error"
-			}
-			report("write term=%d result=%s start=%d", l.Token(), result, start.UnixNano())
-			switch {
-			case errors.Is(err, lock.ErrStaleToken):
-				return err
 			case err != nil:
 				return err
 			case ctx.Err() != nil:

@@ -191,33 +191,8 @@ func footprintWork(t *testing.T, ctx context.Context, c *lock.Client, base strin
 		return
 	}
 	parallel(t, 8, n/100, func(i int) error {
-		name := base + ":queued:" + strconv.Itoa(i)
-		h, err := c.Acquire(ctx, name, lock.Options{})
-		if err != nil {
-			return err
-		}
-		got := make(chan error, 1)
-		go func() {
-			l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: time.Minute})
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
-		for {
-			st, err := c.Inspect(ctx, name)
-			if err != nil {
-				return err
-			}
-			if st.Waiters > 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		if err := h.Release(ctx); err != nil {
-			return err
-		}
-		return <-got
+		_, err := handOver(ctx, c, c, base+":queued:"+strconv.Itoa(i))
+		return err
 	})
 }
 

@@ -173,15 +173,7 @@ func TestSentinel(t *testing.T) {
 
 		// Free once the window has passed, and not before (the grant came
 		// after before).
-		var l2 *lock.Lock
-		require.Eventually(t, func() bool {
-			l2, err = b.Acquire(ctx, name, lock.Options{})
-			return err == nil
-		}, window+2*time.Second, 20*time.Millisecond, "the lock is free once the window has passed")
-		expect(t, time.Since(before) >= window-10*time.Millisecond, "the lock was free %v after the first acquisition's start, inside the window (%v)", time.Since(before).Round(time.Millisecond), window)
-		stats.grants.Add(1)
-		expect(t, l2.Token() > l.Token(), "token %d after the window, %d before", l2.Token(), l.Token())
-		require.NoError(t, l2.Release(ctx))
+		checkFreeAfter(t, ctx, b, name, l, before, "the first acquisition's start", window, "the window")
 	})
 
 	t.Run("GracePeriod tells waiters", func(t *testing.T) {
@@ -209,14 +201,24 @@ func TestSentinel(t *testing.T) {
 
 		// Free once the grace period has passed, and not before (it began
 		// after released).
-		var l2 *lock.Lock
-		require.Eventually(t, func() bool {
-			l2, err = waiter.Acquire(ctx, name, lock.Options{})
-			return err == nil
-		}, grace+2*time.Second, 20*time.Millisecond, "the lock is free once the grace period has passed")
-		expect(t, time.Since(released) >= grace-10*time.Millisecond, "the lock was free %v after the release, inside the grace period (%v)", time.Since(released).Round(time.Millisecond), grace)
-		stats.grants.Add(1)
-		expect(t, l2.Token() > l.Token(), "token %d after the window, %d before", l2.Token(), l.Token())
-		require.NoError(t, l2.Release(ctx))
+		checkFreeAfter(t, ctx, waiter, name, l, released, "the release", grace, "the grace period")
 	})
+}
+
+// checkFreeAfter checks that c can take the lock called name, last granted
+// as l, once its window (OncePer or GracePeriod, named what), which began
+// after from (named since), has passed, and not before, with a token above
+// l's.
+func checkFreeAfter(t *testing.T, ctx context.Context, c *lock.Client, name string, l *lock.Lock, from time.Time, since string, window time.Duration, what string) {
+	t.Helper()
+	var l2 *lock.Lock
+	require.Eventually(t, func() bool {
+		var err error
+		l2, err = c.Acquire(ctx, name, lock.Options{})
+		return err == nil
+	}, window+2*time.Second, 20*time.Millisecond, "the lock is free once %s has passed", what)
+	expect(t, time.Since(from) >= window-10*time.Millisecond, "the lock was free %v after %s, inside %s (%v)", time.Since(from).Round(time.Millisecond), since, what, window)
+	stats.grants.Add(1)
+	expect(t, l2.Token() > l.Token(), "token %d after %s, %d before", l2.Token(), what, l.Token())
+	require.NoError(t, l2.Release(ctx))
 }

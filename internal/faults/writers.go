@@ -1,12 +1,15 @@
 package faults
 
 import (
+	"errors"
 	"maps"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed05627090/lock"
 )
 
 // WriteBoard collects the reports of the fenced writers of an election
@@ -20,8 +23,8 @@ import (
 //	ended term=T
 //
 // (result: the write passed the fence, the fence refused it as stale, or it
-// failed otherwise). The zero WriteBoard is empty and ready; it is safe
-// for concurrent use.
+// failed otherwise: see WriteResult). The zero WriteBoard is empty and
+// ready; it is safe for concurrent use.
 type WriteBoard struct {
 	mu       sync.Mutex
 	accepted map[uint64]int // writes that passed the fence, by term
@@ -116,6 +119,19 @@ func (b *WriteBoard) ElectedBy() map[int]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.elected)
+}
+
+// WriteResult is the result a writer reports for a write that returned err:
+// "ok" for none, "stale" for one that matches lock.ErrStaleToken (the
+// fence refused it), "error" for another.
+func WriteResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, lock.ErrStaleToken):
+		return "stale"
+	}
+	return "error"
 }
 
 // WriterName is the identity with which child i of an election fault test
