@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/locktest"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -27,43 +26,11 @@ func replicas(t *testing.T, prefix string, n int, opts ...lock.ClientOption) []*
 }
 
 // Replicas that wait for one lock hold it one at a time: at most one holder
-// at any instant, and no update of an unprotected read-modify-write is lost.
+// at any instant, no update of an unprotected read-modify-write is lost,
+// and each holder's token is greater than the last.
 func TestReplicasMutualExclusion(t *testing.T) {
 	prefix := testPrefix(t)
-	const clients, workers, rounds = 4, 3, 15
-	cs := replicas(t, prefix, clients)
-	ctx := ctxTimeout(t, 2*time.Minute)
-	name := uniqueName(t)
-
-	var holders, maxHolders atomic.Int64
-	var counter atomic.Int64 // read, then written: a lost update shows two holders
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rounds {
-					err := c.Do(ctx, name, lock.Options{Wait: true, Lease: 5 * time.Second}, func(context.Context) error {
-						n := holders.Add(1)
-						for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-						}
-						v := counter.Load()
-						time.Sleep(time.Millisecond)
-						counter.Store(v + 1)
-						holders.Add(-1)
-						return nil
-					})
-					if !assert.NoError(t, err) {
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	assert.EqualValues(t, 1, maxHolders.Load(), "at most one holder at any instant")
-	assert.EqualValues(t, clients*workers*rounds, counter.Load(), "no update was lost")
+	locktest.ReplicasHoldInTurn(t, ctxTimeout(t, 2*time.Minute), replicas(t, prefix, 4), uniqueName(t), 3, 15)
 }
 
 // A waiter is woken by the grant NOTIFY sends when the holder releases, long
@@ -74,35 +41,7 @@ func TestWaiterWokenByNotify(t *testing.T) {
 	admin := newProvider(t, prefix)
 	holder := newClient(t, newProvider(t, prefix))
 	waiter := newClient(t, newProvider(t, prefix), lock.WithPollInterval(10*time.Second))
-	ctx := ctxTimeout(t, time.Minute)
-	name := uniqueName(t)
-
-	l, err := holder.Acquire(ctx, name, lock.Options{Lease: 30 * time.Second})
-	require.NoError(t, err)
-	acquired := make(chan time.Time, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- waiter.Do(ctx, name, lock.Options{Wait: true, Lease: 30 * time.Second}, func(context.Context) error {
-			acquired <- time.Now()
-			return nil
-		})
-	}()
-	require.Eventually(t, func() bool {
-		rec, err := admin.Inspect(ctx, holder.Key(name))
-		return err == nil && rec.Waiters == 1
-	}, 10*time.Second, 10*time.Millisecond, "the waiter joins the queue")
-
-	released := time.Now()
-	require.NoError(t, l.Release(ctx))
-	select {
-	case at := <-acquired:
-		// Well under the 10s a look would take: only the grant can be this quick.
-		assert.Less(t, at.Sub(released), 5*time.Second, "the waiter is woken by the grant")
-		t.Logf("the waiter held the lock %v after the release", at.Sub(released))
-	case <-time.After(9 * time.Second):
-		require.FailNow(t, "the waiter did not get the lock within 9s of the release")
-	}
-	require.NoError(t, <-done)
+	locktest.WaiterWokenByGrant(t, ctxTimeout(t, time.Minute), admin, holder, waiter, uniqueName(t))
 }
 
 // A lock run with a GracePeriod stays closed to another replica, waiting or
