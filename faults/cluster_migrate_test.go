@@ -27,18 +27,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	key := keyOf(name)
 	_, fence, _, err := lock.RedisKeys(key)
 	require.NoError(t, err)
-	slot, err := cc.ClusterKeySlot(ctx, key).Result()
-	require.NoError(t, err)
-	srcNode, err := cc.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	src := srcNode.Options().Addr
-	var dst string
-	for _, a := range addrs {
-		if a != src {
-			dst = a
-			break
-		}
-	}
+	slot, src, dst := slotMove(t, ctx, cc, addrs, key)
 	var (
 		mu       sync.Mutex
 		tokens   []uint64
@@ -89,7 +78,7 @@ func TestClusterSlotMigration(t *testing.T) {
 
 	time.Sleep(500 * time.Millisecond)
 	fault(t, "move the lock's slot to another node")
-	migrated := moveSlot(t, ctx, addrs, int(slot), src, dst, 20*time.Millisecond) // traffic meanwhile, with the slot split
+	migrated := moveSlot(t, ctx, addrs, slot, src, dst, 20*time.Millisecond) // traffic meanwhile, with the slot split
 	moved.Store(true)
 	t.Logf("slot %d moved from %s to %s (%d keys migrated)", slot, src, dst, migrated)
 

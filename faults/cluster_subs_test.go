@@ -194,16 +194,7 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 	}
 	cc := newClusterRedis(t, addrs)
 	const name = "moving"
-	key := lock.DefaultPrefix + "{" + name + "}"
-	slot, err := cc.ClusterKeySlot(ctx, key).Result()
-	require.NoError(t, err)
-	srcNode, err := cc.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	src := srcNode.Options().Addr
-	dst := addrs[0]
-	if dst == src {
-		dst = addrs[1]
-	}
+	slot, src, dst := slotMove(t, ctx, cc, addrs, keyOf(name))
 
 	holder := newClusterLockClient(t, addrs)
 	waiter := newClusterLockClient(t, addrs, lock.WithPollInterval(time.Minute))
@@ -240,7 +231,7 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 
 	fault(t, "move the lock's slot, with a waiter queued, to another node")
 	stale.Store(lag > 0)
-	moveSlot(t, ctx, addrs, int(slot), src, dst, 0)
+	moveSlot(t, ctx, addrs, slot, src, dst, 0)
 	staleUntil.Store(time.Now().Add(lag).UnixNano())
 	stale.Store(false)
 	dstNode := newRedis(t, dst)
@@ -282,6 +273,22 @@ func handOver(ctx context.Context, holder, waiter *lock.Client, name string) (ti
 		return 0, r.err
 	}
 	return r.at.Sub(released), r.l.Release(ctx)
+}
+
+// slotMove returns the hash slot of key, the address of the node that
+// serves it, and that of another node of addrs, where to move it.
+func slotMove(t *testing.T, ctx context.Context, cc *redis.ClusterClient, addrs []string, key string) (slot int, src, dst string) {
+	t.Helper()
+	n, err := cc.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	node, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	src = node.Options().Addr
+	dst = addrs[0]
+	if dst == src {
+		dst = addrs[1]
+	}
+	return int(n), src, dst
 }
 
 // moveSlot moves slot from the node at src to the node at dst, with its
