@@ -350,14 +350,12 @@ func TestConcurrent(t *testing.T) {
 	c := newClient(t, lock.NewMemoryProvider(), tm.events(t))
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range runs {
 				err := c.Do(ctx, "shared", lock.Options{Wait: true}, func(context.Context) error { return nil })
 				assert.NoError(t, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 

@@ -89,14 +89,12 @@ func takeLocks(ctx context.Context, c *lock.Client, mem *lock.MemoryProvider) er
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			errs[i] = c.Do(ctx, "migration", lock.Options{Wait: true}, func(context.Context) error {
 				time.Sleep(30 * time.Millisecond)
 				return nil
 			})
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
