@@ -58,12 +58,11 @@ func TestAcquireHeld(t *testing.T) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		cs := replicas(t, b, 2)
 		name := uniqueName(t)
-		l, err := cs[0].Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err)
+		l := mustHold(t, cs[0], name)
 
 		for _, c := range cs { // another replica, and the holder's own client
 			start := time.Now()
-			_, err = c.Acquire(ctx, name, lock.Options{})
+			_, err := c.Acquire(ctx, name, lock.Options{})
 			assert.Less(t, time.Since(start), 2*time.Second, "without Wait, a held lock fails at once")
 			assert.ErrorIs(t, err, lock.ErrNotAcquired)
 			assert.ErrorIs(t, err, lock.ErrHeld, "the reason is that another owner holds it")

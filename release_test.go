@@ -241,14 +241,17 @@ func TestDoneAskedFirstAfterTheEnd(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		c := newClient(t, b.replica(t))
+		acquire := func(opts lock.Options) *lock.Lock { // a lock of its own each time
+			l, err := c.Acquire(ctx, uniqueName(t), opts)
+			require.NoError(t, err)
+			return l
+		}
 
-		l, err := c.Acquire(ctx, uniqueName(t), lock.Options{})
-		require.NoError(t, err)
+		l := acquire(lock.Options{})
 		require.NoError(t, l.Release(ctx))
 		assertClosed(t, l.Done(), "Done asked first after Release is closed")
 
-		l, err = c.Acquire(ctx, uniqueName(t), lock.Options{})
-		require.NoError(t, err)
+		l = acquire(lock.Options{})
 		ch := l.Done()
 		assert.Equal(t, ch, l.Done(), "Done returns one channel")
 		require.NoError(t, l.Release(ctx))
@@ -256,8 +259,7 @@ func TestDoneAskedFirstAfterTheEnd(t *testing.T) {
 
 		// Lost: the record vanishes, and the next renewal (a third of the
 		// lease) finds it gone.
-		l, err = c.Acquire(ctx, uniqueName(t), lock.Options{Lease: 600 * time.Millisecond})
-		require.NoError(t, err)
+		l = acquire(lock.Options{Lease: 600 * time.Millisecond})
 		deleteRecord(t, b, l)
 		require.Eventually(t, func() bool { return l.Err() != nil }, 10*time.Second, 10*time.Millisecond, "the loss is found")
 		assert.ErrorIs(t, l.Err(), lock.ErrLost)
