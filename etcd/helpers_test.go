@@ -59,6 +59,7 @@ var (
 	newOwner      = testenv.NewOwner  // a new owner
 	ctxTimeout    = testenv.Context   // a context that ends after d, or with the test
 	newLockClient = testenv.NewClient // a lock.Client closed with the test
+	notices       = testenv.Notices   // the channel of the notices of an inbox, until the test ends
 )
 
 // member is an etcd member running in this process.

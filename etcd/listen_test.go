@@ -59,15 +59,7 @@ func TestListenStalledWatchFallsBack(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 
 	inbox := "inbox:" + uniqueName(t)
-	got := make(chan lock.Notice, 64)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) {
-		select {
-		case got <- g:
-		default:
-		}
-	})
-	require.NoError(t, err)
-	defer stop()
+	got := notices(t, ctx, p, inbox)
 	time.Sleep(3 * progress) // answered progress requests: nothing delivered
 	assert.Empty(t, got, "a watch that answers is left alone")
 

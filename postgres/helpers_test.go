@@ -27,6 +27,7 @@ var (
 	uniqueName = testenv.Name        // a lock name no other test uses
 	ctxTimeout = testenv.Context     // a context that ends after d, or with the test
 	newClient  = testenv.NewClient   // a Client closed with the test
+	notices    = testenv.Notices     // the channel of the notices of an inbox, until the test ends
 )
 
 // needServer skips the test when the server does not answer, or fails it

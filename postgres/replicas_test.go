@@ -114,15 +114,7 @@ func TestListenReconnects(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	inbox := "inbox:" + uniqueName(t)
 
-	grants := make(chan lock.Notice, 16)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) {
-		select {
-		case grants <- g:
-		default:
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(stop)
+	grants := notices(t, ctx, p, inbox)
 
 	backend := func() (pid int32) {
 		_ = admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", app).Scan(&pid)
@@ -170,10 +162,7 @@ func TestListenIgnoresForeignPayloads(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	inbox := "inbox:" + randomHex(8) // short: the channel is the inbox
 
-	grants := make(chan lock.Notice, 16)
-	stop, err := p.Listen(ctx, inbox, func(g lock.Notice) { grants <- g })
-	require.NoError(t, err)
-	t.Cleanup(stop)
+	grants := notices(t, ctx, p, inbox)
 	for _, payload := range []string{"garbage", `{"o":"x"}`, `{"k":"k","o":"x"}`, `{"k":"k1"}`} {
 		_, err := admin.Exec(ctx, "SELECT pg_notify($1, $2)", inbox, payload)
 		require.NoError(t, err)
