@@ -108,6 +108,9 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 		}
 		terms := h.take()
 		now, until, err := c.leader(ctx, role)
+		if err != nil {
+			h.keep(terms) // for the read that succeeds
+		}
 		if ctx.Err() != nil || !o.tell(ctx, terms, now, err) {
 			return
 		}
@@ -131,8 +134,9 @@ type observer struct {
 }
 
 // tell sends the terms heard of that are newer than every term sent, in
-// order, then the state read (now, or err), when it changed, failed, or
-// follows a failure; it reports false if ctx ended first.
+// order (but the one read, sent next with what the read says of it), then
+// the state read, when it changed or follows a failure; or, when the read
+// failed (err), the failure, once. It reports false if ctx ended first.
 func (o *observer) tell(ctx context.Context, terms []Notice, now Leader, err error) bool {
 	if err != nil {
 		if o.last.Err != nil {
@@ -196,6 +200,16 @@ func (h *heard) add(n Notice) {
 	case h.ready <- struct{}{}:
 	default:
 	}
+}
+
+// keep gives back terms that take returned, to be taken again.
+func (h *heard) keep(terms []Notice) {
+	h.mu.Lock()
+	h.terms = append(terms, h.terms...)
+	if len(h.terms) > maxHeard {
+		h.terms = h.terms[len(h.terms)-maxHeard:] // the newest
+	}
+	h.mu.Unlock()
 }
 
 // take returns the terms heard of since the last take, by term number.
