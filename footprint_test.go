@@ -140,14 +140,7 @@ func TestIdleClientsHearNothing(t *testing.T) {
 		holder := newClient(t, lock.NewRedisProvider(rc))
 		l, err := holder.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			l2, err := c.Acquire(ctx, name, lock.Options{Wait: true})
-			if err == nil {
-				err = l2.Release(ctx)
-			}
-			got <- err
-		}()
+		got := acquireAndRelease(ctx, c, name, lock.Options{Wait: true})
 		require.Eventually(t, func() bool { return queued(ctx, rc, holder.Key(name)) }, 5*time.Second, time.Millisecond,
 			"idle client %d queues", i)
 		require.NoError(t, l.Release(ctx))

@@ -186,6 +186,21 @@ func (r *recorder) kinds() []lock.EventKind {
 
 func newRecorder() *recorder { return &recorder{ch: make(chan lock.Event, 1024)} }
 
+// acquireAndRelease starts c's Acquire of the lock called name with opts,
+// which releases the lock as soon as it has it: the channel gets the first
+// error, or nil.
+func acquireAndRelease(ctx context.Context, c *lock.Client, name string, opts lock.Options) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, opts)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
 // awaitWaiters waits up to 10 s until c's Inspect counts n waiters for the
 // lock called name; msg says who they are.
 func awaitWaiters(t *testing.T, c *lock.Client, name string, n int, msg string) {
@@ -244,15 +259,20 @@ func assertClosed(t testing.TB, ch <-chan struct{}, msg string) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the log's concurrent writes.
+// syncBuffer is a bytes.Buffer safe for the log's concurrent writes. With
+// a max, it keeps the first max bytes written (at least) and drops the rest.
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	max int
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.max > 0 && b.buf.Len() >= b.max {
+		return len(p), nil
+	}
 	return b.buf.Write(p)
 }
 

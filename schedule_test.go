@@ -424,7 +424,7 @@ type schedChild struct {
 	t      *testing.T
 	stdin  io.WriteCloser
 	lines  chan string // its report lines, without "SCHED ", closed at its exit
-	out    *schedOutput
+	out    *syncBuffer // what the child printed, for failure messages
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
@@ -474,7 +474,7 @@ func startSchedChild(t *testing.T, env ...string) *schedChild {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	ch := &schedChild{t: t, stdin: stdin, lines: make(chan string, 256), out: &schedOutput{}, exited: make(chan struct{})}
+	ch := &schedChild{t: t, stdin: stdin, lines: make(chan string, 256), out: &syncBuffer{max: 64 << 10}, exited: make(chan struct{})}
 	cmd.Stderr = ch.out
 	require.NoError(t, cmd.Start())
 	go func() {
@@ -498,27 +498,6 @@ func startSchedChild(t *testing.T, env ...string) *schedChild {
 		}
 	})
 	return ch
-}
-
-// schedOutput keeps what a child printed, for failure messages.
-type schedOutput struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (o *schedOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.b.Len() < 64<<10 {
-		o.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (o *schedOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
 }
 
 // RunTick runs a scheduled job once per tick across replicas: every replica

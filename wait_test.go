@@ -523,19 +523,14 @@ func TestRemoteWaiterNotStarved(t *testing.T) {
 		cs := replicas(t, b, 2)
 		hot, remote := cs[0], cs[1]
 		name := uniqueName(t)
-		stop := make(chan struct{})
+		var stopped atomic.Bool
 		var wg sync.WaitGroup
 		var grants atomic.Int64
 		for range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for !stopped.Load() {
 					l, err := hot.Acquire(ctx, name, lock.Options{Wait: true})
 					if !assert.NoError(t, err) {
 						return
@@ -549,7 +544,7 @@ func TestRemoteWaiterNotStarved(t *testing.T) {
 			}()
 		}
 		defer func() {
-			close(stop)
+			stopped.Store(true)
 			wg.Wait()
 		}()
 		require.Eventually(t, func() bool { return grants.Load() >= 20 }, 10*time.Second, time.Millisecond,
@@ -710,14 +705,7 @@ func TestFailedFairAttemptLeavesNoQueueEntry(t *testing.T) {
 	require.Error(t, err)
 	require.NoError(t, failing.Close()) // waits for its cleanup
 
-	got := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, Fair: true})
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireAndRelease(ctx, waiter, name, lock.Options{Wait: true, Fair: true})
 	waitEvent(t, rec, lock.EventContended)
 	released := time.Now()
 	require.NoError(t, l.Release(ctx))
@@ -747,14 +735,7 @@ func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
 	_, err = gone.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 100 * time.Millisecond, Lease: lease})
 	require.ErrorIs(t, err, lock.ErrTimeout, "the first waiter gives up; its Leave fails")
 
-	got := make(chan error, 1)
-	go func() {
-		l2, err := live.Acquire(ctx, name, lock.Options{Wait: true})
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireAndRelease(ctx, live, name, lock.Options{Wait: true})
 	time.Sleep(100 * time.Millisecond) // the live waiter queues behind the gone one
 	start := time.Now()
 	require.NoError(t, l.Release(ctx)) // hands the lock to the gone waiter
