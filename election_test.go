@@ -467,16 +467,7 @@ func TestObserveReadsAgainAfterErrors(t *testing.T) {
 	defer stop()
 	seen, err := watcher.Observe(ctx, role)
 	require.NoError(t, err)
-	next := func() lock.Leader {
-		t.Helper()
-		select {
-		case l := <-seen:
-			return l
-		case <-time.After(10 * time.Second):
-			t.Fatal("nothing observed within 10s")
-		}
-		return lock.Leader{}
-	}
+	next := func() lock.Leader { t.Helper(); return observed(t, seen) }
 	assert.True(t, next().Vacant())
 	ta, err := a.Campaign(ctx, role, lock.ElectionOptions{})
 	require.NoError(t, err)
@@ -663,16 +654,7 @@ func TestObservePollsWhenWatchFails(t *testing.T) {
 	role := testenv.Name(t)
 	seen, err := watcher.Observe(ctx, role)
 	require.NoError(t, err)
-	next := func() lock.Leader {
-		t.Helper()
-		select {
-		case l := <-seen:
-			return l
-		case <-time.After(10 * time.Second):
-			t.Fatal("nothing observed within 10s")
-		}
-		return lock.Leader{}
-	}
+	next := func() lock.Leader { t.Helper(); return observed(t, seen) }
 	assert.True(t, next().Vacant())
 	term, err := leader.Campaign(ctx, role, lock.ElectionOptions{})
 	require.NoError(t, err)
@@ -680,4 +662,16 @@ func TestObservePollsWhenWatchFails(t *testing.T) {
 	assert.Equal(t, term.Token(), l.Term, "the term is read at a poll")
 	require.NoError(t, term.Resign(ctx))
 	assert.True(t, next().Vacant(), "and its end")
+}
+
+// observed returns the next value Observe sends on seen, within 10s.
+func observed(t *testing.T, seen <-chan lock.Leader) lock.Leader {
+	t.Helper()
+	select {
+	case l := <-seen:
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing observed within 10s")
+	}
+	return lock.Leader{}
 }
