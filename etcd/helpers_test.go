@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seed05627090/lock/etcd"
+	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/internal/testenv"
 )
 
@@ -60,22 +60,13 @@ var (
 	ctxTimeout    = testenv.Context   // a context that ends after d, or with the test
 	newLockClient = testenv.NewClient // a lock.Client closed with the test
 	notices       = testenv.Notices   // the channel of the notices of an inbox, until the test ends
+	freePort      = faults.FreePort   // a loopback port nobody listened on a moment ago
 )
 
 // member is an etcd member running in this process.
 type member struct {
 	e        *embed.Etcd
 	endpoint string // its client URL
-}
-
-// freePort returns a loopback port nobody listened on a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // memberSpec says how to start one etcd member: in this process (start),

@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,10 +81,7 @@ func (s *session) lost(id clientv3.LeaseID) {
 	}
 	s.id = 0
 	s.stop()
-	ls := make([]*listener, 0, len(s.listeners))
-	for l := range s.listeners {
-		ls = append(ls, l)
-	}
+	ls := slices.Collect(maps.Keys(s.listeners))
 	s.mu.Unlock()
 	for _, l := range ls {
 		l.sessionLost()
