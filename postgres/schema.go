@@ -71,25 +71,20 @@ func newObjects(schema, prefix string) objects {
 // ddl returns schema.sql with its names filled in.
 func (o objects) ddl() string {
 	pairs := []string{
-		"{{records}}", o.records,
-		"{{queue}}", o.queue,
-		"{{tokens}}", o.tokens,
-		"{{tokens_literal}}", literal(o.tokens),
-		"{{records_literal}}", literal(o.records),
-		"{{queue_literal}}", literal(o.queue),
-		"{{records_expiry}}", o.recordsExpiry,
-		"{{queue_order}}", o.queueOrder,
-		"{{queue_expiry}}", o.queueExpiry,
 		"{{class}}", strconv.FormatInt(int64(o.class), 10),
-		"{{claims}}", o.claims,
-		"{{claim_queue}}", o.claimQueue,
-		"{{claims_literal}}", literal(o.claims),
-		"{{claim_queue_literal}}", literal(o.claimQueue),
-		"{{claims_expiry}}", o.claimsExpiry,
-		"{{claim_queue_order}}", o.claimQueueOrder,
-		"{{claim_queue_expiry}}", o.claimQueueExpiry,
 		"{{claims_class}}", strconv.FormatInt(int64(o.claimsClass), 10),
 		"{{queue_ttl}}", "interval '" + strconv.FormatInt(queueTTL.Milliseconds(), 10) + " milliseconds'",
+	}
+	// The tables and the sequence, each also as a string literal (for
+	// to_regclass and nextval), then the indexes.
+	for _, t := range [][2]string{{"records", o.records}, {"queue", o.queue}, {"tokens", o.tokens},
+		{"claims", o.claims}, {"claim_queue", o.claimQueue}} {
+		pairs = append(pairs, "{{"+t[0]+"}}", t[1], "{{"+t[0]+"_literal}}", literal(t[1]))
+	}
+	for _, i := range [][2]string{{"records_expiry", o.recordsExpiry}, {"queue_order", o.queueOrder},
+		{"queue_expiry", o.queueExpiry}, {"claims_expiry", o.claimsExpiry},
+		{"claim_queue_order", o.claimQueueOrder}, {"claim_queue_expiry", o.claimQueueExpiry}} {
+		pairs = append(pairs, "{{"+i[0]+"}}", i[1])
 	}
 	for _, f := range functions {
 		pairs = append(pairs, "{{"+f+"}}", o.funcs[f])
