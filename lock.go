@@ -39,8 +39,7 @@
 // Only a backend's author needs these: the [Provider] contract and its
 // values ([Record], [Waiter], [Look], [Notice], [Claim], [Claims]), the
 // input checks every provider makes first ([CheckKey], [CheckOwner],
-// [CheckTTL], [CheckInbox], [CheckWeight], and their combinations
-// [CheckKeyOwner], [CheckArgs], [CheckWaiter], [CheckClaim]),
+// [CheckTTL], [CheckInbox], [CheckWeight], [CheckClaim]),
 // and the conformance suite in the locktest package, which the built-in
 // providers pass as any other backend must.
 package lock

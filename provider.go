@@ -384,28 +384,29 @@ func CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// CheckKeyOwner checks the key and owner of Release: CheckKey, then
-// CheckOwner.
-func CheckKeyOwner(key, owner string) error {
+// checkKeyOwner checks the key and owner of Release: CheckKey, then
+// CheckOwner. (A backend of another package combines the exported checks
+// as these do.)
+func checkKeyOwner(key, owner string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	return CheckOwner(owner)
 }
 
-// CheckArgs checks the arguments of the methods that set a TTL (Acquire,
-// Renew, Finish): CheckKeyOwner, then CheckTTL.
-func CheckArgs(key, owner string, ttl time.Duration) error {
-	if err := CheckKeyOwner(key, owner); err != nil {
+// checkArgs checks the arguments of the methods that set a TTL (Acquire,
+// Renew, Finish): checkKeyOwner, then CheckTTL.
+func checkArgs(key, owner string, ttl time.Duration) error {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return CheckTTL(ttl)
 }
 
-// CheckWaiter checks the arguments of Queue and Leave: CheckArgs of the key
+// checkWaiter checks the arguments of Queue and Leave: checkArgs of the key
 // and the waiter's owner and TTL, then CheckInbox of its inbox.
-func CheckWaiter(key string, w Waiter) error {
-	if err := CheckArgs(key, w.Owner, w.TTL); err != nil {
+func checkWaiter(key string, w Waiter) error {
+	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
 		return err
 	}
 	return CheckInbox(w.Inbox)
@@ -433,7 +434,7 @@ const MaxPermits = 1024
 // and CheckTTL of c's, a Limit from 1 to MaxPermits and a Weight from 1
 // to Limit. QueueClaim and LeaveClaim check CheckInbox of c.Inbox too.
 func CheckClaim(key string, c Claim) error {
-	if err := CheckArgs(key, c.Owner, c.TTL); err != nil {
+	if err := checkArgs(key, c.Owner, c.TTL); err != nil {
 		return err
 	}
 	switch {

@@ -104,7 +104,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 
 // Acquire implements Provider.
 func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := CheckArgs(key, owner, ttl); err != nil {
+	if err := checkArgs(key, owner, ttl); err != nil {
 		return Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -121,7 +121,7 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 
 // Queue implements Provider.
 func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	if err := CheckWaiter(key, w); err != nil {
+	if err := checkWaiter(key, w); err != nil {
 		return Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -156,7 +156,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 
 // Leave implements Provider.
 func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	if err := CheckWaiter(key, w); err != nil {
+	if err := checkWaiter(key, w); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -261,7 +261,7 @@ func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error
 
 // Release implements Provider.
 func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
-	if err := CheckKeyOwner(key, owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -304,7 +304,7 @@ func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time
 // update sets the deadline of owner's live record under key to ttl from now
 // and applies change to it, under m.mu; it sends the messages change returns.
 func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
-	if err := CheckArgs(key, owner, ttl); err != nil {
+	if err := checkArgs(key, owner, ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -186,7 +186,7 @@ func (p *Provider) RenewClaim(ctx context.Context, key, owner string, ttl time.D
 // tried again (its outcome is unknown; a repeat that found its own work
 // done would call it a loss), as Release's is not.
 func (p *Provider) ReleaseClaim(ctx context.Context, key, owner string) error {
-	if err := lock.CheckKeyOwner(key, owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return p.changeClaim(ctx, key, owner, false, func(ch *claimChange, _ *leases, i int) error {
@@ -198,7 +198,7 @@ func (p *Provider) ReleaseClaim(ctx context.Context, key, owner string) error {
 // LowerClaim implements lock.Provider: the claim is written again, on its
 // lease.
 func (p *Provider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
-	if err := lock.CheckKeyOwner(key, owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	if err := lock.CheckWeight(weight); err != nil {

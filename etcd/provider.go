@@ -409,7 +409,7 @@ func (p *Provider) Leave(ctx context.Context, key string, w lock.Waiter) error {
 // Release implements lock.Provider. When this provider stored the record,
 // and nobody waits, it is one transaction.
 func (p *Provider) Release(ctx context.Context, key, owner string) error {
-	if err := lock.CheckKeyOwner(key, owner); err != nil {
+	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
 	lost := false
