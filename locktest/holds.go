@@ -48,6 +48,32 @@ func (s *suite) callers(t *testing.T, n int) []*lock.Client {
 	return cs
 }
 
+// holdsOf returns each caller's hold of the name with n (its permits, its
+// readers) made by of: (*lock.Client).Semaphore or RWMutex.
+func holdsOf[H any](t *testing.T, cs []*lock.Client, name string, n int, of func(*lock.Client, string, int) (H, error)) []H {
+	t.Helper()
+	hs := make([]H, len(cs))
+	for i, c := range cs {
+		var err error
+		hs[i], err = of(c, name, n)
+		require.NoError(t, err)
+	}
+	return hs
+}
+
+// servedAfter takes a permit of sem, waiting, and checks that it came
+// within bound (and a margin) of died, when its holder or the head of the
+// queue died; msg says which.
+func (s *suite) servedAfter(t *testing.T, sem *lock.Semaphore, died time.Time, bound time.Duration, msg string) {
+	t.Helper()
+	h, err := sem.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
+	require.NoError(t, err, msg)
+	took := time.Since(died)
+	t.Logf("%s %v after it died (bound %v)", msg, took, bound)
+	assert.Less(t, took, bound+s.b.TTLGranularity+5*time.Second, "%s: within %v and a margin", msg, bound)
+	assert.NoError(t, h.Release(s.ctx))
+}
+
 // claimWindow is the Client's default claim window (see
 // lock.WithClaimWindow).
 const claimWindow = time.Second
@@ -68,9 +94,7 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 	cs := s.callers(t, workers)
 	var inUse, most, granted, lost atomic.Int64
 	var wg sync.WaitGroup
-	for i, c := range cs {
-		sem, err := c.Semaphore(name, n)
-		require.NoError(t, err)
+	for i, sem := range holdsOf(t, cs, name, n, (*lock.Client).Semaphore) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -140,12 +164,7 @@ func queuedFor(t *testing.T, ctx context.Context, inspect func(context.Context) 
 func (s *suite) semaphoreNoBarging(t *testing.T) {
 	name := uniqueName(t)
 	cs := s.callers(t, 3)
-	sem := make([]*lock.Semaphore, 3)
-	for i, c := range cs {
-		var err error
-		sem[i], err = c.Semaphore(name, 2)
-		require.NoError(t, err)
-	}
+	sem := holdsOf(t, cs, name, 2, (*lock.Client).Semaphore)
 	a, err := sem[0].Acquire(s.ctx, 1, waitOpts)
 	require.NoError(t, err)
 	var order []string
@@ -182,12 +201,7 @@ func (s *suite) semaphoreNoBarging(t *testing.T) {
 func (s *suite) semaphoreCancelledHead(t *testing.T) {
 	name := uniqueName(t)
 	cs := s.callers(t, 3)
-	sem := make([]*lock.Semaphore, 3)
-	for i, c := range cs {
-		var err error
-		sem[i], err = c.Semaphore(name, 1)
-		require.NoError(t, err)
-	}
+	sem := holdsOf(t, cs, name, 1, (*lock.Client).Semaphore)
 	a, err := sem[0].Acquire(s.ctx, 1, waitOpts)
 	require.NoError(t, err)
 	headCtx, cancelHead := context.WithCancel(s.ctx)
@@ -205,20 +219,11 @@ func (s *suite) semaphoreCancelledHead(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	cancelHead()
-	select {
-	case err := <-headErr:
-		assert.ErrorIs(t, err, lock.ErrNotAcquired, "the head gave up")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the cancelled head did not return")
-	}
+	err = receive(t, headErr, 10*time.Second, "the cancelled head did not return")
+	assert.ErrorIs(t, err, lock.ErrNotAcquired, "the head gave up")
 	require.NoError(t, a.Release(s.ctx))
-	select {
-	case h := <-next:
-		if h != nil {
-			assert.NoError(t, h.Release(s.ctx))
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the caller behind a cancelled head was not served")
+	if h := receive(t, next, 15*time.Second, "the caller behind a cancelled head was not served"); h != nil {
+		assert.NoError(t, h.Release(s.ctx))
 	}
 }
 
@@ -234,20 +239,11 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 	c0 := newClient(t, silenced(s.b.New(t), &dead))
 	c1 := s.callers(t, 1)[0]
 	lease := time.Second
-	sem0, err := c0.Semaphore(name, 1)
-	require.NoError(t, err)
-	sem1, err := c1.Semaphore(name, 1)
-	require.NoError(t, err)
-	_, err = sem0.Acquire(s.ctx, 1, lock.Options{Lease: lease})
+	sem := holdsOf(t, []*lock.Client{c0, c1}, name, 1, (*lock.Client).Semaphore)
+	_, err := sem[0].Acquire(s.ctx, 1, lock.Options{Lease: lease})
 	require.NoError(t, err)
 	dead.Store(true)
-	died := time.Now()
-	h, err := sem1.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
-	require.NoError(t, err, "the dead holder's permit comes back")
-	took := time.Since(died)
-	t.Logf("permit back %v after its holder died (lease %v)", took, lease)
-	assert.Less(t, took, lease+s.b.TTLGranularity+5*time.Second, "within the lease and a margin")
-	assert.NoError(t, h.Release(s.ctx))
+	s.servedAfter(t, sem[1], time.Now(), lease, "the dead holder's permit comes back (bound: its lease)")
 }
 
 // semaphoreDeadHead: the caller at the head of the queue, waiting for both
@@ -264,12 +260,8 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 	var dead atomic.Bool
 	cd := newClient(t, silenced(s.b.New(t), &dead), lock.WithPollInterval(100*time.Millisecond))
 	cs := s.callers(t, 2)
-	semD, err := cd.Semaphore(name, 2)
-	require.NoError(t, err)
-	semA, err := cs[0].Semaphore(name, 2)
-	require.NoError(t, err)
-	semB, err := cs[1].Semaphore(name, 2)
-	require.NoError(t, err)
+	sem := holdsOf(t, []*lock.Client{cd, cs[0], cs[1]}, name, 2, (*lock.Client).Semaphore)
+	semD, semA, semB := sem[0], sem[1], sem[2]
 	a, err := semA.Acquire(s.ctx, 1, lock.Options{Lease: 20 * time.Second})
 	require.NoError(t, err)
 	go func() {
@@ -283,12 +275,7 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 	dead.Store(true)
 	died := time.Now()
 	require.NoError(t, a.Release(s.ctx))
-	h, err := semB.Acquire(s.ctx, 1, lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second})
-	require.NoError(t, err, "the caller behind a dead head is served")
-	took := time.Since(died)
-	t.Logf("served %v after the head died (claim window %v, the dead one's lease 20s)", took, claimWindow)
-	assert.Less(t, took, claimWindow+s.b.TTLGranularity+5*time.Second, "within the claim window and a margin, not the dead one's lease")
-	assert.NoError(t, h.Release(s.ctx))
+	s.servedAfter(t, semB, died, claimWindow, "the caller behind a dead head is served (bound: the claim window, not the dead one's lease of 20s)")
 }
 
 // semaphoreRefusesAnotherN: a caller that finds the semaphore held under
@@ -324,9 +311,7 @@ func (s *suite) rwExclusion(t *testing.T) {
 	cs := s.callers(t, workers)
 	var readers, writers, mostReaders, violations atomic.Int64
 	var wg sync.WaitGroup
-	for i, c := range cs {
-		m, err := c.RWMutex(name, 8)
-		require.NoError(t, err)
+	for i, m := range holdsOf(t, cs, name, 8, (*lock.Client).RWMutex) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -373,12 +358,10 @@ func (s *suite) rwExclusion(t *testing.T) {
 // it is granted after the readers before it, within a bound.
 func (s *suite) rwWriterNotStarved(t *testing.T) {
 	name := uniqueName(t)
-	cs := s.callers(t, 4)
+	ms := holdsOf(t, s.callers(t, 4), name, 8, (*lock.Client).RWMutex)
 	ctx, stop := context.WithCancel(s.ctx)
 	var wg sync.WaitGroup
-	for _, c := range cs[:3] {
-		m, err := c.RWMutex(name, 8)
-		require.NoError(t, err)
+	for _, m := range ms[:3] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -395,9 +378,8 @@ func (s *suite) rwWriterNotStarved(t *testing.T) {
 	}
 	defer func() { stop(); wg.Wait() }()
 	time.Sleep(300 * time.Millisecond) // the stream of readers is on
-	w, err := cs[3].RWMutex(name, 8)
-	require.NoError(t, err)
 	began := time.Now()
+	w := ms[3]
 	h, err := w.Lock(s.ctx, lock.Options{Wait: true, MaxWait: 15 * time.Second, Lease: 5 * time.Second})
 	require.NoError(t, err, "the writer is granted while readers keep coming")
 	t.Logf("writer granted after %v", time.Since(began))
@@ -418,12 +400,7 @@ func (s *suite) rwWriterNotStarved(t *testing.T) {
 func (s *suite) rwPhases(t *testing.T) {
 	name := uniqueName(t)
 	cs := s.callers(t, 4)
-	m := make([]*lock.RWMutex, 4)
-	for i, c := range cs {
-		var err error
-		m[i], err = c.RWMutex(name, 8)
-		require.NoError(t, err)
-	}
+	m := holdsOf(t, cs, name, 8, (*lock.Client).RWMutex)
 	w1, err := m[0].Lock(s.ctx, waitOpts)
 	require.NoError(t, err)
 	type grant struct {
@@ -473,12 +450,7 @@ func (s *suite) rwPhases(t *testing.T) {
 func (s *suite) rwDowngrade(t *testing.T) {
 	name := uniqueName(t)
 	cs := s.callers(t, 3)
-	m := make([]*lock.RWMutex, 3)
-	for i, c := range cs {
-		var err error
-		m[i], err = c.RWMutex(name, 8)
-		require.NoError(t, err)
-	}
+	m := holdsOf(t, cs, name, 8, (*lock.Client).RWMutex)
 	h, err := m[0].Lock(s.ctx, waitOpts)
 	require.NoError(t, err)
 	read := make(chan *lock.Hold, 1)
@@ -496,12 +468,7 @@ func (s *suite) rwDowngrade(t *testing.T) {
 	}()
 	waitersAre(t, s.ctx, cs[0], name, 2)
 	require.NoError(t, h.Downgrade(s.ctx))
-	var r *lock.Hold
-	select {
-	case r = <-read:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reader did not enter after the downgrade")
-	}
+	r := receive(t, read, 10*time.Second, "the reader did not enter after the downgrade")
 	select {
 	case <-wrote:
 		t.Fatal("a writer entered while the downgraded hold reads")
@@ -510,12 +477,8 @@ func (s *suite) rwDowngrade(t *testing.T) {
 	assert.ErrorIs(t, h.Downgrade(s.ctx), lock.ErrInvalidArgument, "a read hold does not downgrade")
 	require.NoError(t, h.Release(s.ctx))
 	require.NoError(t, r.Release(s.ctx))
-	select {
-	case w := <-wrote:
-		assert.NoError(t, w.Release(s.ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the writer did not enter after the readers left")
-	}
+	w := receive(t, wrote, 10*time.Second, "the writer did not enter after the readers left")
+	assert.NoError(t, w.Release(s.ctx))
 }
 
 // rwNoUpgrade: a write lock asked for from a read hold's context fails at
@@ -608,15 +571,11 @@ func (s *suite) allHoldsNothingWhileWaiting(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.NoError(t, hb.Release(s.ctx))
-	select {
-	case h := <-got:
-		require.NotNil(t, h)
-		require.Len(t, h.Locks(), 2)
-		assert.Equal(t, cs[1].Key(a), h.Locks()[0].Key(), "members in the order of their keys")
-		assert.NoError(t, h.Release(s.ctx))
-	case <-time.After(15 * time.Second):
-		t.Fatal("not granted after b was released")
-	}
+	h := receive(t, got, 15*time.Second, "not granted after b was released")
+	require.NotNil(t, h)
+	require.Len(t, h.Locks(), 2)
+	assert.Equal(t, cs[1].Key(a), h.Locks()[0].Key(), "members in the order of their keys")
+	assert.NoError(t, h.Release(s.ctx))
 }
 
 // allLossEndsHold: one member of a multi-lock is force-released: the
