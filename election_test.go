@@ -20,15 +20,6 @@ import (
 	"github.com/seed05627090/lock/internal/testenv"
 )
 
-// electionWaiters waits until n candidates wait for role.
-func electionWaiters(t *testing.T, c *lock.Client, role string, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		st, err := c.Inspect(context.Background(), role)
-		return err == nil && st.Waiters == n
-	}, 10*time.Second, time.Millisecond, "%d candidates wait for %s", n, role)
-}
-
 // TestCampaignHasNoHoldLimit: a term's lock is held with NoHoldLimit as its
 // MaxDuration, not DefaultMaxDuration's hour, and waits with no MaxWait of
 // its own; a MaxDuration set in ElectionOptions ends the term with
@@ -113,7 +104,7 @@ func TestResignEndsContextBeforeHandover(t *testing.T) {
 		term, err := b.Campaign(ctx, role, lock.ElectionOptions{})
 		got <- won{term, err, first.Context().Err()}
 	}()
-	electionWaiters(t, a, role, 1)
+	awaitWaiters(t, a, role, 1, "candidates wait for the role")
 	require.NoError(t, first.Resign(ctx))
 	w := <-got
 	require.NoError(t, w.err)
@@ -359,7 +350,7 @@ func TestLeadNeverCallsHooksForATermItDidNotLead(t *testing.T) {
 			OnStopped: func(*lock.Term, error) { calls.Add(1) },
 		})
 	}()
-	electionWaiters(t, holder, role, 1)
+	awaitWaiters(t, holder, role, 1, "candidates wait for the role")
 	cancel(cause)
 	select {
 	case err := <-done:
@@ -385,7 +376,7 @@ func TestLeadStopsWhenClientCloses(t *testing.T) {
 	go func() {
 		done <- c.Lead(context.Background(), role, func(context.Context) error { return nil }, lock.LeadOptions{})
 	}()
-	electionWaiters(t, holder, role, 1)
+	awaitWaiters(t, holder, role, 1, "candidates wait for the role")
 	require.NoError(t, c.Close())
 	select {
 	case err := <-done:
@@ -614,18 +605,8 @@ func TestOnlyRolesNotify(t *testing.T) {
 	}
 	l, err := c.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l2, err := c.Acquire(ctx, name, lock.Options{Wait: true})
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
-	require.Eventually(t, func() bool {
-		st, err := c.Inspect(ctx, name)
-		return err == nil && st.Waiters == 1
-	}, 10*time.Second, time.Millisecond)
+	got := acquireAndRelease(ctx, c, name, lock.Options{Wait: true})
+	awaitWaiters(t, c, name, 1, "a waiter queues")
 	require.NoError(t, l.Release(ctx)) // a handoff
 	require.NoError(t, <-got)
 	assert.Zero(t, p.notified.Load(), "a lock's acquire, wait, handoff and release notify nobody")
