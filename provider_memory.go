@@ -38,12 +38,34 @@ type MemoryProvider struct {
 	recordsPeak, queuesPeak int
 }
 
-// memInbox is one Listen. Its lock is held for reading while deliver runs, so
+// memInbox is one Listen, or one Watch. Its lock is held for reading while deliver runs, so
 // that stop, which takes it for writing, returns only when deliver is done.
 type memInbox struct {
 	mu      sync.RWMutex
 	stopped bool
 	deliver func(Notice)
+}
+
+// newMemInbox returns the inbox of a Listen or Watch of deliver, or the
+// error of its name's check (nameErr), of a nil deliver, or of ctx.
+func newMemInbox(ctx context.Context, nameErr error, deliver func(Notice)) (*memInbox, error) {
+	switch {
+	case nameErr != nil:
+		return nil, nameErr
+	case deliver == nil:
+		return nil, invalidf("nil deliver function")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &memInbox{deliver: deliver}, nil
+}
+
+// stop ends the inbox's deliveries, once the one running, if any, returns.
+func (in *memInbox) stop() {
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
 }
 
 // memMessage is a Notice for an inbox, sent once the provider's lock is let go.
@@ -176,16 +198,10 @@ func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error 
 // Listen implements Provider: deliver is called outside the provider's lock.
 // stop waits for a running deliver, so deliver must not call it.
 func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
-	if err := CheckInbox(inbox); err != nil {
+	in, err := newMemInbox(ctx, CheckInbox(inbox), deliver)
+	if err != nil {
 		return nil, err
 	}
-	if deliver == nil {
-		return nil, invalidf("nil deliver function")
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	in := &memInbox{deliver: deliver}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.inboxes[inbox]; dup {
@@ -198,9 +214,7 @@ func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(
 			m.mu.Lock()
 			delete(m.inboxes, inbox)
 			m.mu.Unlock()
-			in.mu.Lock()
-			in.stopped = true
-			in.mu.Unlock()
+			in.stop()
 		})
 	}, nil
 }
@@ -209,16 +223,10 @@ func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(
 // provider's lock. stop waits for a running deliver, so deliver must not
 // call it.
 func (m *MemoryProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
-	if err := CheckKey(key); err != nil {
+	w, err := newMemInbox(ctx, CheckKey(key), deliver)
+	if err != nil {
 		return nil, err
 	}
-	if deliver == nil {
-		return nil, invalidf("nil deliver function")
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	w := &memInbox{deliver: deliver}
 	m.mu.Lock()
 	m.watches[key] = append(m.watches[key], w)
 	m.mu.Unlock()
@@ -233,9 +241,7 @@ func (m *MemoryProvider) Watch(ctx context.Context, key string, deliver func(Not
 				m.watches[key] = ws
 			}
 			m.mu.Unlock()
-			w.mu.Lock()
-			w.stopped = true
-			w.mu.Unlock()
+			w.stop()
 		})
 	}, nil
 }
