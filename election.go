@@ -102,8 +102,9 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 		err = l.heldErr()
 	}
 	if err != nil {
-		_ = l.Release(ctx) // hands the role on
-		c.announce(ctx, key, Notice{})
+		if l.Release(ctx) == nil { // hands the role on
+			c.announce(ctx, key, Notice{})
+		}
 		return nil, err
 	}
 	t := &Term{role: role, l: l, since: time.Now()}
@@ -163,7 +164,9 @@ func (t *Term) Err() error { return t.l.Err() }
 func (t *Term) Resign(ctx context.Context) error {
 	t.cancel(nil)
 	err := t.l.Release(ctx)
-	t.l.c.announce(ctx, t.l.key, Notice{})
+	if err == nil { // else the record ended before, or ends at its expiry, when observers read
+		t.l.c.announce(ctx, t.l.key, Notice{})
+	}
 	return err
 }
 
