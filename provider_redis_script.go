@@ -16,9 +16,9 @@ import (
 // scripts/, with record.lua (the functions that read and grant records and
 // serve the wait queue) prepended to those that need it. A line
 // "--#include NAME" is replaced by the fragment scripts/NAME when the
-// provider is loaded: token.lua (taking a fencing token) and owned.lua
-// (reading the caller's own record) are written once and used where a
-// function would cost more than the script around it. What every script
+// provider is loaded: token.lua (taking a fencing token), owned.lua
+// (reading the caller's own record) and publish.lua (telling a granted
+// waiter) are written once and used where they are needed. What every script
 // takes (one layout of KEYS and ARGV) and replies ({code, value, pttl, n},
 // decoded by decode into a reply) is written once, at the top of
 // scripts/record.lua; sendScripts is the one place that sends them.
@@ -26,7 +26,7 @@ import (
 // scriptFiles holds the provider's scripts and fragments (scripts/fence.lua
 // is RedisFence's, embedded in fence_redis.go).
 //
-//go:embed scripts/token.lua scripts/owned.lua scripts/record.lua
+//go:embed scripts/token.lua scripts/owned.lua scripts/publish.lua scripts/record.lua
 //go:embed scripts/acquire.lua scripts/queue.lua scripts/leave.lua scripts/release.lua
 //go:embed scripts/renew.lua scripts/finish.lua scripts/inspect.lua scripts/forcerelease.lua
 //go:embed scripts/claim*.lua
@@ -42,8 +42,9 @@ func lua(name string) string {
 }
 
 var (
-	tokenLua = lua("token.lua")
-	ownedLua = lua("owned.lua")
+	tokenLua   = lua("token.lua")
+	ownedLua   = lua("owned.lua")
+	publishLua = lua("publish.lua")
 
 	recordLua = lua("record.lua")
 
@@ -350,7 +351,7 @@ func noScript(err error) bool {
 // expand replaces each line "--#include NAME" of src, indented or not, by
 // the fragment NAME, indented as the line was.
 func expand(src string) string {
-	fragments := map[string]string{"token.lua": tokenLua, "owned.lua": ownedLua}
+	fragments := map[string]string{"token.lua": tokenLua, "owned.lua": ownedLua, "publish.lua": publishLua}
 	var b strings.Builder
 	for _, line := range strings.SplitAfter(src, "\n") {
 		body := strings.TrimLeft(line, " ")

@@ -218,21 +218,7 @@ local function drop(o, v)
   if used <= 0 then nextdl, nexto, nextv = nil, nil, nil end
 end
 
--- publish sends msg on ch, the channel of a queue entry, and returns true
--- when nobody heard it and the waiter may be skipped. It is the publish of
--- record.lua: ARGV[4] '1' PUBLISH with an exact count, '0' PUBLISH never
--- skipped, '1{t}' or '0{t}' SPUBLISH on a channel that starts with '{t}', a
--- tag of this slot (PUBLISH on any other, or when the server has no
--- SPUBLISH).
-local function publish(ch, msg)
-  local pub = ARGV[4]
-  local shard = string.sub(pub, 2)
-  if shard ~= '' and string.sub(ch, 1, #shard) == shard then
-    local n = redis.pcall('SPUBLISH', ch, msg)
-    if type(n) == 'number' then return n == 0 and string.sub(pub, 1, 1) == '1' end
-  end
-  return redis.call('PUBLISH', ch, msg) == 0 and pub == '1'
-end
+--#include publish.lua
 
 -- serve grants the head of the queue a claim of its weight and ttl while it
 -- fits, and publishes "owner,token,since ttl weight\nkey" on its channel,
