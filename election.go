@@ -128,7 +128,7 @@ func (t *Term) Role() string { return t.role }
 // provider.
 func (t *Term) Token() uint64 { return t.l.Token() }
 
-// Owner returns the id of the term's lock (Lock.Owner): what Observe and
+// Owner returns the id of the term's lock ([Lock.Owner]): what Observe and
 // Inspect report as the leader's Owner.
 func (t *Term) Owner() string { return t.l.Owner() }
 
@@ -144,12 +144,12 @@ func (t *Term) Since() time.Time { return t.since }
 func (t *Term) Context() context.Context { return t.ctx }
 
 // Done returns a channel that is closed when the term is lost, or when a
-// Resign has ended: as Lock.Done, only once the outcome is known, so Err
+// Resign has ended: as [Lock.Done], only once the outcome is known, so Err
 // read after it is final.
 func (t *Term) Done() <-chan struct{} { return t.l.Done() }
 
 // Err returns nil while the term lasts and after a clean Resign, and the
-// *LostError (ErrLost) once the role was lost, as Lock.Err.
+// *LostError (ErrLost) once the role was lost, as [Lock.Err].
 func (t *Term) Err() error { return t.l.Err() }
 
 // Resign ends the term: it cancels the term's Context, then releases the
@@ -160,7 +160,7 @@ func (t *Term) Err() error { return t.l.Err() }
 // the *LostError when the role had been lost, and the provider's error
 // otherwise (the record then expires within its lease, and the next
 // candidate takes the role then). Resign after Resign returns what
-// Lock.Release after Release does.
+// [Lock.Release] after Release does.
 func (t *Term) Resign(ctx context.Context) error {
 	t.cancel(nil)
 	err := t.l.Release(ctx)

@@ -95,7 +95,7 @@ type NotAcquiredError struct {
 	// RetryAfter is how long the record that blocked the caller had left to live
 	// when it was last seen; zero when unknown.
 	RetryAfter time.Duration
-	// Holder is the owner of that record (see Lock.Owner), when known.
+	// Holder is the owner of that record (see [Lock.Owner]), when known.
 	Holder string
 }
 
@@ -141,7 +141,7 @@ type LostError struct {
 	// returns: the Client that holds the lock fills it in.
 	Reason LostReason
 	// Holder is the owner found holding the key when the loss was found
-	// (see Lock.Owner), when another owner held it; empty otherwise.
+	// (see [Lock.Owner]), when another owner held it; empty otherwise.
 	Holder string
 	// Cause says how the loss was found: nil when the record was found gone or
 	// owned by another owner; otherwise the error that kept the lease from being
@@ -179,7 +179,7 @@ func (e *LostError) Error() string {
 // A renewal or a release that finds the record gone or another's cannot see
 // who removed it: when that happens before the lease ran out by the
 // holder's clock, the record did not expire, so it was removed early, by a
-// forced release (Client.ForceRelease, lockctl) or by the server losing it
+// forced release ([Client.ForceRelease], lockctl) or by the server losing it
 // (a restart without persistence, a failover to a replica that had not
 // received it, a flush); the library cannot tell these apart.
 type LostReason int

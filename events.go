@@ -26,7 +26,7 @@ const (
 	// held until then.
 	EventLost
 	// EventForceReleased: this Client's ForceRelease freed a lock that Owner
-	// held, with Token (see Client.ForceRelease). The holder, in whatever
+	// held, with Token (see [Client.ForceRelease]). The holder, in whatever
 	// process, emits Lost when it finds out.
 	EventForceReleased
 	// EventRenewed: a renewal (the lease's, or Extend) ended. Lease is the

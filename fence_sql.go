@@ -139,7 +139,7 @@ var fenceTableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Z
 // PostgreSQL's dialect with $1-style parameters. SQLFence sends them through
 // database/sql, and the postgres module's Fence through pgx: one definition,
 // so that both keep sharing their tables. A fence on another driver sends
-// them as SQLFence.CreateTable and SQLFence.Advance do.
+// them as [SQLFence.CreateTable] and [SQLFence.Advance] do.
 type SQLFenceStatements struct {
 	// Table is the fence table: SQLFence.Table, or DefaultFenceTable when
 	// that is empty.
@@ -181,7 +181,7 @@ func (f SQLFence) Statements() (SQLFenceStatements, error) {
 }
 
 // CheckFence checks the name and token of an advance of a fence (see
-// SQLFence.Advance): it returns an error matching ErrInvalidArgument for an
+// [SQLFence.Advance]): it returns an error matching ErrInvalidArgument for an
 // empty name, a name that is not valid UTF-8 or holds a NUL byte, and a
 // token of 0 or above math.MaxInt64 (the column is a bigint); nil
 // otherwise.

@@ -89,7 +89,7 @@ func (h *Hold) lose(l *Lock, e *LostError) {
 
 // Locks returns the members of the hold, in the order of their keys for
 // AcquireAll; the one claim of a Semaphore's or an RWMutex's hold. Each
-// has its key and its own fencing token (Lock.Token).
+// has its key and its own fencing token ([Lock.Token]).
 func (h *Hold) Locks() []*Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -133,7 +133,7 @@ func (h *Hold) lostLocked() *LostError {
 // Release ends the hold: it cancels the Context and releases every member
 // (together: one round trip's time). It returns nil after a clean release,
 // the *LostError of the first member lost, and the provider's errors
-// otherwise (joined). Release after Release answers as Lock.Release does:
+// otherwise (joined). Release after Release answers as [Lock.Release] does:
 // what the first returned when it failed, and after a clean one an error
 // matching ErrReleased; while the first is under way it waits for its
 // outcome. Release on a nil *Hold (what a failed acquisition returns)
@@ -224,8 +224,8 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	return fn(hctx)
 }
 
-// HoldFromContext returns the Hold of the innermost Semaphore.Do,
-// RWMutex.Do or RDo, or DoAll whose function received ctx, and whether
+// HoldFromContext returns the Hold of the innermost [Semaphore.Do],
+// [RWMutex.Do] or RDo, or DoAll whose function received ctx, and whether
 // there is one. Its Locks are the members, each with its own key and
 // fencing token: in DoAll's function, a write to each locked resource can
 // be fenced with its own lock's token (FromContext gives the first member

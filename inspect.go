@@ -12,7 +12,7 @@ type Status struct {
 	// Name is the lock's name; Key its key (the Client's prefix and the name).
 	Name string `json:"name"`
 	Key  string `json:"key"`
-	// Owner is the holder's acquisition id (see Lock.Owner); empty when the
+	// Owner is the holder's acquisition id (see [Lock.Owner]); empty when the
 	// lock is free.
 	Owner string `json:"owner,omitempty"`
 	// Identity is the identity of the holder's Client (WithIdentity), when
@@ -216,7 +216,7 @@ func status(name, key string, rec Record, now time.Time) Status {
 // "writer", with the name of the Semaphore or RWMutex and its number of
 // permits or readers; "role" for an election's role; empty for a plain
 // lock. It reads the name between
-// the key's braces (see Client.Key) and the owner's last characters, so
+// the key's braces (see [Client.Key]) and the owner's last characters, so
 // that an Event (Key, Owner) can be told apart as a Status can; it calls
 // nothing. (A write hold that Downgrade made a read hold keeps the
 // writer's owner: its events say "writer".)

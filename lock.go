@@ -128,7 +128,7 @@ func newLock(c *Client, key, owner string, cl claim, token uint64, o Options, se
 	return l
 }
 
-// Key returns the lock's key (see Client.Key): with the Redis provider, the
+// Key returns the lock's key (see [Client.Key]): with the Redis provider, the
 // Redis key of its record.
 func (l *Lock) Key() string { return l.key }
 
@@ -493,9 +493,9 @@ func (s *scope) Value(key any) any {
 }
 
 // FromContext returns the lock held by the innermost call whose function
-// received ctx, and whether there is one: Client.Do, Middleware, a
+// received ctx, and whether there is one: [Client.Do], Middleware, a
 // Primitive's Run, Lead's function or a Term's Context (the term's lock),
-// and Semaphore.Do, RWMutex.Do and RDo, and DoAll (the hold's first
+// and [Semaphore.Do], [RWMutex.Do] and RDo, and DoAll (the hold's first
 // member; HoldFromContext gives every member).
 func FromContext(ctx context.Context) (*Lock, bool) {
 	l, ok := ctx.Value(ctxKey{}).(*Lock)

@@ -17,7 +17,7 @@ import (
 // one, until every lock is taken, o.MaxWait has passed, or ctx ends.
 // Without o.Wait it tries once and fails with the *NotAcquiredError of a
 // held lock. The options apply to each lock; the Hold's members
-// (Hold.Locks) are in the order of their keys, each with its own lease and
+// ([Hold.Locks]) are in the order of their keys, each with its own lease and
 // fencing token, and the loss of any one ends the hold, its *LostError
 // naming the lock.
 //

@@ -16,7 +16,7 @@ import (
 type Leader struct {
 	// Role is the role observed.
 	Role string
-	// Owner is the leader's term's owner (Term.Owner); empty when nobody
+	// Owner is the leader's term's owner ([Term.Owner]); empty when nobody
 	// leads (see Vacant).
 	Owner string
 	// Identity is the identity of the leader's Client (WithIdentity): name
@@ -24,7 +24,7 @@ type Leader struct {
 	// know where the leader runs. Empty when nobody leads or the Client set
 	// none.
 	Identity string
-	// Term is the term's number (Term.Token); zero when nobody leads.
+	// Term is the term's number ([Term.Token]); zero when nobody leads.
 	Term uint64
 	// Since is when the term began, by the clock of the process that
 	// granted it (see Status.Since); for a term that had ended before

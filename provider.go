@@ -10,7 +10,7 @@ import (
 // read-write locks, and the queues of their waiters. It is the one
 // contract every backend implements, all of it: the Client builds waiting,
 // renewal, grace periods and events on the first seven methods,
-// Client.Observe on Watch and Notify, Inspect, List and ForceRelease on the
+// [Client.Observe] on Watch and Notify, Inspect, List and ForceRelease on the
 // next three, and Semaphore and RWMutex on the claim methods; a wrapper that embeds a Provider (for logging or
 // metrics) passes every one on.
 //
@@ -59,7 +59,7 @@ type Provider interface {
 	// lost (a broken connection, reopened): the watcher should then read
 	// the key again. deliver must not block. stop waits until deliver is
 	// no longer running. Several Watches of one key each get every Notice.
-	// Watches are apart from the inboxes of Listen: Client.Observe hears a
+	// Watches are apart from the inboxes of Listen: [Client.Observe] hears a
 	// role's changes on one, and a key nobody watches costs nothing.
 	Watch(ctx context.Context, key string, deliver func(Notice)) (stop func(), err error)
 

@@ -157,7 +157,7 @@ func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisP
 
 // RedisKeys returns the Redis keys of the lock under key: the record, the
 // fencing counter and the wait queue. The record is key itself when key has
-// a Redis Cluster hash tag ("lock:{name}", as Client.Key makes them);
+// a Redis Cluster hash tag ("lock:{name}", as [Client.Key] makes them);
 // otherwise a tag made from key's checksum is appended; the queue is the
 // record followed by ":q". The fencing counter is shared by every lock of
 // the record's hash slot whose key starts with the same prefix (the text
@@ -686,7 +686,7 @@ func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice
 // the subscription. A connection that breaks is reconnected and
 // resubscribed by go-redis, and a Notice without Key is delivered then; a
 // Cluster's shard channel whose slot moved is not followed to its new
-// node (Client.Observe then reads at its poll interval).
+// node ([Client.Observe] then reads at its poll interval).
 func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
 	if err := p.ready(CheckKey(key)); err != nil {
 		return nil, err

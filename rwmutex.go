@@ -15,7 +15,7 @@ import (
 // a stream of readers); the readers queued behind a writer enter together
 // when it releases (the release grants every one of them that fits, in
 // one call to the backend), and the next writer in the queue waits for
-// them. Every hold has a fencing token (Hold.Token), strictly increasing
+// them. Every hold has a fencing token ([Hold.Token]), strictly increasing
 // over readers and writers in the order they were granted.
 //
 // There is no upgrade from a read hold to a write hold, and no hold within
