@@ -49,16 +49,22 @@ type memInbox struct {
 // newMemInbox returns the inbox of a Listen or Watch of deliver, or the
 // error of its name's check (nameErr), of a nil deliver, or of ctx.
 func newMemInbox(ctx context.Context, nameErr error, deliver func(Notice)) (*memInbox, error) {
-	switch {
-	case nameErr != nil:
-		return nil, nameErr
-	case deliver == nil:
-		return nil, invalidf("nil deliver function")
+	if deliver == nil && nameErr == nil {
+		nameErr = invalidf("nil deliver function")
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, nameErr); err != nil {
 		return nil, err
 	}
 	return &memInbox{deliver: deliver}, nil
+}
+
+// ready returns args, the error of a method's argument checks, or else
+// ctx's error: a call that returns one changes nothing.
+func ready(ctx context.Context, args error) error {
+	if args != nil {
+		return args
+	}
+	return ctx.Err()
 }
 
 // stop ends the inbox's deliveries, once the one running, if any, returns.
@@ -126,10 +132,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 
 // Acquire implements Provider.
 func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := checkArgs(key, owner, ttl); err != nil {
-		return Record{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -143,10 +146,7 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 
 // Queue implements Provider.
 func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	if err := checkWaiter(key, w); err != nil {
-		return Record{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkWaiter(key, w)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -178,10 +178,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 
 // Leave implements Provider.
 func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	if err := checkWaiter(key, w); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkWaiter(key, w)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -248,10 +245,7 @@ func (m *MemoryProvider) Watch(ctx context.Context, key string, deliver func(Not
 
 // Notify implements Provider.
 func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, CheckKey(key)); err != nil {
 		return err
 	}
 	n.Key = key
@@ -267,10 +261,7 @@ func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error
 
 // Release implements Provider.
 func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
-	if err := checkKeyOwner(key, owner); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkKeyOwner(key, owner)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -310,10 +301,7 @@ func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time
 // update sets the deadline of owner's live record under key to ttl from now
 // and applies change to it, under m.mu; it sends the messages change returns.
 func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
-	if err := checkArgs(key, owner, ttl); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -330,10 +318,7 @@ func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time
 
 // Inspect implements Provider.
 func (m *MemoryProvider) Inspect(ctx context.Context, key string) (Record, error) {
-	if err := CheckKey(key); err != nil {
-		return Record{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, CheckKey(key)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -387,10 +372,7 @@ func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key st
 
 // ForceRelease implements Provider.
 func (m *MemoryProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
-	if err := CheckKey(key); err != nil {
-		return Record{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, CheckKey(key)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()

@@ -193,10 +193,7 @@ func (m *MemoryProvider) change(ctx context.Context, key, owner string, absentOK
 
 // InspectClaims implements Provider.
 func (m *MemoryProvider) InspectClaims(ctx context.Context, key string) (Claims, error) {
-	if err := CheckKey(key); err != nil {
-		return Claims{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, CheckKey(key)); err != nil {
 		return Claims{}, err
 	}
 	m.mu.Lock()
