@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -572,12 +573,12 @@ func TestLeadStopsWhenClosedDuringPause(t *testing.T) {
 	}
 }
 
-// notifyCounter passes every call on, counting Notify, and failing Watch
-// when watchFails is set.
+// notifyCounter passes every call on, counting Notify and Watch, and
+// failing the first failWatches calls of Watch.
 type notifyCounter struct {
 	lock.Provider
-	notified   atomic.Int32
-	watchFails bool
+	notified, watches atomic.Int32
+	failWatches       int32
 }
 
 func (p *notifyCounter) Notify(ctx context.Context, key string, n lock.Notice) error {
@@ -586,7 +587,7 @@ func (p *notifyCounter) Notify(ctx context.Context, key string, n lock.Notice) e
 }
 
 func (p *notifyCounter) Watch(ctx context.Context, key string, deliver func(lock.Notice)) (func(), error) {
-	if p.watchFails {
+	if p.watches.Add(1) <= p.failWatches {
 		return nil, errElectionDown
 	}
 	return p.Provider.Watch(ctx, key, deliver)
@@ -628,7 +629,7 @@ func TestOnlyRolesNotify(t *testing.T) {
 // than one.
 func TestObservePollsWhenWatchFails(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	watcher := testenv.NewClient(t, &notifyCounter{Provider: mem, watchFails: true}, lock.WithPollInterval(5*time.Millisecond))
+	watcher := testenv.NewClient(t, &notifyCounter{Provider: mem, failWatches: math.MaxInt32}, lock.WithPollInterval(5*time.Millisecond))
 	leader := testenv.NewClient(t, mem, lock.WithIdentity("a"))
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -655,4 +656,29 @@ func observed(t *testing.T, seen <-chan lock.Leader) lock.Leader {
 		t.Fatal("nothing observed within 10s")
 	}
 	return lock.Leader{}
+}
+
+// TestObserveWatchesAgainAfterAFailure: a Watch that failed is opened again
+// at the next read; then terms too short for any poll are heard.
+func TestObserveWatchesAgainAfterAFailure(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	p := &notifyCounter{Provider: mem, failWatches: 1}
+	watcher := testenv.NewClient(t, p, lock.WithPollInterval(20*time.Millisecond))
+	leader := testenv.NewClient(t, mem)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	role := testenv.Name(t)
+	seen, err := watcher.Observe(ctx, role)
+	require.NoError(t, err)
+	assert.True(t, observed(t, seen).Vacant())
+	require.Eventually(t, func() bool { return p.watches.Load() >= 2 }, 10*time.Second, time.Millisecond,
+		"the Watch is tried again")
+	for i := range 3 {
+		term, err := leader.Campaign(ctx, role, lock.ElectionOptions{})
+		require.NoError(t, err)
+		require.NoError(t, term.Resign(ctx))
+		assert.Equal(t, term.Token(), observed(t, seen).Term, "term %d is heard", i+1)
+		assert.True(t, observed(t, seen).Vacant(), "and its end")
+	}
+	assert.EqualValues(t, 2, p.watches.Load(), "one Watch once it succeeded")
 }

@@ -56,8 +56,9 @@ func (l Leader) Vacant() bool { return l.Owner == "" }
 // expired) within a round trip of the expiry, and anything else (a Notify
 // that failed, a lock tool that freed the record through the Provider
 // directly) within a poll interval. A term heard of is sent even when it
-// ended before Observe could read it; where the Watch fails, Observe reads
-// every poll interval and a term shorter than that may be missed.
+// ended before Observe could read it; while the Watch cannot be opened
+// (it is tried again at each read), Observe reads every poll interval and
+// a term shorter than that may be missed.
 //
 // Terms are sent in the order of their numbers, each once. A read that
 // fails is sent once, as a Leader with Err set, and is tried again; the
@@ -91,11 +92,12 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 	defer stop()
 	key := c.Key(role)
 	h := &heard{ready: make(chan struct{}, 1)}
-	if unwatch, err := c.provider.Watch(ctx, key, h.add); err != nil {
-		c.log.Debug("lock: watch failed; Observe reads every poll interval", "key", key, "err", err)
-	} else {
-		defer unwatch()
-	}
+	var unwatch func()
+	defer func() {
+		if unwatch != nil {
+			unwatch()
+		}
+	}()
 	o := observer{role: role, ch: ch, first: true}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -105,6 +107,9 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 		case <-h.ready:
 		case <-ctx.Done():
 			return
+		}
+		if unwatch == nil {
+			unwatch = c.watch(ctx, key, h.add) // before the read: no change between them is missed
 		}
 		terms := h.take()
 		now, until, err := c.leader(ctx, role)
@@ -122,6 +127,20 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 		}
 		timer.Reset(next)
 	}
+}
+
+// watch opens a Watch of key, within a poll interval (a second at least),
+// and returns its stop; or nil when it failed, to be tried again at the
+// next read (until then, Observe reads every poll interval).
+func (c *Client) watch(ctx context.Context, key string, deliver func(Notice)) func() {
+	wctx, cancel := context.WithTimeout(ctx, max(c.poll, time.Second))
+	defer cancel()
+	stop, err := c.provider.Watch(wctx, key, deliver)
+	if err != nil {
+		c.log.Debug("lock: watch failed; Observe tries again at its next read", "key", key, "err", err)
+		return nil
+	}
+	return stop
 }
 
 // observer is what observe has sent.
