@@ -129,11 +129,11 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 	}
 }
 
-// watch opens a Watch of key, within a poll interval (a second at least),
-// and returns its stop; or nil when it failed, to be tried again at the
-// next read (until then, Observe reads every poll interval).
+// watch opens a Watch of key, within a poll interval (one to five
+// seconds), and returns its stop; or nil when it failed, to be tried again
+// at the next read (until then, Observe reads every poll interval).
 func (c *Client) watch(ctx context.Context, key string, deliver func(Notice)) func() {
-	wctx, cancel := context.WithTimeout(ctx, max(c.poll, time.Second))
+	wctx, cancel := context.WithTimeout(ctx, min(max(c.poll, time.Second), 5*time.Second))
 	defer cancel()
 	stop, err := c.provider.Watch(wctx, key, deliver)
 	if err != nil {
