@@ -44,8 +44,18 @@ func listen(t *testing.T, ctx context.Context, p lock.Provider) *listener {
 
 func listenOn(t *testing.T, ctx context.Context, p lock.Provider, name string) *listener {
 	t.Helper()
+	in, stop := record(t, name, func(deliver func(lock.Notice)) (func(), error) { return p.Listen(ctx, name, deliver) })
+	t.Cleanup(stop)
+	return in
+}
+
+// record opens a Listen or a Watch with open, keeping what it delivers in
+// a listener, and returns the listener and the stop of what it opened,
+// which also checks that nothing was dropped for a full buffer.
+func record(t *testing.T, name string, open func(deliver func(lock.Notice)) (func(), error)) (*listener, func()) {
+	t.Helper()
 	in := &listener{name: name, ch: make(chan lock.Notice, 256)}
-	stop, err := p.Listen(ctx, name, func(g lock.Notice) {
+	stop, err := open(func(g lock.Notice) {
 		select {
 		case in.ch <- g:
 		default: // deliver must not block
@@ -53,11 +63,10 @@ func listenOn(t *testing.T, ctx context.Context, p lock.Provider, name string) *
 		}
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() {
+	return in, func() {
 		stop()
 		assert.Zero(t, in.dropped.Load(), "inbox %s: no grant was dropped for a full buffer", name)
-	})
-	return in
+	}
 }
 
 // waiter returns a new waiter with in's inbox.

@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,45 +21,22 @@ func (s *suite) runWatch(t *testing.T) {
 	t.Run("ObserveSeesALeaderThatStoppedAtItsExpiry", s.observeSeesExpiry)
 }
 
-// notices gathers what a Watch delivers.
-type notices struct {
-	mu   sync.Mutex
-	got  []lock.Notice
-	more chan struct{}
-}
-
-func newNotices() *notices { return &notices{more: make(chan struct{}, 1)} }
-
-func (n *notices) deliver(g lock.Notice) {
-	n.mu.Lock()
-	n.got = append(n.got, g)
-	n.mu.Unlock()
-	select {
-	case n.more <- struct{}{}:
-	default:
-	}
-}
-
-// next waits for the next notice with a Key (one without says that notices
-// may have been lost: a reconnection) and returns it.
-func (n *notices) next(t *testing.T, what string) lock.Notice {
+// watch opens a Watch of key on p until the end of the test, keeping
+// what it delivers.
+func watch(t *testing.T, ctx context.Context, p lock.Provider, key string) *listener {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	w, stop := record(t, "watch of "+key, func(deliver func(lock.Notice)) (func(), error) { return p.Watch(ctx, key, deliver) })
+	t.Cleanup(stop)
+	return w
+}
+
+// heard returns the next notice of w with a Key (one without says that
+// notices may have been lost: a reconnection), waiting up to 5s for each.
+func heard(t *testing.T, w *listener, what string) lock.Notice {
+	t.Helper()
 	for {
-		n.mu.Lock()
-		for len(n.got) > 0 {
-			g := n.got[0]
-			n.got = n.got[1:]
-			if g.Key != "" {
-				n.mu.Unlock()
-				return g
-			}
-		}
-		n.mu.Unlock()
-		select {
-		case <-n.more:
-		case <-deadline:
-			t.Fatalf("no notice within 10s: wanted %s", what)
+		if g := w.next(t, what); g.Key != "" {
+			return g
 		}
 	}
 }
@@ -73,29 +49,26 @@ func (s *suite) watchHearsNotify(t *testing.T) {
 	ctx := s.ctx
 	key, other := uniqueName(t), uniqueName(t)+"-other"
 	sender := s.b.New(t)
-	a, b, o := newNotices(), newNotices(), newNotices()
-	for _, w := range []struct {
-		key string
-		n   *notices
-	}{{key, a}, {key, b}, {other, o}} {
-		stop, err := s.b.New(t).Watch(ctx, w.key, w.n.deliver)
-		require.NoError(t, err)
-		t.Cleanup(stop)
-	}
+	a, b, o := watch(t, ctx, s.b.New(t), key), watch(t, ctx, s.b.New(t), key), watch(t, ctx, s.b.New(t), other)
+	stopped, stop := record(t, "stopped watch", func(deliver func(lock.Notice)) (func(), error) {
+		return s.b.New(t).Watch(ctx, key, deliver)
+	})
+	stop()
 	term := lock.Notice{Key: key, Owner: "leader-1", Token: 42, TTL: 1500 * time.Millisecond}
 	require.NoError(t, sender.Notify(ctx, key, term))
 	require.NoError(t, sender.Notify(ctx, key, lock.Notice{Key: key}))
-	for _, n := range []*notices{a, b} {
-		assert.Equal(t, term, n.next(t, "the term"), "a Notice with Owner arrives as sent")
-		assert.Equal(t, lock.Notice{Key: key}, n.next(t, "the end"), "then the one without, in order")
+	for _, w := range []*listener{a, b} {
+		assert.Equal(t, term, heard(t, w, "the term"), "a Notice with Owner arrives as sent")
+		assert.Equal(t, lock.Notice{Key: key}, heard(t, w, "the end"), "then the one without, in order")
 	}
 	// The other key's Watch is told its own Notify, and nothing before it.
 	require.NoError(t, sender.Notify(ctx, other, lock.Notice{Key: other}))
-	assert.Equal(t, lock.Notice{Key: other}, o.next(t, "the other key's notice"), "a Watch hears only its key")
+	assert.Equal(t, lock.Notice{Key: other}, heard(t, o, "the other key's notice"), "a Watch hears only its key")
+	assert.Empty(t, stopped.ch, "a stopped Watch hears nothing")
 
 	_, err := s.b.New(t).Watch(ctx, key, nil)
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a nil deliver function")
-	_, err = s.b.New(t).Watch(ctx, "", a.deliver)
+	_, err = s.b.New(t).Watch(ctx, "", func(lock.Notice) {})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty key")
 	assert.ErrorIs(t, sender.Notify(ctx, "", term), lock.ErrInvalidArgument, "Notify of an empty key")
 }
