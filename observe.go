@@ -166,9 +166,8 @@ func (o *observer) tell(ctx context.Context, terms []Notice, now Leader, err err
 	}
 	for _, n := range terms {
 		if n.Token > o.term && n.Token != now.Term {
-			s := status(o.role, n.Key, Record{Owner: n.Owner, Token: n.Token, Since: time.Now()}, time.Now())
-			l := Leader{Role: o.role, Owner: s.Owner, Identity: s.Identity, Term: s.Token, Since: s.Since}
-			if !o.send(ctx, l) {
+			heardAt := time.Now()
+			if !o.send(ctx, leaderOf(status(o.role, n.Key, Record{Owner: n.Owner, Token: n.Token, Since: heardAt}, heardAt))) {
 				return false
 			}
 		}
@@ -250,11 +249,17 @@ func (c *Client) leader(ctx context.Context, role string) (Leader, time.Time, er
 		return Leader{}, time.Time{}, c.failed(ctx, "inspect", key, err)
 	}
 	s := status(role, key, rec, time.Now())
-	l := Leader{Role: role}
+	return leaderOf(s), s.Until, nil
+}
+
+// leaderOf returns who leads, as s says: nobody when the record is free or
+// in a grace period.
+func leaderOf(s Status) Leader {
+	l := Leader{Role: s.Name}
 	if !s.Free() && !s.GracePeriod {
 		l.Owner, l.Identity, l.Term, l.Since = s.Owner, s.Identity, s.Token, s.Since
 	}
-	return l, s.Until, nil
+	return l
 }
 
 // announce tells the Watches of key (Observe) of a term won (n with Owner)
