@@ -48,3 +48,44 @@ func TestDetachedContextNeedsNoGoroutine(t *testing.T) {
 		}
 	}
 }
+
+// TestLookAgain: when a queued waiter looks again if nothing wakes it. A
+// lock's first lookers look when the record they saw expires, the others
+// at a poll interval that grows with their place; a counted name's
+// waiters look when the claim they saw expire first does, a millisecond
+// later for each waiter ahead, so that a busy name is not looked at by
+// every waiter each time a claim could expire (with 192 waiters of a
+// Semaphore(64) and 20 ms holds, 0.07 more script calls a hold when all
+// looked at once: cd bench && go run . -holds -claims -run sem64x20).
+func TestLookAgain(t *testing.T) {
+	c := &Client{poll: time.Second}
+	ttl := 300 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		counted bool
+		place   int
+		seenTTL time.Duration
+		want    time.Duration
+	}{
+		{"lock, head", false, 0, ttl, ttl + time.Millisecond},
+		{"lock, last looker", false, lookers - 1, ttl, ttl + time.Millisecond},
+		{"lock, further back", false, lookers, ttl, 2 * time.Second},
+		{"lock, TTL unknown", false, 0, 0, time.Second},
+		{"lock, far back", false, 100 * lookers, ttl, time.Minute},
+		{"counted, head", true, 0, ttl, ttl + time.Millisecond},
+		{"counted, place 100", true, 100, ttl, ttl + 101*time.Millisecond},
+		{"counted, place 1000", true, 1000, ttl, 1300*time.Millisecond + time.Millisecond},
+		{"counted, TTL unknown", true, 40, 0, 3 * time.Second},
+		{"counted, TTL longer than the poll", true, 0, time.Hour, time.Second + time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &waiter{acquisition: acquisition{c: c}, place: tc.place, seenTTL: tc.seenTTL}
+			if tc.counted {
+				w.claim = claim{weight: 1, limit: 64}
+			}
+			if got := w.lookAgain(); got != tc.want {
+				t.Errorf("lookAgain() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -128,9 +128,12 @@ type Provider interface {
 	// the live claims and c.Weight add up to at most c.Limit, and nobody
 	// is queued for key. A taken claim gets a fresh fencing token (from
 	// the counters of the locks: strictly greater than every earlier
-	// grant's of key, lock or claim; the claims that one call grants from
-	// the queue may share one, as on etcd, whose token is the revision of
-	// the granting transaction) and lives c.TTL. When c.Owner holds
+	// claim's of key, and than every lock's of key released before the
+	// name's claims began; the claims that one call grants from the queue
+	// may share one, as on etcd, whose token is the revision of the
+	// granting transaction; a provider may take tokens in blocks, as the
+	// Redis one does, so a lock of key granted while the name holds claims
+	// may have a greater token than the name's next) and lives c.TTL. When c.Owner holds
 	// a live claim already (an earlier attempt whose reply was lost), its
 	// TTL is reset to c.TTL and it is returned as it is.
 	//

@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,10 +14,13 @@ import (
 )
 
 // TestRedisClaimCommandsFromTheQueue counts what a hold served from the
-// queue costs on a name of limit 1: a waiter joins (5 commands with its
-// script), the holder's release grants it (8), and the next waiter joins
-// (5), besides the PEXPIREATs that move the keys' expiry; none reads every claim (HGETALL): a release that leaves no claim
-// but the one it grants knows which expires first.
+// queue costs on names of limit 1 and 2: a waiter joins (5 commands with
+// its script), a holder's release grants it (7), and the next waiter joins
+// (5), besides the PEXPIREATs that move the keys' expiry. No call reads
+// every claim (HGETALL): a release that drops the claim that expires first
+// names the claim it grants, and keeps the deadline as a bound. No call
+// takes a token from the counter (INCR, INCRBY): the name's block of
+// tokens lasts 64 grants.
 func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
 	srv := faults.StartRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -24,32 +28,43 @@ func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
 	p := lock.NewRedisProvider(rc)
 	ctx := ctxTimeout(t, 20*time.Second)
 	in := listen(t, p)
-	key := uniqueName(t)
-	hold := func() lock.Claim { return claimOf(1, 1, time.Minute, in) }
-	// Warm: the scripts' digests are learned, the counter made.
-	a := hold()
-	mustClaim(t, p, key, a)
-	w := hold()
-	mustQueue(t, p, key, w)
-	require.NoError(t, p.ReleaseClaim(ctx, key, a.Owner))
-	in.next(t)
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			key := uniqueName(t)
+			hold := func() lock.Claim { return claimOf(1, limit, time.Minute, in) }
+			// Warm: the scripts' digests are learned, the block of
+			// tokens taken, the name full, a waiter granted.
+			var holders []lock.Claim
+			for range limit {
+				a := hold()
+				mustClaim(t, p, key, a)
+				holders = append(holders, a)
+			}
+			w := hold()
+			mustQueue(t, p, key, w)
+			require.NoError(t, p.ReleaseClaim(ctx, key, holders[0].Owner))
+			assert.Equal(t, w.Owner, in.next(t).Owner)
+			holders = append(holders[1:], w)
 
-	require.NoError(t, rc.ConfigResetStat(ctx).Err())
-	b := hold()
-	mustQueue(t, p, key, b)
-	require.NoError(t, p.ReleaseClaim(ctx, key, w.Owner)) // grants b
-	assert.Equal(t, b.Owner, in.next(t).Owner)
-	mustQueue(t, p, key, hold())
-	stats := commandStats(t, ctx, rc)
-	delete(stats, "config|resetstat")
-	delete(stats, "config")
-	total := 0
-	for _, n := range stats {
-		total += n
+			require.NoError(t, rc.ConfigResetStat(ctx).Err())
+			b := hold()
+			mustQueue(t, p, key, b)
+			require.NoError(t, p.ReleaseClaim(ctx, key, holders[0].Owner)) // grants b
+			assert.Equal(t, b.Owner, in.next(t).Owner)
+			mustQueue(t, p, key, hold())
+			stats := commandStats(t, ctx, rc)
+			delete(stats, "config|resetstat")
+			delete(stats, "config")
+			total := 0
+			for _, n := range stats {
+				total += n
+			}
+			t.Logf("join, release granting, join: %d commands: %v", total, stats)
+			assert.Zero(t, stats["hgetall"], "no call reads every claim")
+			assert.Zero(t, stats["incr"]+stats["incrby"], "no call takes a token from the counter")
+			// PEXPIREAT when the keys' expiry moves: a quarter further
+			// than it must, so that most calls of a busy name need not.
+			assert.LessOrEqual(t, total-stats["pexpireat"], 17, "5 + 7 + 5 commands, the scripts' calls included")
+		})
 	}
-	t.Logf("join, release granting, join: %d commands: %v", total, stats)
-	assert.Zero(t, stats["hgetall"], "no call reads every claim")
-	// PEXPIREAT when the keys' expiry moves: a quarter further than it
-	// must, so that most calls of a busy name need not.
-	assert.LessOrEqual(t, total-stats["pexpireat"], 18, "5 + 8 + 5 commands, the scripts' calls included")
 }

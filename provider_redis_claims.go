@@ -17,16 +17,19 @@ import (
 // name's limit, the weight used, the queue's length, when the keys expire
 // and the claim that expires first; R+":cq", the queue, a list of entries
 // "owner weight ttl channel"; and the locks' fencing counter of the slot,
-// so that a claim's token is greater than every earlier grant's of the
-// name, lock or claim. Every script reads the server's clock (TIME) and the
+// from which a name takes its tokens 64 at a time (see
+// provider_redis_token.go). Every script reads the server's clock (TIME) and the
 // name's fields (HMGET) first, and reaps the claims whose deadline passed
 // (HGETALL) when that clock reached the earliest deadline. What the scripts
 // take and reply is written once, at the top of scripts/claim.lua.
 //
 // An uncontended AcquireClaim and its ReleaseClaim are two calls of 5 and
-// 3 Redis commands (TIME, HMGET, INCR, HSET, PEXPIREAT; TIME, HMGET, DEL),
-// or 5 and 4 when others hold claims of the name (TIME, HMGET, HDEL, HSET
-// to release), whatever the limit: at most 11 with the two EVALSHA.
+// 3 Redis commands (TIME, HMGET, INCRBY for a block of tokens, HSET,
+// PEXPIREAT; TIME, HMGET, DEL), or 3 and 4 when others hold claims of the
+// name (TIME, HMGET, HSET; TIME, HMGET, HDEL, HSET), whatever the limit: at
+// most 10 with the two EVALSHA. A hold served from the queue is 12: the
+// join (TIME, HMGET, RPUSH, HSET) and the granting release (TIME, HMGET,
+// LPOP, PUBLISH, HDEL, HSET) with their EVALSHA.
 
 var (
 	claimLua = lua("claim.lua")

@@ -92,16 +92,23 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 // its own yet, and a grant lost with a broken connection is looked for at
 // once (the inbox wakes every waiter when its connection is back).
 //
-// A waiter for a counted name (a Semaphore's, an RWMutex's) looks as soon
-// as the claim it saw expire first does, wherever it is in the queue: one
-// release grants as many waiters as fit, so its place may be near the head
-// long before it looks again, and when the waiters ahead of it are gone
-// (their process stalled, or died with its grants), its look serves the
-// queue (measured: with a Client stalled for a second at the head of a
-// Semaphore(3), grants paused the whole second without this).
+// A waiter for a counted name (a Semaphore's, an RWMutex's) looks soon
+// after the claim it saw expire first does, wherever it is in the queue: a
+// millisecond later for each waiter ahead of it. One release grants as many
+// waiters as fit, so its place may be near the head long before it looks
+// again, and when the waiters ahead of it are gone (their process stalled,
+// or died with its grants), its look serves the queue (measured: with a
+// Client stalled for a second at the head of a Semaphore(3), grants paused
+// the whole second without this). The millisecond a place spares a busy
+// name a look by every waiter each time a claim could expire: those further
+// back are granted before their turn to look comes (measured: with 192
+// waiters of a Semaphore(64), 0.07 more script calls a hold without it).
 func (w *waiter) lookAgain() time.Duration {
 	back := min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
-	if w.seenTTL > 0 && (w.place < lookers || w.claim.counted()) {
+	switch {
+	case w.seenTTL > 0 && w.claim.counted():
+		return min(back, w.seenTTL+time.Duration(w.place)*time.Millisecond) + time.Millisecond
+	case w.seenTTL > 0 && w.place < lookers:
 		return min(back, w.seenTTL) + time.Millisecond
 	}
 	return back

@@ -5,6 +5,7 @@
 -- script needs none of it). A value that is not a record is returned as it
 -- is, unchanged. The token is taken first, so that a free key costs one
 -- write: a contended attempt uses up a token, and tokens still increase.
+local step = 1
 --#include token.lua
 if not token then return tokenerr end
 local grant = token

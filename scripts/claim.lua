@@ -15,9 +15,15 @@
 --         its deadline counts until a call reaps it),
 --       ' qlen' the length of the queue,
 --       ' until' when the keys expire (Unix ms),
---       ' next' "deadline": no claim has an earlier deadline; or "deadline
---         owner weight,token,since": the claim that expires first (absent
---         when the name holds no claim),
+--       ' next' "deadline" or "deadline owner weight,token,since": no
+--         live claim has an earlier deadline, and owner holds a live claim
+--         (the one that expires first when its deadline is this one; a
+--         call that drops that claim and grants another keeps the deadline
+--         as a bound and names the claim granted, so that the calls after
+--         it need not read every claim to name a holder); absent when the
+--         name holds no claim,
+--       ' tok' "last max": the last fencing token the name granted and the
+--         last of the block it took from the counter (see fresh),
 --       ' hw' the weight of the queue's head, when a call knows it (absent
 --         otherwise): a head that does not fit stops serving without a
 --         look at the queue;
@@ -80,10 +86,12 @@ local changed = {}
 local exp = 0 -- the keys live at least until then (ms)
 local relist = false -- the queue was made anew: give it the hash's expiry
 local headw = nil -- the weight of the queue's head, when known
--- The claim that expires first: nextdl no claim's deadline is earlier;
--- nexto and nextv (the reply's value) that claim, when known.
+-- The claims' first deadline, as ' next': nextdl no live claim's deadline
+-- is earlier; nexto and nextv (the reply's value) a live claim, when one is
+-- known (the one that expires first when its deadline is nextdl).
 local nextdl, nexto, nextv = nil, nil, nil
 local all = nil -- every live claim, owner -> stored value, once read
+local toklast, tokmax = nil, nil -- ' tok' as read (numbers)
 
 -- parse returns the weight, token, since and deadline of a stored claim,
 -- or nil.
@@ -131,7 +139,7 @@ end
 -- reaps when a claim may have expired. A name left without claims and
 -- waiters holds nothing: limit is nil. It returns a CORRUPT reply, or nil.
 local function load()
-  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield, ' hw')
+  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield, ' hw', ' tok')
   if not st[1] then return nil end
   existed = true
   if not string.match(st[1], '^[1-9]%d?%d?%d?$') then return corrupt(st[1]) end
@@ -143,6 +151,11 @@ local function load()
   if st[8] then
     if not string.match(st[8], '^[1-9]%d?%d?%d?$') then return corrupt(st[8]) end
     headw = tonumber(st[8])
+  end
+  if st[9] then
+    local last, max = string.match(st[9], '^([1-9]%d*) ([1-9]%d*)$')
+    if not last or #max > 19 or tonumber(last) > tonumber(max) then return corrupt(st[9]) end
+    toklast, tokmax = tonumber(last), tonumber(max)
   end
   if st[5] then
     local dl, o, v = string.match(st[5], '^(%d+) (%S+) (%S+)$')
@@ -184,23 +197,42 @@ end
 local function set(o, v, dl)
   changed[o] = v
   if all then all[o] = v or nil end
-  if o == nexto then
-    if v and dl <= nextdl then
-      nextdl, nextv = dl, short(v)
-    else
-      nexto, nextv = nil, nil -- nextdl stays a bound
-    end
-  elseif v and (not nextdl or dl < nextdl or (dl == nextdl and not nexto)) then
+  if not v then
+    if o == nexto then nexto, nextv = nil, nil end -- nextdl stays a bound
+  elseif not nextdl or dl < nextdl then
     nextdl, nexto, nextv = dl, o, short(v)
+  elseif o == nexto or not nexto then
+    nexto, nextv = o, short(v) -- a live claim; nextdl stays a bound
   end
+end
+
+-- fresh returns a fresh fencing token: the next of the name's block, or
+-- the first of a new block taken from the counter (one INCRBY: 64 tokens
+-- for the name's new keys, 1,024 when a block ran out while they lived: a
+-- busy name; the rest of a block is skipped when the keys go), or nil and
+-- the error to return. Every token is strictly greater than the
+-- name's earlier ones, and than every token the counter gave before the
+-- block was taken (a lock's of the same key granted since may be greater:
+-- a lock and a counted name are two things).
+local function fresh()
+  if toklast and toklast < tokmax then
+    toklast = toklast + 1
+  else
+    local step = toklast and 1024 or 64
+    --#include token.lua
+    if not token then return nil, tokenerr end
+    toklast, tokmax = token - step + 1, token
+  end
+  changed[' tok'] = string.format('%d %d', toklast, tokmax)
+  return toklast
 end
 
 -- grant gives o a claim of weight w for ttl ms, with a fresh token, and
 -- returns its value (as a reply shows it) and token, or nil and the error
 -- to return.
 local function grant(o, w, ttl)
-  --#include token.lua
-  if not token then return nil, tokenerr end
+  local token, err = fresh()
+  if not token then return nil, err end
   token = string.format('%d', token)
   local v = w .. ',' .. token .. ',' .. string.format('%d', now)
   set(o, v .. ',' .. string.format('%d', now + ttl), now + ttl)

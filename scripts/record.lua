@@ -66,6 +66,7 @@ local function lib()
   -- nexttoken returns a fresh fencing token from the counter KEYS[2], or nil
   -- and the error to return (see token.lua).
   local function nexttoken()
+    local step = 1
     --#include token.lua
     if not token then return nil, tokenerr end
     return string.format('%d', token)
