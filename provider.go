@@ -139,8 +139,12 @@ type Provider interface {
 	//
 	// The returned Record says what the name holds after the call: Owner
 	// is c.Owner, with the claim's Token, TTL and Since, when c.Owner
-	// holds a claim; otherwise Owner, Token and TTL are those of the live
-	// claim that expires first (empty when none is live). Limit is the
+	// holds a claim; otherwise Owner and Token are those of a live claim
+	// (the one that expires first, or another when the provider cannot
+	// tell which without reading every claim, as Redis may) and TTL is at
+	// most the time left to the live claim that expires first: a waiter
+	// that looks again then finds any weight its expiry freed (all empty
+	// when none is live). Limit is the
 	// name's limit and Used the weight its live claims hold. While a name
 	// holds a claim or a waiter, its limit is the one they gave; a call
 	// with another c.Limit changes nothing, and its Record has the stored
