@@ -13,28 +13,27 @@ import (
 // provider behind it, or not. The hooks are set before the provider is used
 // and not changed after; what they do may depend on state of the test's own
 // (an atomic flag, a counter). With no hook set it is Provider itself; with
-// a nil Provider, only the hooked methods can be called. A network or a
-// server that fails, stalls or answers late is a Hooked provider.
+// a nil Provider, only the hooked methods can be called. The methods with no
+// hook (Watch, Notify, ForceRelease, LowerClaim, InspectClaims) always reach
+// Provider. A network or a server that fails, stalls or answers late is a
+// Hooked provider.
 type Hooked struct {
 	lock.Provider
-	OnAcquire      func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error)
-	OnQueue        func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
-	OnLeave        func(ctx context.Context, key string, w lock.Waiter) error
-	OnListen       func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error)
-	OnRelease      func(ctx context.Context, key, owner string) error
-	OnRenew        func(ctx context.Context, key, owner string, ttl time.Duration) error
-	OnFinish       func(ctx context.Context, key, owner string, ttl time.Duration) error
-	OnInspect      func(ctx context.Context, key string) (lock.Record, error)
-	OnList         func(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error
-	OnForceRelease func(ctx context.Context, key string) (lock.Record, error)
+	OnAcquire func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error)
+	OnQueue   func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
+	OnLeave   func(ctx context.Context, key string, w lock.Waiter) error
+	OnListen  func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error)
+	OnRelease func(ctx context.Context, key, owner string) error
+	OnRenew   func(ctx context.Context, key, owner string, ttl time.Duration) error
+	OnFinish  func(ctx context.Context, key, owner string, ttl time.Duration) error
+	OnInspect func(ctx context.Context, key string) (lock.Record, error)
+	OnList    func(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error
 
-	OnAcquireClaim  func(ctx context.Context, key string, c lock.Claim) (lock.Record, error)
-	OnQueueClaim    func(ctx context.Context, key string, c lock.Claim) (lock.Record, error)
-	OnLeaveClaim    func(ctx context.Context, key string, c lock.Claim) error
-	OnRenewClaim    func(ctx context.Context, key, owner string, ttl time.Duration) error
-	OnReleaseClaim  func(ctx context.Context, key, owner string) error
-	OnLowerClaim    func(ctx context.Context, key, owner string, weight int) error
-	OnInspectClaims func(ctx context.Context, key string) (lock.Claims, error)
+	OnAcquireClaim func(ctx context.Context, key string, c lock.Claim) (lock.Record, error)
+	OnQueueClaim   func(ctx context.Context, key string, c lock.Claim) (lock.Record, error)
+	OnLeaveClaim   func(ctx context.Context, key string, c lock.Claim) error
+	OnRenewClaim   func(ctx context.Context, key, owner string, ttl time.Duration) error
+	OnReleaseClaim func(ctx context.Context, key, owner string) error
 }
 
 func (p *Hooked) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
@@ -100,29 +99,6 @@ func (p *Hooked) List(ctx context.Context, prefix string, fn func(key string, r 
 	return p.Provider.List(ctx, prefix, fn)
 }
 
-func (p *Hooked) ForceRelease(ctx context.Context, key string) (lock.Record, error) {
-	if p.OnForceRelease != nil {
-		return p.OnForceRelease(ctx, key)
-	}
-	return p.Provider.ForceRelease(ctx, key)
-}
-
-// SlowRelease returns p with its releases (and grace-period writes, Finish)
-// taking d before they reach it, as over a slow network.
-func SlowRelease(p lock.Provider, d time.Duration) *Hooked {
-	return &Hooked{
-		Provider: p,
-		OnRelease: func(ctx context.Context, key, owner string) error {
-			time.Sleep(d)
-			return p.Release(ctx, key, owner)
-		},
-		OnFinish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
-			time.Sleep(d)
-			return p.Finish(ctx, key, owner, ttl)
-		},
-	}
-}
-
 func (p *Hooked) AcquireClaim(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
 	if p.OnAcquireClaim != nil {
 		return p.OnAcquireClaim(ctx, key, c)
@@ -158,16 +134,18 @@ func (p *Hooked) ReleaseClaim(ctx context.Context, key, owner string) error {
 	return p.Provider.ReleaseClaim(ctx, key, owner)
 }
 
-func (p *Hooked) LowerClaim(ctx context.Context, key, owner string, weight int) error {
-	if p.OnLowerClaim != nil {
-		return p.OnLowerClaim(ctx, key, owner, weight)
+// SlowRelease returns p with its releases (and grace-period writes, Finish)
+// taking d before they reach it, as over a slow network.
+func SlowRelease(p lock.Provider, d time.Duration) *Hooked {
+	return &Hooked{
+		Provider: p,
+		OnRelease: func(ctx context.Context, key, owner string) error {
+			time.Sleep(d)
+			return p.Release(ctx, key, owner)
+		},
+		OnFinish: func(ctx context.Context, key, owner string, ttl time.Duration) error {
+			time.Sleep(d)
+			return p.Finish(ctx, key, owner, ttl)
+		},
 	}
-	return p.Provider.LowerClaim(ctx, key, owner, weight)
-}
-
-func (p *Hooked) InspectClaims(ctx context.Context, key string) (lock.Claims, error) {
-	if p.OnInspectClaims != nil {
-		return p.OnInspectClaims(ctx, key)
-	}
-	return p.Provider.InspectClaims(ctx, key)
 }
