@@ -48,6 +48,14 @@ func (s *suite) callers(t *testing.T, n int) []*lock.Client {
 	return cs
 }
 
+// dying returns a Client on a provider of its own that goes silent, as a
+// process that died, once dead is set: every call of it that writes fails
+// (see silenced), so its holds are no longer renewed.
+func (s *suite) dying(t *testing.T) (*lock.Client, *atomic.Bool) {
+	dead := new(atomic.Bool)
+	return newClient(t, silenced(s.b.New(t), dead), lock.WithPollInterval(100*time.Millisecond)), dead
+}
+
 // holdsOf returns each caller's hold of the name with n (its permits, its
 // readers) made by of: (*lock.Client).Semaphore or RWMutex.
 func holdsOf[H any](t *testing.T, cs []*lock.Client, name string, n int, of func(*lock.Client, string, int) (H, error)) []H {
@@ -90,44 +98,60 @@ func (s *suite) semaphoreNeverMoreThanN(t *testing.T) {
 	if s.b.Remote {
 		workers, rounds = 4, 10
 	}
-	name := uniqueName(t)
-	cs := s.callers(t, workers)
+	sems := holdsOf(t, s.callers(t, workers), uniqueName(t), n, (*lock.Client).Semaphore)
 	var inUse, most, granted, lost atomic.Int64
-	var wg sync.WaitGroup
-	for i, sem := range holdsOf(t, cs, name, n, (*lock.Client).Semaphore) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := 0; r < rounds; {
-				w := 1 + (i+r)%2
-				err := sem.Do(s.ctx, w, waitOpts, func(ctx context.Context) error {
-					now := inUse.Add(int64(w))
-					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-					}
-					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
-					inUse.Add(-int64(w))
-					return nil
-				})
-				if errors.Is(err, lock.ErrLost) && lost.Add(1) <= int64(rounds) {
-					// The hold was lost as it was granted (a
-					// machine too loaded to renew in time): no hold, and the
-					// library said so; the round is asked again.
-					continue
-				}
-				if !assert.NoError(t, err, "worker %d round %d", i, r) {
-					return
-				}
-				granted.Add(1)
-				r++
+	eachRound(t, workers, rounds, func(i, r int) error {
+		w := 1 + (i+r)%2
+		for {
+			err := sems[i].Do(s.ctx, w, waitOpts, func(ctx context.Context) error {
+				raise(&most, inUse.Add(int64(w)))
+				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+				inUse.Add(-int64(w))
+				return nil
+			})
+			if errors.Is(err, lock.ErrLost) && lost.Add(1) <= int64(rounds) {
+				// The hold was lost as it was granted (a machine too
+				// loaded to renew in time): no hold, and the library said
+				// so; the round is asked again.
+				continue
 			}
-		}()
-	}
-	wg.Wait()
+			if err == nil {
+				granted.Add(1)
+			}
+			return err
+		}
+	})
 	assert.LessOrEqual(t, most.Load(), int64(n), "permits held at once")
 	assert.Equal(t, int64(workers*rounds), granted.Load(), "every request granted")
 	assert.GreaterOrEqual(t, most.Load(), int64(2), "holders overlapped (the test would see a violation)")
 	if n := lost.Load(); n > 0 {
 		t.Logf("%d acquisitions lost while they entered (asked again)", n)
+	}
+}
+
+// eachRound runs work(i, r) for rounds r from 0 on each of workers
+// goroutines (i is the worker's index) and waits for them all. An error
+// fails the test and stops that worker.
+func eachRound(t *testing.T, workers, rounds int, work func(i, r int) error) {
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				if !assert.NoError(t, work(i, r), "worker %d round %d", i, r) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// raise sets most to v if v is greater: most keeps the highest value seen
+// by any goroutine.
+func raise(most *atomic.Int64, v int64) {
+	for m := most.Load(); v > m && !most.CompareAndSwap(m, v); m = most.Load() {
 	}
 }
 
@@ -148,6 +172,19 @@ func (s *suite) semaphoreRefusesBadWeights(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a grace period")
 }
 
+// goTake calls take on a goroutine of its own and returns a channel that
+// gets the hold it returns: nil after an error, which fails the test (msg
+// says whose call it was).
+func goTake(t *testing.T, msg string, take func() (*lock.Hold, error)) <-chan *lock.Hold {
+	ch := make(chan *lock.Hold, 1)
+	go func() {
+		h, err := take()
+		assert.NoError(t, err, msg)
+		ch <- h
+	}()
+	return ch
+}
+
 // queuedFor waits until someone is in the queue of a semaphore or a
 // read-write lock.
 func queuedFor(t *testing.T, ctx context.Context, inspect func(context.Context) (lock.Status, error)) {
@@ -162,9 +199,7 @@ func queuedFor(t *testing.T, ctx context.Context, inspect func(context.Context) 
 // waits at the head; a request for one that comes after it is not granted
 // the free permit before it.
 func (s *suite) semaphoreNoBarging(t *testing.T) {
-	name := uniqueName(t)
-	cs := s.callers(t, 3)
-	sem := holdsOf(t, cs, name, 2, (*lock.Client).Semaphore)
+	sem := holdsOf(t, s.callers(t, 3), uniqueName(t), 2, (*lock.Client).Semaphore)
 	a, err := sem[0].Acquire(s.ctx, 1, waitOpts)
 	require.NoError(t, err)
 	var order []string
@@ -199,9 +234,7 @@ func (s *suite) semaphoreNoBarging(t *testing.T) {
 // semaphoreCancelledHead: the caller at the head gives up; the one behind
 // it is served when a permit comes back.
 func (s *suite) semaphoreCancelledHead(t *testing.T) {
-	name := uniqueName(t)
-	cs := s.callers(t, 3)
-	sem := holdsOf(t, cs, name, 1, (*lock.Client).Semaphore)
+	sem := holdsOf(t, s.callers(t, 3), uniqueName(t), 1, (*lock.Client).Semaphore)
 	a, err := sem[0].Acquire(s.ctx, 1, waitOpts)
 	require.NoError(t, err)
 	headCtx, cancelHead := context.WithCancel(s.ctx)
@@ -211,12 +244,7 @@ func (s *suite) semaphoreCancelledHead(t *testing.T) {
 		headErr <- err
 	}()
 	queuedFor(t, s.ctx, sem[0].Inspect)
-	next := make(chan *lock.Hold, 1)
-	go func() {
-		h, err := sem[2].Acquire(s.ctx, 1, waitOpts)
-		assert.NoError(t, err, "the caller behind the head")
-		next <- h
-	}()
+	next := goTake(t, "the caller behind the head", func() (*lock.Hold, error) { return sem[2].Acquire(s.ctx, 1, waitOpts) })
 	time.Sleep(100 * time.Millisecond)
 	cancelHead()
 	err = receive(t, headErr, 10*time.Second, "the cancelled head did not return")
@@ -234,12 +262,10 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 	if !s.expires(t) {
 		return
 	}
-	name := uniqueName(t)
-	var dead atomic.Bool
-	c0 := newClient(t, silenced(s.b.New(t), &dead))
+	c0, dead := s.dying(t)
 	c1 := s.callers(t, 1)[0]
 	lease := time.Second
-	sem := holdsOf(t, []*lock.Client{c0, c1}, name, 1, (*lock.Client).Semaphore)
+	sem := holdsOf(t, []*lock.Client{c0, c1}, uniqueName(t), 1, (*lock.Client).Semaphore)
 	_, err := sem[0].Acquire(s.ctx, 1, lock.Options{Lease: lease})
 	require.NoError(t, err)
 	dead.Store(true)
@@ -256,11 +282,9 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 	if !s.expires(t) {
 		return
 	}
-	name := uniqueName(t)
-	var dead atomic.Bool
-	cd := newClient(t, silenced(s.b.New(t), &dead), lock.WithPollInterval(100*time.Millisecond))
+	cd, dead := s.dying(t)
 	cs := s.callers(t, 2)
-	sem := holdsOf(t, []*lock.Client{cd, cs[0], cs[1]}, name, 2, (*lock.Client).Semaphore)
+	sem := holdsOf(t, []*lock.Client{cd, cs[0], cs[1]}, uniqueName(t), 2, (*lock.Client).Semaphore)
 	semD, semA, semB := sem[0], sem[1], sem[2]
 	a, err := semA.Acquire(s.ctx, 1, lock.Options{Lease: 20 * time.Second})
 	require.NoError(t, err)
@@ -307,48 +331,33 @@ func (s *suite) rwExclusion(t *testing.T) {
 	if s.b.Remote {
 		workers, rounds = 4, 8
 	}
-	name := uniqueName(t)
-	cs := s.callers(t, workers)
+	ms := holdsOf(t, s.callers(t, workers), uniqueName(t), 8, (*lock.Client).RWMutex)
 	var readers, writers, mostReaders, violations atomic.Int64
-	var wg sync.WaitGroup
-	for i, m := range holdsOf(t, cs, name, 8, (*lock.Client).RWMutex) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				var err error
-				if (i+r)%3 == 0 {
-					err = m.Do(s.ctx, waitOpts, func(ctx context.Context) error {
-						if writers.Add(1) != 1 || readers.Load() != 0 {
-							violations.Add(1)
-						}
-						time.Sleep(2 * time.Millisecond)
-						if readers.Load() != 0 {
-							violations.Add(1)
-						}
-						writers.Add(-1)
-						return nil
-					})
-				} else {
-					err = m.RDo(s.ctx, waitOpts, func(ctx context.Context) error {
-						now := readers.Add(1)
-						if writers.Load() != 0 {
-							violations.Add(1)
-						}
-						for m := mostReaders.Load(); now > m && !mostReaders.CompareAndSwap(m, now); m = mostReaders.Load() {
-						}
-						time.Sleep(20 * time.Millisecond)
-						readers.Add(-1)
-						return nil
-					})
+	eachRound(t, workers, rounds, func(i, r int) error {
+		if (i+r)%3 == 0 {
+			return ms[i].Do(s.ctx, waitOpts, func(ctx context.Context) error {
+				if writers.Add(1) != 1 || readers.Load() != 0 {
+					violations.Add(1)
 				}
-				if !assert.NoError(t, err, "worker %d round %d", i, r) {
-					return
+				time.Sleep(2 * time.Millisecond)
+				if readers.Load() != 0 {
+					violations.Add(1)
 				}
+				writers.Add(-1)
+				return nil
+			})
+		}
+		return ms[i].RDo(s.ctx, waitOpts, func(ctx context.Context) error {
+			now := readers.Add(1)
+			if writers.Load() != 0 {
+				violations.Add(1)
 			}
-		}()
-	}
-	wg.Wait()
+			raise(&mostReaders, now)
+			time.Sleep(20 * time.Millisecond)
+			readers.Add(-1)
+			return nil
+		})
+	})
 	assert.Zero(t, violations.Load(), "a writer overlapped a reader or a writer")
 	assert.GreaterOrEqual(t, mostReaders.Load(), int64(2), "readers overlapped")
 }
@@ -453,19 +462,9 @@ func (s *suite) rwDowngrade(t *testing.T) {
 	m := holdsOf(t, cs, name, 8, (*lock.Client).RWMutex)
 	h, err := m[0].Lock(s.ctx, waitOpts)
 	require.NoError(t, err)
-	read := make(chan *lock.Hold, 1)
-	go func() {
-		r, err := m[1].RLock(s.ctx, waitOpts)
-		assert.NoError(t, err, "reader")
-		read <- r
-	}()
+	read := goTake(t, "reader", func() (*lock.Hold, error) { return m[1].RLock(s.ctx, waitOpts) })
 	waitersAre(t, s.ctx, cs[0], name, 1)
-	wrote := make(chan *lock.Hold, 1)
-	go func() {
-		w, err := m[2].Lock(s.ctx, waitOpts)
-		assert.NoError(t, err, "second writer")
-		wrote <- w
-	}()
+	wrote := goTake(t, "second writer", func() (*lock.Hold, error) { return m[2].Lock(s.ctx, waitOpts) })
 	waitersAre(t, s.ctx, cs[0], name, 2)
 	require.NoError(t, h.Downgrade(s.ctx))
 	r := receive(t, read, 10*time.Second, "the reader did not enter after the downgrade")
@@ -520,31 +519,20 @@ func (s *suite) allNoDeadlock(t *testing.T) {
 		index[n] = i
 	}
 	var violations, granted atomic.Int64
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				err := c.DoAll(s.ctx, sets[i], waitOpts, func(ctx context.Context) error {
-					for _, n := range sets[i] {
-						if held[index[n]].Add(1) != 1 {
-							violations.Add(1)
-						}
-					}
-					granted.Add(1)
-					for _, n := range sets[i] {
-						held[index[n]].Add(-1)
-					}
-					return nil
-				})
-				if !assert.NoError(t, err, "caller %d round %d", i, r) {
-					return
+	eachRound(t, len(cs), rounds, func(i, r int) error {
+		return cs[i].DoAll(s.ctx, sets[i], waitOpts, func(ctx context.Context) error {
+			for _, n := range sets[i] {
+				if held[index[n]].Add(1) != 1 {
+					violations.Add(1)
 				}
 			}
-		}()
-	}
-	wg.Wait()
+			granted.Add(1)
+			for _, n := range sets[i] {
+				held[index[n]].Add(-1)
+			}
+			return nil
+		})
+	})
 	assert.Zero(t, violations.Load(), "a lock held by two callers at once")
 	assert.Equal(t, int64(len(sets)*rounds), granted.Load(), "every round granted")
 }
@@ -557,12 +545,7 @@ func (s *suite) allHoldsNothingWhileWaiting(t *testing.T) {
 	a, b := base+"-a", base+"-b"
 	hb, err := cs[0].Acquire(s.ctx, b, lock.Options{Lease: 5 * time.Second})
 	require.NoError(t, err)
-	got := make(chan *lock.Hold, 1)
-	go func() {
-		h, err := cs[1].AcquireAll(s.ctx, []string{b, a}, waitOpts)
-		assert.NoError(t, err)
-		got <- h
-	}()
+	got := goTake(t, "the caller of b and a", func() (*lock.Hold, error) { return cs[1].AcquireAll(s.ctx, []string{b, a}, waitOpts) })
 	waitersAre(t, s.ctx, cs[0], b, 1)
 	for range 5 {
 		st, err := cs[0].Inspect(s.ctx, a)
