@@ -79,9 +79,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 		assert.Positive(t, rec.TTL, "waiter %d: the holder's remaining TTL", i+1)
 		assert.LessOrEqual(t, rec.TTL, queueTTL, "waiter %d: queueing does not extend the holder's TTL", i+1)
 	}
-	h := holder(t, p, key)
-	assert.Equal(t, a, h.Owner, "queueing leaves the holder's record")
-	assert.Equal(t, recA.Token, h.Token, "queueing leaves the holder's token")
+	assertHolder(t, p, key, a, recA.Token, "queueing leaves the holder's record and token")
 	// A renewal tells no waiter: each inbox's first message is its grant.
 	require.NoError(t, p.Renew(ctx, key, a, queueTTL), "the holder renews with waiters queued")
 
@@ -122,9 +120,7 @@ func (s *suite) freeKeyTakesIt(t *testing.T) {
 			assert.False(t, rec.Finished)
 			assert.NotZero(t, rec.Token, "the grant carries a fencing token")
 			assertTTL(t, queueTTL, rec.TTL, "the record has the waiter's TTL")
-			h := holder(t, s.p, key)
-			assert.Equal(t, w.Owner, h.Owner, "the record is stored")
-			assert.Equal(t, rec.Token, h.Token)
+			assertHolder(t, s.p, key, w.Owner, rec.Token, "the record is stored")
 			assert.NoError(t, s.p.Release(s.ctx, key, w.Owner))
 		})
 	}
@@ -162,11 +158,10 @@ func (s *suite) noMessageWithoutWaiters(t *testing.T) {
 // is not queued twice.
 func (s *suite) againKeepsPlace(t *testing.T) {
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, queueTTL)
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
-	w1, w2 := in1.waiter(queueTTL), in2.waiter(queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in1)
+	a := recA.Owner
+	w2 := in2.waiter(queueTTL)
 	mustQueue(t, ctx, p, key, w2)
 	w1.Look = lock.LookAgain
 	for i := range 2 {
@@ -191,12 +186,9 @@ func (s *suite) leaveTakesOutOfQueue(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	in := listen(t, ctx, p)
 	key, recA, w1 := queueBehind(t, ctx, p, in)
-	a := recA.Owner
 	require.NoError(t, p.Leave(ctx, key, w1), "a queued waiter leaves")
-	h := holder(t, p, key)
-	assert.Equal(t, a, h.Owner, "a waiter's Leave leaves the holder's record")
-	assert.Equal(t, recA.Token, h.Token)
-	require.NoError(t, p.Release(ctx, key, a))
+	assertHolder(t, p, key, recA.Owner, recA.Token, "a waiter's Leave leaves the holder's record")
+	require.NoError(t, p.Release(ctx, key, recA.Owner))
 	assertFree(t, ctx, p, key, "after its only waiter left, Release frees the key instead of handing it over")
 	quiet(t, ctx, p, in) // the waiter that left was not told of a grant
 }
@@ -205,13 +197,11 @@ func (s *suite) leaveTakesOutOfQueue(t *testing.T) {
 // it passes it on to the next waiter, as Release does.
 func (s *suite) leaveAfterGrantPassesOn(t *testing.T) {
 	p, ctx := s.p, s.ctx
-	key, a := uniqueName(t), newOwner()
-	mustAcquire(t, p, key, a, queueTTL)
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
-	w1, w2 := in1.waiter(queueTTL), in2.waiter(2*queueTTL)
-	mustQueue(t, ctx, p, key, w1)
+	key, recA, w1 := queueBehind(t, ctx, p, in1)
+	w2 := in2.waiter(2 * queueTTL)
 	mustQueue(t, ctx, p, key, w2)
-	require.NoError(t, p.Release(ctx, key, a))
+	require.NoError(t, p.Release(ctx, key, recA.Owner))
 	g1 := in1.next(t, "the first waiter is told of its grant")
 	require.Equal(t, w1.Owner, g1.Owner, "Release hands the key to the first waiter")
 
@@ -220,9 +210,7 @@ func (s *suite) leaveAfterGrantPassesOn(t *testing.T) {
 	assert.Equal(t, lock.Notice{Key: key, Owner: w2.Owner, Token: g2.Token, TTL: w2.TTL}, g2,
 		"the second waiter is sent a Notice with its owner and TTL")
 	assert.Greater(t, g2.Token, g1.Token, "the passed-on grant has a greater token")
-	h := holder(t, p, key)
-	assert.Equal(t, w2.Owner, h.Owner, "Leave by the holder passes the key on to the next waiter")
-	assert.Equal(t, g2.Token, h.Token)
+	assertHolder(t, p, key, w2.Owner, g2.Token, "Leave by the holder passes the key on to the next waiter")
 	assert.ErrorIs(t, p.Release(ctx, key, w1.Owner), lock.ErrLost, "the waiter that left holds nothing")
 	require.NoError(t, p.Release(ctx, key, w2.Owner))
 	assertFree(t, ctx, p, key, "the key is free after the last waiter released")
@@ -240,12 +228,9 @@ func (s *suite) leaveNotQueuedChangesNothing(t *testing.T) {
 	assertFree(t, ctx, p, free, "Leave on a free key leaves it free")
 
 	key, recA, w1 := queueBehind(t, ctx, p, in)
-	a := recA.Owner
 	assert.NoError(t, p.Leave(ctx, key, in.waiter(queueTTL)), "Leave of an owner not in the queue is not an error")
-	h := holder(t, p, key)
-	assert.Equal(t, a, h.Owner, "Leave of a stranger leaves the holder's record")
-	assert.Equal(t, recA.Token, h.Token)
-	require.NoError(t, p.Release(ctx, key, a))
+	assertHolder(t, p, key, recA.Owner, recA.Token, "Leave of a stranger leaves the holder's record")
+	require.NoError(t, p.Release(ctx, key, recA.Owner))
 	g := in.next(t, "the queued waiter is still told of its grant")
 	assert.Equal(t, w1.Owner, g.Owner, "Leave of a stranger left the queue as it was")
 	assert.Equal(t, w1.Owner, holder(t, p, key).Owner)
@@ -625,9 +610,7 @@ func (s *suite) concurrentHandOver(t *testing.T) {
 				}
 				grants.Add(1)
 				map[string]*atomic.Int64{"reply": &byReply, "grant": &byGrant, "look": &byLook}[how].Add(1)
-				n := inside.Add(1)
-				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
-				}
+				raise(&maxInside, inside.Add(1))
 				assert.Greater(t, token, lastToken.Load(), "each holder's token is greater than the previous holder's")
 				lastToken.Store(token)
 				runtime.Gosched()
@@ -689,4 +672,13 @@ func join(contended bool) lock.Look {
 		return lock.LookJoin
 	}
 	return lock.LookFirst
+}
+
+// assertHolder checks that owner holds key under token: msg says why it
+// should.
+func assertHolder(t *testing.T, p lock.Provider, key, owner string, token uint64, msg string) {
+	t.Helper()
+	h := holder(t, p, key)
+	assert.Equal(t, owner, h.Owner, msg)
+	assert.Equal(t, token, h.Token, msg)
 }
