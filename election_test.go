@@ -310,12 +310,7 @@ func TestLeadPausesAfterFailedCampaigns(t *testing.T) {
 			OnStopped: func(*lock.Term, error) { stopped.Add(1) },
 		})
 	}()
-	select {
-	case err := <-done:
-		assert.ErrorIs(t, err, context.Canceled)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Lead did not end")
-	}
+	assert.ErrorIs(t, leadReturned(t, done, 20*time.Second, "Lead did not end"), context.Canceled)
 	close(calls)
 	var at []time.Time
 	for c := range calls {
@@ -330,16 +325,37 @@ func TestLeadPausesAfterFailedCampaigns(t *testing.T) {
 	assert.Len(t, logs.lines("lock: campaign failed"), 3, "each failed campaign is logged")
 }
 
-// TestLeadNeverCallsHooksForATermItDidNotLead: a Lead whose context ends
-// while it waits behind another leader calls neither hook and never runs
-// its function; it returns its context's cause.
-func TestLeadNeverCallsHooksForATermItDidNotLead(t *testing.T) {
+// ledByAnother returns a memory provider and a role on it that a Client of
+// its own (returned) leads until the test ends.
+func ledByAnother(t *testing.T) (*lock.MemoryProvider, string, *lock.Client) {
+	t.Helper()
 	p := lock.NewMemoryProvider()
 	role := testenv.Name(t)
 	holder := testenv.NewClient(t, p)
 	term, err := holder.Campaign(context.Background(), role, lock.ElectionOptions{})
 	require.NoError(t, err)
-	defer term.Resign(context.Background())
+	t.Cleanup(func() { _ = term.Resign(context.Background()) })
+	return p, role, holder
+}
+
+// leadReturned returns the error a Lead sent on done, or fails the test
+// with msg when none comes within d.
+func leadReturned(t *testing.T, done <-chan error, d time.Duration, msg string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatal(msg)
+		return nil
+	}
+}
+
+// TestLeadNeverCallsHooksForATermItDidNotLead: a Lead whose context ends
+// while it waits behind another leader calls neither hook and never runs
+// its function; it returns its context's cause.
+func TestLeadNeverCallsHooksForATermItDidNotLead(t *testing.T) {
+	p, role, holder := ledByAnother(t)
 	c := testenv.NewClient(t, p)
 	cause := errors.New("shutting down")
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -353,24 +369,15 @@ func TestLeadNeverCallsHooksForATermItDidNotLead(t *testing.T) {
 	}()
 	awaitWaiters(t, holder, role, 1, "candidates wait for the role")
 	cancel(cause)
-	select {
-	case err := <-done:
-		assert.ErrorIs(t, err, cause, "Lead returns its context's cause")
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lead did not return when its context ended")
-	}
+	err := leadReturned(t, done, 10*time.Second, "Lead did not return when its context ended")
+	assert.ErrorIs(t, err, cause, "Lead returns its context's cause")
 	assert.Zero(t, calls.Load(), "no hook and no function for a term Lead did not lead")
 }
 
 // TestLeadStopsWhenClientCloses: Close ends a Lead that campaigns with an
 // error matching ErrClosed.
 func TestLeadStopsWhenClientCloses(t *testing.T) {
-	p := lock.NewMemoryProvider()
-	role := testenv.Name(t)
-	holder := testenv.NewClient(t, p)
-	term, err := holder.Campaign(context.Background(), role, lock.ElectionOptions{})
-	require.NoError(t, err)
-	defer term.Resign(context.Background())
+	p, role, holder := ledByAnother(t)
 	c, err := lock.NewClient(p)
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -379,12 +386,7 @@ func TestLeadStopsWhenClientCloses(t *testing.T) {
 	}()
 	awaitWaiters(t, holder, role, 1, "candidates wait for the role")
 	require.NoError(t, c.Close())
-	select {
-	case err := <-done:
-		assert.ErrorIs(t, err, lock.ErrClosed)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lead did not return when its Client closed")
-	}
+	assert.ErrorIs(t, leadReturned(t, done, 10*time.Second, "Lead did not return when its Client closed"), lock.ErrClosed)
 }
 
 // TestLeadResignsWhenFunctionPanics: a panic in the leader's function is
@@ -565,12 +567,7 @@ func TestLeadStopsWhenClosedDuringPause(t *testing.T) {
 	}()
 	<-elected
 	require.NoError(t, c.Close())
-	select {
-	case err := <-done:
-		assert.ErrorIs(t, err, lock.ErrClosed)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Lead went on pausing after Close")
-	}
+	assert.ErrorIs(t, leadReturned(t, done, 5*time.Second, "Lead went on pausing after Close"), lock.ErrClosed)
 }
 
 // notifyCounter passes every call on, counting Notify and Watch, and
