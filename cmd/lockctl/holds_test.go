@@ -26,18 +26,12 @@ type heldSet struct {
 	sem      *lock.Semaphore
 	two, one *lock.Hold // pool's holds, of 2 and 1 permits
 	job      *lock.Lock
-	waiter   chan heldHold
-}
-
-// heldHold is the outcome of a semaphore's acquisition made in a goroutine.
-type heldHold struct {
-	h   *lock.Hold
-	err error
+	waiter   chan outcome[*lock.Hold] // b's wait for 2 more of pool
 }
 
 func newHeldSet(t *testing.T, f *fixture) *heldSet {
 	ctx := context.Background()
-	s := &heldSet{a: f.client(lock.WithIdentity("host-a:1")), b: f.client(lock.WithIdentity("host-b:2")), waiter: make(chan heldHold, 1)}
+	s := &heldSet{a: f.client(lock.WithIdentity("host-a:1")), b: f.client(lock.WithIdentity("host-b:2"))}
 	release := func(h *lock.Hold) { t.Cleanup(func() { _ = h.Release(context.Background()) }) }
 	var err error
 	s.sem, err = s.a.Semaphore("pool", 3)
@@ -66,21 +60,12 @@ func newHeldSet(t *testing.T, f *fixture) *heldSet {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.job.Release(context.Background()) })
 
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	go func() {
-		h, err := semB.Acquire(wctx, 2, lock.Options{Wait: true})
-		s.waiter <- heldHold{h, err}
-	}()
-	t.Cleanup(func() { // before the clients close
-		cancel()
-		if r := <-s.waiter; r.err == nil {
-			_ = r.h.Release(context.Background())
-		}
-	})
-	require.Eventually(t, func() bool {
+	s.waiter = waitBehind(t, "pool", func(ctx context.Context) (*lock.Hold, error) {
+		return semB.Acquire(ctx, 2, lock.Options{Wait: true})
+	}, func() bool {
 		st, err := s.sem.Inspect(ctx)
 		return err == nil && st.Waiters == 1
-	}, 10*time.Second, 20*time.Millisecond, "the waiter should be queued for \"pool\"")
+	})
 	return s
 }
 
@@ -261,7 +246,7 @@ func testCounted(t *testing.T, f *fixture) {
 		r := within10s(t, s.waiter, "the waiter did not get its permits within 10s of the forced release")
 		s.waiter <- r // for the cleanup to release it
 		require.NoError(t, r.err, "the waiter should get its permits")
-		assert.Greater(t, r.h.Token(), s.two.Token(), "the new grant's token is newer")
+		assert.Greater(t, r.got.Token(), s.two.Token(), "the new grant's token is newer")
 
 		within10s(t, s.two.Done(), "the holder was not told within 10s that its hold was lost")
 		assert.ErrorIs(t, s.two.Err(), lock.ErrLost)

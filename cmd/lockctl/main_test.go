@@ -211,10 +211,34 @@ func runArgs(args ...string) (stdout, stderr string, code int) {
 	return out.String(), errOut.String(), code
 }
 
-// acquired is the outcome of an acquisition made in a goroutine.
-type acquired struct {
-	l   *lock.Lock
+// outcome is what an acquisition made in a goroutine came to: a lock or a
+// hold (got), or an error.
+type outcome[T any] struct {
+	got T
 	err error
+}
+
+// waitBehind starts acquire in a goroutine, on a context that ends within a
+// minute, and returns once queued reports it waiting (the test fails if it
+// is not within 10s; name is what it waits for). Its outcome comes on the
+// channel returned, which holds one: a test that takes it out to check it
+// puts it back. At the end of the test, before the clients made before the
+// call close, the acquisition is cancelled and what it got is released.
+func waitBehind[T interface{ Release(context.Context) error }](t *testing.T, name string, acquire func(context.Context) (T, error), queued func() bool) chan outcome[T] {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	out := make(chan outcome[T], 1)
+	go func() {
+		got, err := acquire(ctx)
+		out <- outcome[T]{got, err}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if r := <-out; r.err == nil {
+			_ = r.got.Release(context.Background())
+		}
+	})
+	require.Eventually(t, queued, 10*time.Second, 20*time.Millisecond, "the waiter should be queued for %q", name)
+	return out
 }
 
 // scene is a set of locks under a fixture's prefix:
@@ -227,12 +251,12 @@ type scene struct {
 	a, b   *lock.Client
 	held   *lock.Lock
 	plain  *lock.Lock
-	waiter chan acquired
+	waiter chan outcome[*lock.Lock] // b's wait for "held"
 }
 
 func newScene(t *testing.T, f *fixture) *scene {
 	ctx := context.Background()
-	s := &scene{a: f.client(lock.WithIdentity("host-a:1")), b: f.client(), waiter: make(chan acquired, 1)}
+	s := &scene{a: f.client(lock.WithIdentity("host-a:1")), b: f.client()}
 	var err error
 	s.held, err = s.a.Acquire(ctx, "held", lock.Options{Lease: 900 * time.Millisecond})
 	require.NoError(t, err)
@@ -245,21 +269,12 @@ func newScene(t *testing.T, f *fixture) *scene {
 		f.corrupt(s.a.Key("bad"), "garbage")
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	go func() {
-		l, err := s.b.Acquire(wctx, "held", lock.Options{Wait: true})
-		s.waiter <- acquired{l, err}
-	}()
-	t.Cleanup(func() { // before the clients close
-		cancel()
-		if r := <-s.waiter; r.err == nil {
-			_ = r.l.Release(context.Background())
-		}
-	})
-	require.Eventually(t, func() bool {
+	s.waiter = waitBehind(t, "held", func(ctx context.Context) (*lock.Lock, error) {
+		return s.b.Acquire(ctx, "held", lock.Options{Wait: true})
+	}, func() bool {
 		st, err := s.a.Inspect(ctx, "held")
 		return err == nil && st.Waiters == 1
-	}, 10*time.Second, 20*time.Millisecond, "the waiter should be queued for \"held\"")
+	})
 	return s
 }
 
@@ -615,7 +630,7 @@ func testCommands(t *testing.T, f *fixture) {
 		r := within10s(t, s.waiter, "the waiter did not get the lock within 10s of the forced release")
 		s.waiter <- r // for the cleanup to release it
 		require.NoError(t, r.err, "the waiter should get the lock")
-		assert.Greater(t, r.l.Token(), s.held.Token(), "the new grant's token is newer")
+		assert.Greater(t, r.got.Token(), s.held.Token(), "the new grant's token is newer")
 
 		within10s(t, s.held.Done(), "the holder was not told within 10s that its lock was lost")
 		assert.ErrorIs(t, s.held.Err(), lock.ErrLost)
