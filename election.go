@@ -267,20 +267,13 @@ func (c *Client) serve(ctx context.Context, t *Term, fn func(ctx context.Context
 	}
 	fctx, cancel := context.WithCancelCause(t.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	ended := false
-	defer func() {
-		if !ended { // fn panicked
-			stop()
-			cancel(nil)
-			_ = t.Resign(ctx)
-		}
-	}()
-	err := fn(fctx)
-	ended = true
-	failedOnItsOwn := err != nil && fctx.Err() == nil && ctx.Err() == nil
-	stop()
-	cancel(nil)
-	err = joinRelease(err, t.Resign(ctx))
+	defer stop()
+	failedOnItsOwn := false
+	err := under(ctx, fctx, cancel, func(fctx context.Context) error {
+		err := fn(fctx)
+		failedOnItsOwn = err != nil && fctx.Err() == nil && ctx.Err() == nil
+		return err
+	}, t.Resign)
 	if failedOnItsOwn {
 		c.log.Warn("lock: leader's function failed", "role", t.role, "term", t.Token(), "err", err)
 	} else if c.debug {

@@ -216,12 +216,8 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	first.scope = scope{Context: ctx, l: first, h: h}
 	hctx, cancel := context.WithCancelCause(&first.scope)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	defer func() {
-		stop()
-		cancel(nil)
-		err = joinRelease(err, h.Release(ctx))
-	}()
-	return fn(hctx)
+	defer stop()
+	return under(ctx, hctx, cancel, fn, h.Release)
 }
 
 // HoldFromContext returns the Hold of the innermost [Semaphore.Do],

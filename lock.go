@@ -447,9 +447,17 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	l.scope = scope{Context: ctx, l: l}
 	hctx, cancel := context.WithCancelCause(&l.scope)
 	l.onLoss(cancel)
+	return under(ctx, hctx, cancel, fn, l.Release)
+}
+
+// under runs fn under a hold (a Lock's, a Hold's, a Term's): with hctx,
+// the hold's context, which its caller has made to end on a loss; then it
+// ends hctx (cancel) and the hold (end, a release or a resignation), even
+// when fn panics, and returns fn's error joined with end's (joinRelease).
+func under(ctx, hctx context.Context, cancel context.CancelCauseFunc, fn, end func(context.Context) error) (err error) {
 	defer func() {
 		cancel(nil)
-		err = joinRelease(err, l.Release(ctx))
+		err = joinRelease(err, end(ctx))
 	}()
 	return fn(hctx)
 }
