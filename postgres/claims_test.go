@@ -457,3 +457,48 @@ func TestClaimsTablesAdded(t *testing.T) {
 	assert.Equal(t, "o", mustInspect(t, p, "kept").Owner)
 	assert.False(t, errors.Is(err, lock.ErrInvalidArgument))
 }
+
+// A queue entry ages out two minutes after its waiter's last look (made
+// here by moving its expiry to the past): it no longer blocks a claim that
+// fits, nobody sees it, a release passes it over, and its waiter's next
+// look puts it at the back.
+func TestClaimsQueueEntryAgesOut(t *testing.T) {
+	prefix := testPrefix(t)
+	c := newClaimer(t, newProvider(t, prefix), 2)
+	pool := newPool(t)
+	ageOut := func(owner string) {
+		t.Helper()
+		tag, err := pool.Exec(context.Background(), "UPDATE "+pgx.Identifier{prefix + "claim_queue"}.Sanitize()+
+			" SET expires_at = now() - interval '1 second' WHERE key = $1 AND owner = $2", c.key, owner)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, tag.RowsAffected(), "%s's entry", owner)
+	}
+	queueOwners := func() []string {
+		var owners []string
+		for _, q := range c.inspect().Queue {
+			owners = append(owners, q.Owner)
+		}
+		return owners
+	}
+
+	c.acquire("a", 1)
+	require.True(t, c.queue("heavy", 2).Queued, "heavy does not fit beside a")
+	assert.Equal(t, "a", c.acquire("b", 1).Owner, "b would fit, but heavy is queued ahead")
+	ageOut("heavy")
+	assert.Empty(t, queueOwners(), "an entry that aged out is not shown")
+	assert.Equal(t, "b", c.acquire("b", 1).Owner, "nor does it block a claim that fits")
+
+	w := c.queue("w", 1)
+	require.True(t, w.Queued)
+	assert.Equal(t, 0, w.Position, "the aged-out entry is not ahead of w")
+	ageOut("w")
+	require.True(t, c.queue("x", 1).Queued)
+	back := c.queue("w", 1)
+	require.True(t, back.Queued)
+	assert.Equal(t, 1, back.Position, "w's look after it aged out puts it behind x")
+	assert.Equal(t, []string{"x", "w"}, queueOwners())
+
+	require.NoError(t, c.p.ReleaseClaim(context.Background(), c.key, "a"))
+	assert.Equal(t, "x", c.grant().Owner, "the release grants the head, x")
+	c.noGrant()
+}
