@@ -13,19 +13,19 @@ import (
 var (
 	// ErrNotAcquired reports that a lock was not acquired: it was held by another
 	// owner, it was in its grace period, or the wait for it ended. Errors that match
-	// it are *NotAcquiredError values, which also match the reason (ErrHeld,
-	// ErrGracePeriod, ErrTimeout, or the context's error).
+	// it are *NotAcquiredError values, which also match the reason ([ErrHeld],
+	// [ErrGracePeriod], [ErrTimeout], or the context's error).
 	ErrNotAcquired = errors.New("lock: not acquired")
 
-	// ErrHeld is the reason of a NotAcquiredError when another owner held the lock.
+	// ErrHeld is the reason of a [NotAcquiredError] when another owner held the lock.
 	ErrHeld = errors.New("lock: held by another owner")
 
-	// ErrGracePeriod is the reason of a NotAcquiredError when the lock had ended
+	// ErrGracePeriod is the reason of a [NotAcquiredError] when the lock had ended
 	// but was kept closed for its grace period ("at most once per window").
 	ErrGracePeriod = errors.New("lock: in grace period")
 
-	// ErrTimeout is the reason of a NotAcquiredError when a wait lasted
-	// Options.MaxWait without acquiring the lock.
+	// ErrTimeout is the reason of a [NotAcquiredError] when a wait lasted
+	// [Options.MaxWait] without acquiring the lock.
 	ErrTimeout = errors.New("lock: wait timed out")
 
 	// ErrLost reports that a lock stopped being held before its holder released it:
@@ -36,7 +36,7 @@ var (
 
 	// ErrReleased reports a call on a Lock that was already released: Extend
 	// after Release, or Release after a clean Release. It is a mistake of the
-	// caller, not a loss: such errors do not match ErrLost.
+	// caller, not a loss: such errors do not match [ErrLost].
 	ErrReleased = errors.New("lock: already released")
 
 	// ErrUnavailable reports that the provider could not be reached or
@@ -51,7 +51,7 @@ var (
 	// was sent does not count, nor, for a waiter the provider had queued
 	// already, a look or renewal that the end of the wait cut short less
 	// than a second after it was sent: that wait timed out in the queue. A
-	// refusal (ErrHeld, ErrGracePeriod, ErrTimeout while waiting in the
+	// refusal ([ErrHeld], [ErrGracePeriod], [ErrTimeout] while waiting in the
 	// queue), a loss and bad input never match it.
 	ErrUnavailable = errors.New("lock: provider unavailable")
 
@@ -67,7 +67,7 @@ var (
 	// ErrClosed reports a call on a Client after Close.
 	ErrClosed = errors.New("lock: client closed")
 
-	// ErrGrantedLate is the Reason of a NotAcquiredError when the lock was
+	// ErrGrantedLate is the Reason of a [NotAcquiredError] when the lock was
 	// granted, but the grant reached the caller after the lease it asked
 	// for had run out (a slow answer, a paused process): the record may
 	// have expired and been granted to another, so it was handed back,
@@ -76,20 +76,20 @@ var (
 )
 
 // NotAcquiredError is returned when a lock was not acquired. It matches
-// ErrNotAcquired, and its Reason and Provider with errors.Is and errors.As.
+// [ErrNotAcquired], and its Reason and Provider with errors.Is and errors.As.
 type NotAcquiredError struct {
 	// Key is the full key of the lock (prefix and name).
 	Key string
-	// Reason is why: ErrHeld, ErrGracePeriod, ErrTimeout (MaxWait),
-	// ErrClosed (the Client closed during the wait), the cause of the
+	// Reason is why: [ErrHeld], [ErrGracePeriod], [ErrTimeout] (MaxWait),
+	// [ErrClosed] (the Client closed during the wait), the cause of the
 	// caller's context that ended the wait (context.Canceled,
 	// context.DeadlineExceeded or the cause it was given), or a grant that
-	// came after its lease ran out (ErrGrantedLate).
+	// came after its lease ran out ([ErrGrantedLate]).
 	Reason error
 	// Provider is set when the wait ended while a call to the provider had
 	// failed or had not been answered: the provider's error, or a note that
 	// it did not answer with the last error it returned before (see
-	// ErrUnavailable), which it matches. Nil for a refusal, and for a wait
+	// [ErrUnavailable]), which it matches. Nil for a refusal, and for a wait
 	// that ended while the provider answered.
 	Provider error
 	// RetryAfter is how long the record that blocked the caller had left to live
@@ -100,7 +100,7 @@ type NotAcquiredError struct {
 }
 
 // Error names the key and the reason, and the holder's identity when its
-// Client set one (WithIdentity): "lock: could not acquire "lock:{job}": held
+// Client set one ([WithIdentity]): "lock: could not acquire "lock:{job}": held
 // by another owner (worker-2)". An owner without an identity is a random id
 // that says nothing to a reader; it is in Holder.
 func (e *NotAcquiredError) Error() string {
@@ -118,7 +118,7 @@ func (e *NotAcquiredError) Error() string {
 	return msg
 }
 
-// Is reports whether target is ErrNotAcquired.
+// Is reports whether target is [ErrNotAcquired].
 func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
 
 // Unwrap returns the reason, and the provider's error when there is one.
@@ -129,7 +129,7 @@ func (e *NotAcquiredError) Unwrap() []error {
 	return []error{e.Reason, e.Provider}
 }
 
-// LostError is returned when a held lock was lost. It matches ErrLost with
+// LostError is returned when a held lock was lost. It matches [ErrLost] with
 // errors.Is and unwraps to its cause, when there is one.
 type LostError struct {
 	// Key is the full key of the lock.
@@ -137,7 +137,7 @@ type LostError struct {
 	// Token is the fencing token of the grant that was lost.
 	Token uint64
 	// Reason says why the lock was lost, as far as the holder can tell (see
-	// LostReason). It is zero (LostUnknown) in the LostError a Provider
+	// [LostReason]). It is zero ([LostUnknown]) in the [LostError] a Provider
 	// returns: the Client that holds the lock fills it in.
 	Reason LostReason
 	// Holder is the owner found holding the key when the loss was found
@@ -186,15 +186,15 @@ type LostReason int
 
 // The reasons of a loss.
 const (
-	// LostUnknown: the LostError did not come from the Client that held the
+	// LostUnknown: the [LostError] did not come from the Client that held the
 	// lock (a Provider's).
 	LostUnknown LostReason = iota
 	// LostTaken: a renewal or the release found another owner (Holder)
 	// holding the key before the lease ran out: the record was removed
-	// early (see LostReason) and granted again.
+	// early (see [LostReason]) and granted again.
 	LostTaken
 	// LostRemoved: a renewal or the release found the key free before the
-	// lease ran out: the record was removed early (see LostReason).
+	// lease ran out: the record was removed early (see [LostReason]).
 	LostRemoved
 	// LostLeaseRanOut: the lease ran out by the holder's clock before a
 	// renewal succeeded, while no renewal had failed: the process was
@@ -206,7 +206,7 @@ const (
 	// provider could not be reached or answered with an error (Cause, which
 	// also matches errors.Is with that error).
 	LostUnreachable
-	// LostMaxDuration: the hold reached Options.MaxDuration.
+	// LostMaxDuration: the hold reached [Options.MaxDuration].
 	LostMaxDuration
 	// LostCorrupt: the record was found not to be a record (Cause is the
 	// *RecordError).
@@ -231,14 +231,14 @@ func (r LostReason) String() string {
 	return "unknown"
 }
 
-// Is reports whether target is ErrLost.
+// Is reports whether target is [ErrLost].
 func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // Unwrap returns the cause.
 func (e *LostError) Unwrap() error { return e.Cause }
 
 // RecordError is returned when a stored value is not a record this library
-// wrote (corrupted, or written by something else). It matches ErrCorruptRecord.
+// wrote (corrupted, or written by something else). It matches [ErrCorruptRecord].
 // The stored value is never changed by the call that reports it.
 type RecordError struct {
 	// Key is the key that holds the value.
@@ -261,22 +261,22 @@ func (e *RecordError) Error() string {
 	return fmt.Sprintf("lock: corrupt record at %q: %q", e.Key, v)
 }
 
-// Is reports whether target is ErrCorruptRecord.
+// Is reports whether target is [ErrCorruptRecord].
 func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord }
 
-// releasedError is ErrReleased for one call on one lock.
+// releasedError is [ErrReleased] for one call on one lock.
 type releasedError struct{ op, key string }
 
 func (e *releasedError) Error() string {
 	return "lock: " + e.op + " " + strconv.Quote(e.key) + ": already released"
 }
 
-// Is reports whether target is ErrReleased.
+// Is reports whether target is [ErrReleased].
 func (e *releasedError) Is(target error) bool { return target == ErrReleased }
 
 // opError is a provider's error, with the operation and the key it failed
-// on (no key within a NotAcquiredError, which names it). It matches
-// ErrUnavailable unless the call ended because the caller's context did,
+// on (no key within a [NotAcquiredError], which names it). It matches
+// [ErrUnavailable] unless the call ended because the caller's context did,
 // which says nothing of the provider.
 type opError struct {
 	op, key     string
@@ -300,14 +300,14 @@ func (e *opError) Error() string {
 
 func (e *opError) Unwrap() error { return e.err }
 
-// Is reports whether target is ErrUnavailable, unless the caller's context
+// Is reports whether target is [ErrUnavailable], unless the caller's context
 // ended the call.
 func (e *opError) Is(target error) bool {
 	return target == ErrUnavailable && !e.callerEnded
 }
 
-// unansweredError is the Provider of a NotAcquiredError of an acquisition
-// whose context ended before the provider answered the call op: it matches ErrUnavailable and unwraps to last, the last error
+// unansweredError is the Provider of a [NotAcquiredError] of an acquisition
+// whose context ended before the provider answered the call op: it matches [ErrUnavailable] and unwraps to last, the last error
 // a call of the Client to the provider returned since its last success
 // (nil when there was none).
 type unansweredError struct {
@@ -331,7 +331,7 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// identityOf returns the identity (WithIdentity) in owner, "" without one.
+// identityOf returns the identity ([WithIdentity]) in owner, "" without one.
 func identityOf(owner string) string {
 	if i := strings.LastIndexByte(owner, '/'); i > 0 {
 		return owner[:i]

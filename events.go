@@ -57,7 +57,7 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event is delivered to the hooks set with WithEvents.
+// Event is delivered to the hooks set with [WithEvents].
 type Event struct {
 	Kind EventKind
 	// Key is the full key (prefix and name).

@@ -7,17 +7,17 @@ import (
 
 // ErrStaleToken reports a fenced write refused because its fence had seen a
 // greater fencing token than the writer's: a later holder of the lock has
-// written (RedisFence) or advanced the fence (SQLFence), so the writer's lock
+// written ([RedisFence]) or advanced the fence ([SQLFence]), so the writer's lock
 // had ended, whether or not its holder was told. Errors that match it are
 // *StaleTokenError values. RedisFence wrote nothing; after SQLFence, roll the
 // transaction back.
 var ErrStaleToken = errors.New("lock: stale fencing token")
 
 // StaleTokenError is returned by a fenced write whose token is below its
-// fence's mark. It matches ErrStaleToken.
+// fence's mark. It matches [ErrStaleToken].
 type StaleTokenError struct {
-	// Fence is the fence: the Redis key of a RedisFence, the name of an
-	// SQLFence's row.
+	// Fence is the fence: the Redis key of a [RedisFence], the name of an
+	// [SQLFence]'s row.
 	Fence string
 	// Token is the writer's token.
 	Token uint64
@@ -32,5 +32,5 @@ func (e *StaleTokenError) Error() string {
 		strconv.Quote(e.Fence) + ": token " + strconv.FormatUint(e.Mark, 10) + " has passed it"
 }
 
-// Is reports whether target is ErrStaleToken.
+// Is reports whether target is [ErrStaleToken].
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }

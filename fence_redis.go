@@ -66,7 +66,7 @@ type RedisFence struct {
 //
 // NewRedisFence computes nothing (unlike redis.NewScript, which hashes the
 // script with SHA-1): the first Run sends the script in full and learns its
-// digest from the server, so a RedisFence made in a package variable works
+// digest from the server, so a [RedisFence] made in a package variable works
 // under Go's FIPS 140-3 mode (GODEBUG=fips140=only).
 func NewRedisFence(body string) *RedisFence {
 	// The body's first line stays the script's first line, so that the line
@@ -80,12 +80,12 @@ func NewRedisFence(body string) *RedisFence {
 // returns nothing) is not an error: Err is nil whenever the token passed
 // the fence and the body ran without error. When the fence has seen a greater token, nothing
 // is written, and the command's error is a *StaleTokenError (errors.Is
-// ErrStaleToken) with the token and the mark. When fence is empty, token is
+// [ErrStaleToken]) with the token and the mark. When fence is empty, token is
 // zero (no grant has token 0), or a key is in another Cluster hash slot than
-// fence, nothing is sent and the error matches ErrInvalidArgument. When the
+// fence, nothing is sent and the error matches [ErrInvalidArgument]. When the
 // fence holds something else than a token, nothing is written and the error
-// is a *RecordError (ErrCorruptRecord). Other errors are Redis's or the
-// body's (with the mark already moved: see RedisFence).
+// is a *RecordError ([ErrCorruptRecord]). Other errors are Redis's or the
+// body's (with the mark already moved: see [RedisFence]).
 func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence string, token uint64, keys []string, args ...any) *redis.Cmd {
 	if err := checkFence(fence, token, keys); err != nil {
 		cmd := redis.NewCmd(ctx)

@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultFenceTable is the table of an SQLFence whose Table is empty.
+// DefaultFenceTable is the table of an [SQLFence] whose Table is empty.
 const DefaultFenceTable = "lock_fences"
 
 // SQLFence makes writes to an SQL database that a stale holder of a lock
@@ -33,7 +33,7 @@ const DefaultFenceTable = "lock_fences"
 // What holds: Advance writes the fence row, which the database keeps locked
 // until the transaction ends. So the transactions that advance one fence
 // run one after the other from there: one with a token below a mark that
-// another has committed gets ErrStaleToken, and one that comes while
+// another has committed gets [ErrStaleToken], and one that comes while
 // another holds the row waits for it to commit (and then finds the mark) or
 // roll back. A token equal to the mark passes (the same holder writing
 // again). The writes are protected when they are made in the transaction
@@ -54,12 +54,12 @@ const DefaultFenceTable = "lock_fences"
 //
 // It takes the token of any lock (Acquire, Do, Middleware, a Term of an
 // election; on any provider), as long as the writers of one resource take
-// theirs from the same lock. The zero value uses DefaultFenceTable in the
+// theirs from the same lock. The zero value uses [DefaultFenceTable] in the
 // connection's search path.
 // Tokens must be at most math.MaxInt64 (the column is a bigint): every
 // token of this library's providers is.
 type SQLFence struct {
-	// Table is the table of fence rows: DefaultFenceTable when empty. It may
+	// Table is the table of fence rows: [DefaultFenceTable] when empty. It may
 	// be qualified with its schema ("app.lock_fences"). It is used unquoted,
 	// so it is made of ASCII letters, digits and underscores, and PostgreSQL
 	// folds it to lower case.
@@ -99,11 +99,11 @@ func (f SQLFence) CreateTable(ctx context.Context, db *sql.DB) (err error) {
 
 // Advance sets the mark of the fence called name to token, in tx, when
 // token is not below it; a name without a row gets one. When the mark is
-// greater, it returns a *StaleTokenError (errors.Is ErrStaleToken) with the
+// greater, it returns a *StaleTokenError (errors.Is [ErrStaleToken]) with the
 // token and the mark: the caller must roll tx back, and not make its
 // writes. An empty name, a name that is not valid UTF-8 or holds a NUL
 // byte, a token of 0 or above math.MaxInt64, or a Table that is not a
-// name, match ErrInvalidArgument, and nothing is sent. Other errors are the
+// name, match [ErrInvalidArgument], and nothing is sent. Other errors are the
 // database's (after which PostgreSQL has aborted tx).
 func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token uint64) error {
 	q, err := f.Statements()
@@ -131,17 +131,17 @@ func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token ui
 	return &StaleTokenError{Fence: name, Token: token, Mark: uint64(mark)}
 }
 
-// fenceTableName is what SQLFence.Table may be: a name, or a schema and a
+// fenceTableName is what [SQLFence.Table] may be: a name, or a schema and a
 // name, unquoted.
 var fenceTableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
 // SQLFenceStatements are the statements of the fences on one table, in
-// PostgreSQL's dialect with $1-style parameters. SQLFence sends them through
+// PostgreSQL's dialect with $1-style parameters. [SQLFence] sends them through
 // database/sql, and the postgres module's Fence through pgx: one definition,
 // so that both keep sharing their tables. A fence on another driver sends
 // them as [SQLFence.CreateTable] and [SQLFence.Advance] do.
 type SQLFenceStatements struct {
-	// Table is the fence table: SQLFence.Table, or DefaultFenceTable when
+	// Table is the fence table: [SQLFence.Table], or [DefaultFenceTable] when
 	// that is empty.
 	Table string
 	// Advisory takes the transaction's advisory lock on creating the table
@@ -160,8 +160,8 @@ type SQLFenceStatements struct {
 }
 
 // Statements returns the statements of f's table. A Table that is not a name
-// (see SQLFence.Table) yields an error matching ErrInvalidArgument, and the
-// zero SQLFenceStatements.
+// (see [SQLFence.Table]) yields an error matching [ErrInvalidArgument], and the
+// zero [SQLFenceStatements].
 func (f SQLFence) Statements() (SQLFenceStatements, error) {
 	table := f.Table
 	if table == "" {
@@ -181,7 +181,7 @@ func (f SQLFence) Statements() (SQLFenceStatements, error) {
 }
 
 // CheckFence checks the name and token of an advance of a fence (see
-// [SQLFence.Advance]): it returns an error matching ErrInvalidArgument for an
+// [SQLFence.Advance]): it returns an error matching [ErrInvalidArgument] for an
 // empty name, a name that is not valid UTF-8 or holds a NUL byte, and a
 // token of 0 or above math.MaxInt64 (the column is a bigint); nil
 // otherwise.

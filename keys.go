@@ -12,7 +12,7 @@ import (
 
 // Key returns the key of the lock called name: the Client's prefix and the
 // name in braces, a Redis Cluster hash tag ("lock:{name}"), so that the Redis
-// provider stores the lock under this very key (see RedisKeys). A name with
+// provider stores the lock under this very key (see [RedisKeys]). A name with
 // a brace of its own that would break the tag is kept whole, in parentheses,
 // after a tag made from its checksum ("lock:{1y4akgc}(})"): such a key ends
 // with ")", never "}", so it is the key of no other name.

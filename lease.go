@@ -23,8 +23,8 @@ func (l *Lock) keep(sent time.Time, ttl time.Duration) {
 
 // Extend sets the lease to d from now (cut to what is left of MaxDuration) and
 // goes on renewing with the configured lease. It returns a *LostError when the
-// lock was lost, an error matching ErrReleased when it was released, and the
-// provider's error otherwise (matching ErrUnavailable; the lock is then still
+// lock was lost, an error matching [ErrReleased] when it was released, and the
+// provider's error otherwise (matching [ErrUnavailable]; the lock is then still
 // held until its current lease ends). It gives up at the end of the current
 // lease: a renewal that arrives later is too late.
 func (l *Lock) Extend(ctx context.Context, d time.Duration) error {

@@ -7,12 +7,12 @@ import (
 
 // Defaults for the zero values of Options.
 const (
-	// DefaultMaxDuration bounds a hold, and a wait, when Options.MaxDuration
+	// DefaultMaxDuration bounds a hold, and a wait, when [Options.MaxDuration]
 	// (and MaxWait) is 0. A held lock is renewed while its holder's process
 	// lives, so this cap only stops a holder that hangs; an hour lets the
 	// usual nightly job or migration finish. Set MaxDuration for longer ones.
 	DefaultMaxDuration = time.Hour
-	// DefaultLease is the TTL of a held record when Options.Lease is 0. The
+	// DefaultLease is the TTL of a held record when [Options.Lease] is 0. The
 	// holder renews it every third of a lease while it runs, so a crashed
 	// holder frees the lock within one lease.
 	DefaultLease = 15 * time.Second
@@ -21,29 +21,29 @@ const (
 )
 
 // Options say how one acquisition behaves. The zero value tries once, holds for
-// at most DefaultMaxDuration with a renewed DefaultLease, and frees the lock at
+// at most [DefaultMaxDuration] with a renewed [DefaultLease], and frees the lock at
 // once on release.
 type Options struct {
 	// Wait makes an acquisition that finds the lock held wait for it, until it is
 	// acquired, the lock enters a grace period, MaxWait has passed, or the
-	// context ends. Without Wait, a held lock fails the call at once with ErrHeld.
+	// context ends. Without Wait, a held lock fails the call at once with [ErrHeld].
 	Wait bool
 
-	// MaxWait bounds a wait (ErrTimeout). Zero means MaxDuration
-	// (DefaultHTTPMaxWait in HTTPMiddleware). Bound the
+	// MaxWait bounds a wait ([ErrTimeout]). Zero means MaxDuration
+	// ([DefaultHTTPMaxWait] in [HTTPMiddleware]). Bound the
 	// wait with MaxWait rather than with the context's deadline, which the
 	// held lock's work inherits in Do, Middleware and New: "wait at most 10s,
 	// then run for up to an hour" is MaxWait 10s, MaxDuration 1h.
 	MaxWait time.Duration
 
 	// MaxDuration is the hard upper bound of a hold: renewal stops there and the
-	// holder is told the lock is lost. Zero means DefaultMaxDuration;
-	// NoHoldLimit holds the lock until it is released or lost.
+	// holder is told the lock is lost. Zero means [DefaultMaxDuration];
+	// [NoHoldLimit] holds the lock until it is released or lost.
 	MaxDuration time.Duration
 
 	// Lease is the TTL of the record while held; the holder renews it every
 	// Lease/3. A holder that crashes frees the lock within one lease. Zero means
-	// DefaultLease; a lease longer than MaxDuration is cut to it.
+	// [DefaultLease]; a lease longer than MaxDuration is cut to it.
 	Lease time.Duration
 
 	// Fair keeps arrival order even when the lock is free. Waiters always
@@ -57,7 +57,7 @@ type Options struct {
 	Fair bool
 
 	// GracePeriod keeps the lock closed for this long after the holder releases
-	// it: every acquisition in that window fails with ErrGracePeriod, waiters
+	// it: every acquisition in that window fails with [ErrGracePeriod], waiters
 	// included. The window counts from the end of the run (Alepha's grace
 	// period): a job that runs an hour with a GracePeriod of an hour starts at
 	// most once every two hours. Zero means none: the lock is freed at
@@ -123,19 +123,19 @@ func (systemClock) Now() time.Time { return time.Now() }
 type ClientOption func(*Client)
 
 // WithPrefix sets the text put before every lock name to make its key. The
-// default is DefaultPrefix; "" is allowed.
+// default is [DefaultPrefix]; "" is allowed.
 func WithPrefix(prefix string) ClientOption {
 	return func(c *Client) { c.prefix = prefix }
 }
 
-// MaxIdentityLen is the longest identity WithIdentity accepts, in bytes.
+// MaxIdentityLen is the longest identity [WithIdentity] accepts, in bytes.
 const MaxIdentityLen = 64
 
 // WithIdentity names the Client's process (a host and pid, a pod name) in
 // the owner of every lock it acquires: the owner becomes
 // identity/random-id-sequence, so that Inspect, List and lockctl show where a
-// lock is held. An identity is at most MaxIdentityLen bytes without commas or
-// white space; NewClient refuses another with ErrInvalidArgument. The
+// lock is held. An identity is at most [MaxIdentityLen] bytes without commas or
+// white space; [NewClient] refuses another with [ErrInvalidArgument]. The
 // default is none.
 func WithIdentity(identity string) ClientOption {
 	return func(c *Client) { c.owners = identity }
@@ -153,8 +153,8 @@ func checkIdentity(id string) error {
 
 // WithLogger sends the Client's log records to l: at debug level,
 // acquisitions, waits and releases; at warning level, a lost lock (with the
-// key, the token, how long it was held and the LostReason) and a forced
-// release; and the refusals of HTTPMiddleware's default ErrorHandler. The
+// key, the token, how long it was held and the [LostReason]) and a forced
+// release; and the refusals of [HTTPMiddleware]'s default ErrorHandler. The
 // default discards them. Errors returned to the caller are not logged, but
 // for a loss, the one event an operator must see whoever handles the error.
 func WithLogger(l *slog.Logger) ClientOption {
@@ -165,9 +165,9 @@ func WithLogger(l *slog.Logger) ClientOption {
 	}
 }
 
-// WithEventClock sets the clock that stamps events (Event.Time); it changes
+// WithEventClock sets the clock that stamps events ([Event.Time]); it changes
 // nothing else (leases and waits run on the system's clock, and a memory
-// provider's records on MemoryClock's). The default is the system clock.
+// provider's records on [MemoryClock]'s). The default is the system clock.
 func WithEventClock(clock Clock) ClientOption {
 	return func(c *Client) {
 		if clock != nil {
@@ -236,9 +236,9 @@ func WithReleaseTimeout(d time.Duration) ClientOption {
 }
 
 // NoHoldLimit is a MaxDuration of a hundred years: no limit in practice,
-// and the MaxDuration of a term whose ElectionOptions.MaxDuration is zero.
-// Options.MaxDuration has no value for "none" (zero means
-// DefaultMaxDuration): set it to NoHoldLimit for a lock held until it is
+// and the MaxDuration of a term whose [ElectionOptions.MaxDuration] is zero.
+// [Options.MaxDuration] has no value for "none" (zero means
+// [DefaultMaxDuration]): set it to NoHoldLimit for a lock held until it is
 // released or lost. A holder that hangs while its process lives keeps the
 // lock, so watch its work, or set a MaxDuration.
 const NoHoldLimit = 100 * 365 * 24 * time.Hour
