@@ -11,7 +11,7 @@ import (
 // contract every backend implements, all of it: the Client builds waiting,
 // renewal, grace periods and events on the first seven methods,
 // [Client.Observe] on Watch and Notify, Inspect, List and ForceRelease on the
-// next three, and Semaphore and RWMutex on the claim methods; a wrapper that embeds a Provider (for logging or
+// next three, and Semaphore and [RWMutex] on the claim methods; a wrapper that embeds a Provider (for logging or
 // metrics) passes every one on.
 //
 // A key holds at most one record. Every method is atomic with respect to the
@@ -34,9 +34,9 @@ type Provider interface {
 	// lock by the Release that frees it, in arrival order: the provider stores
 	// a record for the caller with w.TTL and tells w.Inbox (see Listen). A
 	// free key is taken by the caller unless others are queued and w.Look is
-	// LookFair or LookAgain: then the first of them is served, and the caller
+	// [LookFair] or [LookAgain]: then the first of them is served, and the caller
 	// queues behind it. (A key is free while others are queued only after its
-	// record expired. A caller that takes it then with LookFirst or LookJoin
+	// record expired. A caller that takes it then with [LookFirst] or [LookJoin]
 	// may, on release, free it rather than hand it on; the waiters' next
 	// look, LookAgain, serves the first of them.)
 	Queue(ctx context.Context, key string, w Waiter) (Record, error)
@@ -101,7 +101,7 @@ type Provider interface {
 	// whose value is not a record. The backend's own companion keys (the Redis
 	// provider's fencing counters and queues) are not keys of records. A
 	// counted name that holds claims or waiters is listed too, with a Record
-	// whose Limit is set (see Record.Limit; its TTL is the longest a live
+	// whose Limit is set (see [Record.Limit]; its TTL is the longest a live
 	// claim has left): a key that is both a lock and a counted name is seen
 	// twice. A key taken or freed while List runs may be seen or not. List
 	// returns the first error that stopped it.
@@ -187,7 +187,7 @@ type Provider interface {
 
 	// LowerClaim sets the weight of owner's live claim under key to weight
 	// when that is less than its weight (never more), keeping its token
-	// and TTL, and serves the queue with the weight freed (an RWMutex's
+	// and TTL, and serves the queue with the weight freed (an [RWMutex]'s
 	// writer that becomes a reader lets the readers behind it in). It
 	// returns a *LostError when owner holds no live claim there, and
 	// changes nothing then.
@@ -199,14 +199,14 @@ type Provider interface {
 	InspectClaims(ctx context.Context, key string) (Claims, error)
 }
 
-// Claim describes a claim on a counted name to Provider.AcquireClaim,
+// Claim describes a claim on a counted name to [Provider.AcquireClaim],
 // QueueClaim and LeaveClaim, and a waiter of its queue to InspectClaims.
 type Claim struct {
 	// Owner identifies the claim (one hold), as a lock's owner does.
 	Owner string
 	// Weight is how much of the limit the claim takes: 1 to Limit.
 	Weight int
-	// Limit is the name's limit: 1 to MaxPermits.
+	// Limit is the name's limit: 1 to [MaxPermits].
 	Limit int
 	// TTL is the claim's time to live.
 	TTL time.Duration
@@ -215,7 +215,7 @@ type Claim struct {
 	Look  Look
 }
 
-// Claims is a counted name as Provider.InspectClaims found it.
+// Claims is a counted name as [Provider.InspectClaims] found it.
 type Claims struct {
 	// Limit is the name's limit; 0 when it holds no claim and no waiter.
 	Limit int
@@ -229,21 +229,21 @@ type Claims struct {
 	Queue []Claim
 }
 
-// Waiter describes a waiting caller to Provider.Queue and Provider.Leave.
+// Waiter describes a waiting caller to [Provider.Queue] and [Provider.Leave].
 type Waiter struct {
-	// Owner identifies the acquisition, as in Provider.Acquire.
+	// Owner identifies the acquisition, as in [Provider.Acquire].
 	Owner string
 	// TTL is the time to live of a record stored for Owner.
 	TTL time.Duration
 	// Inbox names where the provider delivers the Notice of a lock handed to
-	// Owner from the queue (see Provider.Listen); one Client has one inbox.
+	// Owner from the queue (see [Provider.Listen]); one Client has one inbox.
 	// It has no white space.
 	Inbox string
 	// Look says which request of the wait this is.
 	Look Look
 }
 
-// Look says which request of a wait a Provider.Queue call makes.
+// Look says which request of a wait a [Provider.Queue] call makes.
 type Look int
 
 const (
@@ -255,7 +255,7 @@ const (
 	LookFair
 	// LookJoin is a first request for a key that was busy lately: the
 	// provider may look for a queue to join first (in arrival order, so a
-	// fair wait may use it too), and otherwise does as LookFirst.
+	// fair wait may use it too), and otherwise does as [LookFirst].
 	LookJoin
 	// LookAgain is a later request of the same wait, after a wake-up or a
 	// timeout: the caller may still be in the queue, and keeps its place; a
@@ -301,7 +301,7 @@ type Record struct {
 	// every earlier grant of the same key by the same backend.
 	Token uint64
 	// Finished is true during a grace period: the holder has finished
-	// (Provider.Finish) and the key stays closed until the record expires.
+	// ([Provider.Finish]) and the key stays closed until the record expires.
 	Finished bool
 	// TTL is the time the record had left to live when it was read; zero when the
 	// provider does not know. A record still there reports at least 1ms (in
@@ -340,7 +340,7 @@ const (
 // after these (the PostgreSQL provider refuses text that is not valid
 // UTF-8, the etcd provider a TTL longer than an etcd lease).
 
-// CheckKey checks a key: not empty, at most MaxKeyLen bytes.
+// CheckKey checks a key: not empty, at most [MaxKeyLen] bytes.
 func CheckKey(key string) error {
 	switch {
 	case key == "":
@@ -369,7 +369,7 @@ func hasSpace(s string, comma bool) bool {
 	return false
 }
 
-// CheckOwner checks an owner: not empty, at most MaxOwnerLen bytes, without
+// CheckOwner checks an owner: not empty, at most [MaxOwnerLen] bytes, without
 // a comma or white space.
 func CheckOwner(owner string) error {
 	switch {
@@ -391,8 +391,8 @@ func CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// checkKeyOwner checks the key and owner of Release: CheckKey, then
-// CheckOwner. (A backend of another package combines the exported checks
+// checkKeyOwner checks the key and owner of Release: [CheckKey], then
+// [CheckOwner]. (A backend of another package combines the exported checks
 // as these do.)
 func checkKeyOwner(key, owner string) error {
 	if err := CheckKey(key); err != nil {
@@ -402,7 +402,7 @@ func checkKeyOwner(key, owner string) error {
 }
 
 // checkArgs checks the arguments of the methods that set a TTL (Acquire,
-// Renew, Finish): checkKeyOwner, then CheckTTL.
+// Renew, Finish): checkKeyOwner, then [CheckTTL].
 func checkArgs(key, owner string, ttl time.Duration) error {
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
@@ -411,7 +411,7 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 }
 
 // checkWaiter checks the arguments of Queue and Leave: checkArgs of the key
-// and the waiter's owner and TTL, then CheckInbox of its inbox.
+// and the waiter's owner and TTL, then [CheckInbox] of its inbox.
 func checkWaiter(key string, w Waiter) error {
 	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
 		return err
@@ -419,7 +419,7 @@ func checkWaiter(key string, w Waiter) error {
 	return CheckInbox(w.Inbox)
 }
 
-// CheckInbox checks an inbox: not empty, at most MaxKeyLen bytes, without
+// CheckInbox checks an inbox: not empty, at most [MaxKeyLen] bytes, without
 // white space.
 func CheckInbox(inbox string) error {
 	switch {
@@ -434,12 +434,12 @@ func CheckInbox(inbox string) error {
 }
 
 // MaxPermits is the largest limit of a counted name: the most permits of a
-// Semaphore, and readers of an RWMutex.
+// Semaphore, and readers of an [RWMutex].
 const MaxPermits = 1024
 
-// CheckClaim checks the arguments of AcquireClaim: CheckKey, CheckOwner
-// and CheckTTL of c's, a Limit from 1 to MaxPermits and a Weight from 1
-// to Limit. QueueClaim and LeaveClaim check CheckInbox of c.Inbox too.
+// CheckClaim checks the arguments of AcquireClaim: [CheckKey], [CheckOwner]
+// and [CheckTTL] of c's, a Limit from 1 to [MaxPermits] and a Weight from 1
+// to Limit. QueueClaim and LeaveClaim check [CheckInbox] of c.Inbox too.
 func CheckClaim(key string, c Claim) error {
 	if err := checkArgs(key, c.Owner, c.TTL); err != nil {
 		return err
@@ -454,7 +454,7 @@ func CheckClaim(key string, c Claim) error {
 }
 
 // CheckWeight checks the weight of LowerClaim: at least 1, at most
-// MaxPermits.
+// [MaxPermits].
 func CheckWeight(weight int) error {
 	if weight < 1 || weight > MaxPermits {
 		return invalidf("weight %d, not between 1 and %d", weight, MaxPermits)

@@ -19,7 +19,7 @@ var _ Provider = (*MemoryProvider)(nil)
 // per key, and no TTL limit; each call costs O(log n) amortized in the n live
 // records. Memory is given back as records expire or are released. Fencing tokens come from one counter, so they
 // strictly increase across all keys. The zero value is not usable; call
-// NewMemoryProvider. It is safe for concurrent use.
+// [NewMemoryProvider]. It is safe for concurrent use.
 type MemoryProvider struct {
 	clock Clock
 
@@ -101,7 +101,7 @@ type memRecord struct {
 	index    int // in the expiry heap
 }
 
-// MemoryOption configures a MemoryProvider.
+// MemoryOption configures a [MemoryProvider].
 type MemoryOption func(*MemoryProvider)
 
 // MemoryClock makes the provider read time from c, so that tests can expire
@@ -114,7 +114,7 @@ func MemoryClock(c Clock) MemoryOption {
 	}
 }
 
-// NewMemoryProvider returns an empty MemoryProvider.
+// NewMemoryProvider returns an empty [MemoryProvider].
 func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 	m := &MemoryProvider{
 		clock:   systemClock{},

@@ -62,7 +62,7 @@ func (m *MemoryProvider) QueueClaim(ctx context.Context, key string, c Claim) (R
 	return m.claim(ctx, key, c, true)
 }
 
-// checkQueued checks the claim of a waiter: CheckClaim and CheckInbox.
+// checkQueued checks the claim of a waiter: [CheckClaim] and [CheckInbox].
 func checkQueued(key string, c Claim) error {
 	if err := CheckClaim(key, c); err != nil {
 		return err

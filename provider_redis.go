@@ -43,11 +43,11 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // pipeline (see docs/redis.md, "Many callers at once share round trips").
 //
 // For a key K it writes the record at K and the wait queue at K+":q", and
-// takes fencing tokens from the counter of K's hash slot (see RedisKeys and
+// takes fencing tokens from the counter of K's hash slot (see [RedisKeys] and
 // provider_redis_token.go): one slot, so Cluster works. The record lives
 // until it is released or its TTL ends, the queue while its waiters look;
 // nothing per key outlives them, and the counters (at most 16,384 per key
-// prefix) never expire. A counted name K (see Provider.AcquireClaim) keeps
+// prefix) never expire. A counted name K (see [Provider.AcquireClaim]) keeps
 // its claims (with their deadlines) and its queue at R+":c" and R+":cq",
 // R the record's key, apart from the lock of K; its claims expire by the
 // server's clock, and its Since is the server's too (see
@@ -93,7 +93,7 @@ type RedisProvider struct {
 
 // clusterClient is what the provider needs of a Redis Cluster client: a
 // *redis.ClusterClient, or a type that embeds one (an instrumented wrapper),
-// is one. NewRedisProvider tells once whether its client is; every path that
+// is one. [NewRedisProvider] tells once whether its client is; every path that
 // differs on a Cluster asks that answer.
 type clusterClient interface {
 	redis.UniversalClient
@@ -102,18 +102,18 @@ type clusterClient interface {
 	Options() *redis.ClusterOptions
 }
 
-// RedisOption configures a RedisProvider.
+// RedisOption configures a [RedisProvider].
 type RedisOption func(*RedisProvider)
 
 // ErrNotReplicated reports a grant or renewal that fewer replicas than
-// asked for acknowledged in time (see WaitForReplicas). The acquisition
+// asked for acknowledged in time (see [WaitForReplicas]). The acquisition
 // failed and its record is removed; a renewal is tried again.
 var ErrNotReplicated = errors.New("lock: not replicated")
 
 // WaitForReplicas makes every grant and renewal count only once n replicas
 // have acknowledged it, within timeout (Redis's WAIT, sent in the same
 // pipeline as the script, on the same connection): a grant that fewer
-// replicas acknowledged fails with an error matching ErrNotReplicated (the
+// replicas acknowledged fails with an error matching [ErrNotReplicated] (the
 // Client then removes its record, as after any failed acquisition); a
 // renewal that fewer acknowledged is tried again, and the lease timer tells
 // the holder if none succeeds. A lock handed to a waiter by a release is
@@ -127,7 +127,7 @@ var ErrNotReplicated = errors.New("lock: not replicated")
 // of n replicas, and while fewer than n are reachable every acquisition
 // fails. n must be positive and timeout at least a millisecond, and under
 // the client's ReadTimeout; a Provider built with other values fails every
-// call with ErrInvalidArgument. On a Cluster, the script and WAIT go to the
+// call with [ErrInvalidArgument]. On a Cluster, the script and WAIT go to the
 // key's primary through its own client (MasterForKey), so that WAIT runs
 // on the connection that wrote.
 func WaitForReplicas(n int, timeout time.Duration) RedisOption {
@@ -161,10 +161,10 @@ func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisP
 // otherwise a tag made from key's checksum is appended; the queue is the
 // record followed by ":q". The fencing counter is shared by every lock of
 // the record's hash slot whose key starts with the same prefix (the text
-// before the hash tag; DefaultPrefix for a key without one): P{t}:fence, t a
+// before the hash tag; [DefaultPrefix] for a key without one): P{t}:fence, t a
 // tag of the slot. All three share the record's hash slot. A key whose first
 // "{" is followed by "}" (an empty hash tag) cannot share a slot with another
-// key, and is refused with ErrInvalidArgument.
+// key, and is refused with [ErrInvalidArgument].
 func RedisKeys(key string) (record, fence, queue string, err error) {
 	if record, err = recordKey(key); err != nil {
 		return "", "", "", err
@@ -172,7 +172,7 @@ func RedisKeys(key string) (record, fence, queue string, err error) {
 	return record, fenceKey(key, record), record + ":q", nil
 }
 
-// recordKey returns the Redis key of key's record (see RedisKeys).
+// recordKey returns the Redis key of key's record (see [RedisKeys]).
 func recordKey(key string) (string, error) {
 	if hasHashTag(key) {
 		return key, nil
@@ -318,7 +318,7 @@ func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.
 	return p.replicated(key, acked)
 }
 
-// run is eval for a call that grants or renews: with WaitForReplicas, it
+// run is eval for a call that grants or renews: with [WaitForReplicas], it
 // runs s and a WAIT after it in one pipeline, on the connection of the key's
 // primary. It returns the script's reply and how many replicas acknowledged
 // it (-1 without WaitForReplicas).
@@ -332,7 +332,7 @@ func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, nkey
 	return r, acked, err
 }
 
-// evalWait runs s and a WAIT for WaitForReplicas's replicas after it, and
+// evalWait runs s and a WAIT for [WaitForReplicas]'s replicas after it, and
 // returns the script's reply and the WAIT's.
 func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args []any) (any, int64, error) {
 	var c redis.UniversalClient = p.client
@@ -358,7 +358,7 @@ func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args
 }
 
 // replicated checks that a grant or renewal of key was acknowledged by as
-// many replicas as WaitForReplicas asks for (acked is -1 without it).
+// many replicas as [WaitForReplicas] asks for (acked is -1 without it).
 func (p *RedisProvider) replicated(key string, acked int64) error {
 	if acked < 0 || acked >= int64(p.replicas) {
 		return nil
@@ -382,7 +382,7 @@ const listBatch = 256
 
 // List implements Provider with SCAN, on every primary of a Cluster in
 // turn, and inspects each batch of keys in one pipeline. Keys that end with
-// ":fence" or ":q" are taken for the companions of records (see RedisKeys),
+// ":fence" or ":q" are taken for the companions of records (see [RedisKeys]),
 // one that ends with ":cq" for a counted name's queue, one that ends
 // with ":c" for a counted name's claims (see provider_redis_claims.go), and
 // a key of the form K{crc} for the record of key K without a hash tag.
@@ -527,7 +527,7 @@ func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClie
 }
 
 // keyOfRecord returns the key whose record Redis stores under k: k itself,
-// or K for a k of the form K{crc} that RedisKeys made for a K without a hash
+// or K for a k of the form K{crc} that [RedisKeys] made for a K without a hash
 // tag.
 func keyOfRecord(k string) string {
 	i := strings.LastIndexByte(k, '{')
@@ -579,7 +579,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 // meanwhile are lost: each new confirmation is delivered as a Notice without
 // Key, so that the waiters look again.
 //
-// On a Cluster with sharded pub/sub (see RedisProvider), Listen subscribes
+// On a Cluster with sharded pub/sub (see [RedisProvider]), Listen subscribes
 // to nothing itself, and nothing is published on the inbox channel: each
 // Queue of a waiter with this inbox, through this provider, first
 // subscribes the Listen to the inbox's shard channel in the slot of the
@@ -680,7 +680,7 @@ func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice
 }
 
 // Watch implements Provider, on a pub/sub connection of its own with one
-// channel in the slot of key's record (see RedisKeys): the record key
+// channel in the slot of key's record (see [RedisKeys]): the record key
 // followed by ":w", subscribed with SSUBSCRIBE on a Cluster with sharded
 // pub/sub, with SUBSCRIBE otherwise. It returns once Redis has confirmed
 // the subscription. A connection that breaks is reconnected and
@@ -758,7 +758,7 @@ func parseWatch(key, s string) (Notice, bool) {
 	return Notice{Key: key, Owner: owner, Token: t, TTL: time.Duration(d) * time.Millisecond}, true
 }
 
-// confirmer passes on the grants of one Listen with WaitForReplicas once
+// confirmer passes on the grants of one Listen with [WaitForReplicas] once
 // they are replicated: for each, the grantee's renewal of its new record
 // and a WAIT, in one pipeline on the key's primary (the WAIT covers the
 // release's write that made the grant, which the primary replicated
@@ -767,7 +767,7 @@ func parseWatch(key, s string) (Notice, bool) {
 // found the lock its own meanwhile (and confirmed it with its own WAIT), and
 // handing it on would take it from its holder. The waiter looks again at
 // its next poll: its request confirms the grant, or fails with
-// ErrNotReplicated and the waiter leaves, handing the lock on.
+// [ErrNotReplicated] and the waiter leaves, handing the lock on.
 type confirmer struct {
 	p       *RedisProvider
 	deliver func(Notice)
@@ -880,7 +880,7 @@ func (p *RedisProvider) ready(args error) error {
 }
 
 // scriptKeys are what the scripts of a method on one lock take: the lock's
-// Redis keys (see RedisKeys) and, from publishingKeys, how a script that
+// Redis keys (see [RedisKeys]) and, from publishingKeys, how a script that
 // may hand the lock on or tell its waiters publishes (see publishing).
 type scriptKeys struct {
 	record, fence, queue string
@@ -909,7 +909,7 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 
 // wrap reports a value of another Redis type as a *RecordError, and a
 // fencing counter that is not an integer as one at the counter's key that
-// names key, the lock (RecordError.Lock); every other error (the server's:
+// names key, the lock ([RecordError.Lock]); every other error (the server's:
 // OOM, READONLY, CLUSTERDOWN...; the network's; the context's) is returned
 // as it is. The Client names the operation and the key.
 func (p *RedisProvider) wrap(key string, err error) error {

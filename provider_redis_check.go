@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// UnknownSetting is the value of a ServerReport field that the server would not
+// UnknownSetting is the value of a [ServerReport] field that the server would not
 // tell: CONFIG GET is refused by an ACL or renamed away by a managed Redis, or
 // INFO lacks the field.
 const UnknownSetting = "unknown"
@@ -39,10 +39,10 @@ type ServerReport struct {
 	// AOF reports whether the append-only file is on (appendonly yes).
 	AOF bool
 	// Appendfsync is how often the AOF is flushed to disk: "always",
-	// "everysec" or "no"; UnknownSetting when CONFIG GET is refused.
+	// "everysec" or "no"; [UnknownSetting] when CONFIG GET is refused.
 	Appendfsync string
 	// Save is the RDB snapshot schedule ("3600 1 300 100", say); "" means no
-	// snapshots; UnknownSetting when CONFIG GET is refused.
+	// snapshots; [UnknownSetting] when CONFIG GET is refused.
 	Save string
 	// Warnings say, one sentence each, what in this setup can break mutual
 	// exclusion and what to change; none means nothing was found. On a
@@ -59,7 +59,7 @@ type ServerReport struct {
 // for each setting that can give a lock two holders or that this library does
 // not support. On a Cluster client it checks every master. It changes nothing
 // on the server. Settings that CONFIG GET may not read are reported as
-// UnknownSetting; an error (a failed INFO, an unreachable server, ctx ending) is
+// [UnknownSetting]; an error (a failed INFO, an unreachable server, ctx ending) is
 // returned wrapped, with no report.
 func (p *RedisProvider) CheckServer(ctx context.Context) (ServerReport, error) {
 	cc := p.cluster
@@ -171,7 +171,7 @@ func (r ServerReport) warnings() []string {
 	return ws
 }
 
-// configValue returns the value of one setting, or UnknownSetting when the server
+// configValue returns the value of one setting, or [UnknownSetting] when the server
 // refuses CONFIG GET.
 func configValue(ctx context.Context, c redis.Cmdable, name string) (string, error) {
 	m, err := c.ConfigGet(ctx, name).Result()
@@ -200,7 +200,7 @@ func parseInfo(text string) map[string]string {
 	return m
 }
 
-// infoValue returns an INFO field, or UnknownSetting when it is missing.
+// infoValue returns an INFO field, or [UnknownSetting] when it is missing.
 func infoValue(info map[string]string, name string) string {
 	if v, ok := info[name]; ok && v != "" {
 		return v

@@ -98,7 +98,7 @@ type claimReply struct {
 }
 
 // runClaim runs s on k's keys and argv, and decodes its reply for op on
-// key. With WaitForReplicas, wait sends a WAIT after it (see run) and
+// key. With [WaitForReplicas], wait sends a WAIT after it (see run) and
 // acked is how many replicas acknowledged it; -1 otherwise.
 func (p *RedisProvider) runClaim(ctx context.Context, op, key string, s *script, wait bool, k claimKeys, argv ...any) (r claimReply, acked int64, err error) {
 	args := k.args(argv...)
@@ -156,7 +156,7 @@ func (r claimReply) unexpected(op, key string) error {
 }
 
 // done turns the reply of a renewal, release or lowering into an error:
-// nil when done, a LostError when the caller holds no live claim.
+// nil when done, a [LostError] when the caller holds no live claim.
 func (r claimReply) done(op, key string) error {
 	switch r.code {
 	case claimDone:

@@ -24,7 +24,7 @@ import (
 // scripts/record.lua; sendScripts is the one place that sends them.
 
 // scriptFiles holds the provider's scripts and fragments (scripts/fence.lua
-// is RedisFence's, embedded in fence_redis.go).
+// is [RedisFence]'s, embedded in fence_redis.go).
 //
 //go:embed scripts/token.lua scripts/owned.lua scripts/publish.lua scripts/record.lua
 //go:embed scripts/acquire.lua scripts/queue.lua scripts/leave.lua scripts/release.lua
@@ -58,7 +58,7 @@ var (
 	forceReleaseScript = newScript(recordLua + lua("forcerelease.lua"))
 )
 
-// script is a Lua script (one of the provider's, or a RedisFence's), sent
+// script is a Lua script (one of the provider's, or a [RedisFence]'s), sent
 // by its SHA1 digest (EVALSHA) once the digest is known, and in full (EVAL)
 // before that and when the server does not know it. The digest is never
 // computed here: it is the server's answer to SCRIPT LOAD (see learn), so
@@ -130,7 +130,7 @@ const (
 )
 
 // decode turns the reply of a script run for op on key, or its error, into a
-// reply. A value that is not a record is reported as a RecordError, a reply
+// reply. A value that is not a record is reported as a [RecordError], a reply
 // of another shape as an error of its own, and an error of the server as
 // wrap reports it.
 func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error) {
@@ -176,7 +176,7 @@ func (r reply) unexpected(op, key string) error {
 }
 
 // done turns the reply of a release, renewal or finish, or its error, into
-// an error: nil when done, a LostError when the key is empty or holds a
+// an error: nil when done, a [LostError] when the key is empty or holds a
 // record of another owner (or an ended one), err otherwise.
 func (r reply) done(op, key string, err error) error {
 	switch {

@@ -42,7 +42,7 @@ func ShardedPubSub(on bool) RedisOption {
 	return func(p *RedisProvider) { p.shard.off = !on }
 }
 
-// shardState is a RedisProvider's sharded pub/sub: whether it is used, and
+// shardState is a [RedisProvider]'s sharded pub/sub: whether it is used, and
 // the Listens it subscribes for.
 type shardState struct {
 	off  bool         // ShardedPubSub(false)

@@ -62,7 +62,7 @@ func checkVersion(key string, rec Record) error {
 
 // fenceKey returns the fencing counter of the lock whose record Redis stores
 // under record (see recordKey): P{t}:fence, P the text of key before its
-// hash tag, or DefaultPrefix for a key without one.
+// hash tag, or [DefaultPrefix] for a key without one.
 func fenceKey(key, record string) string {
 	prefix := DefaultPrefix
 	if record == key { // key has a hash tag
