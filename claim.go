@@ -6,7 +6,7 @@ import (
 )
 
 // claim is what a hold takes of a counted name (a Semaphore's permits, an
-// RWMutex's readers): weight out of limit. The zero claim is a lock's. A
+// [RWMutex]'s readers): weight out of limit. The zero claim is a lock's. A
 // Lock and its acquisition carry one, and ask the provider through the
 // methods below, which call the lock's methods of the Provider or the
 // claim's: the waiting, renewal, loss and release of a lock and of a claim
@@ -22,7 +22,7 @@ func (cl claim) of(owner string, ttl time.Duration) Claim {
 	return Claim{Owner: owner, Weight: cl.weight, Limit: cl.limit, TTL: ttl}
 }
 
-// take asks for the lock or claim under key once (Provider.Acquire,
+// take asks for the lock or claim under key once ([Provider.Acquire],
 // AcquireClaim).
 func (c *Client) take(ctx context.Context, key, owner string, cl claim, ttl time.Duration) (Record, error) {
 	if cl.counted() {
@@ -31,7 +31,7 @@ func (c *Client) take(ctx context.Context, key, owner string, cl claim, ttl time
 	return c.provider.Acquire(ctx, key, owner, ttl)
 }
 
-// queue asks for it as waiter w (Provider.Queue, QueueClaim).
+// queue asks for it as waiter w ([Provider.Queue], QueueClaim).
 func (c *Client) queue(ctx context.Context, key string, cl claim, w Waiter) (Record, error) {
 	if cl.counted() {
 		return c.provider.QueueClaim(ctx, key, cl.waiter(w))
@@ -39,7 +39,7 @@ func (c *Client) queue(ctx context.Context, key string, cl claim, w Waiter) (Rec
 	return c.provider.Queue(ctx, key, w)
 }
 
-// leave takes waiter w out of key's queue (Provider.Leave, LeaveClaim).
+// leave takes waiter w out of key's queue ([Provider.Leave], LeaveClaim).
 func (c *Client) leave(ctx context.Context, key string, cl claim, w Waiter) error {
 	if cl.counted() {
 		return c.provider.LeaveClaim(ctx, key, cl.waiter(w))
@@ -53,7 +53,7 @@ func (cl claim) waiter(w Waiter) Claim {
 	return q
 }
 
-// renew renews owner's hold under key (Provider.Renew, RenewClaim).
+// renew renews owner's hold under key ([Provider.Renew], RenewClaim).
 func (c *Client) renew(ctx context.Context, key, owner string, cl claim, ttl time.Duration) error {
 	if cl.counted() {
 		return c.provider.RenewClaim(ctx, key, owner, ttl)
@@ -61,7 +61,7 @@ func (c *Client) renew(ctx context.Context, key, owner string, cl claim, ttl tim
 	return c.provider.Renew(ctx, key, owner, ttl)
 }
 
-// release releases owner's hold under key (Provider.Release,
+// release releases owner's hold under key ([Provider.Release],
 // ReleaseClaim).
 func (c *Client) release(ctx context.Context, key, owner string, cl claim) error {
 	if cl.counted() {

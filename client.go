@@ -14,7 +14,7 @@ import (
 )
 
 // Client acquires, renews and releases locks on a Provider. Create one per
-// process (or per provider) with NewClient and share it: it is safe for
+// process (or per provider) with [NewClient] and share it: it is safe for
 // concurrent use. Close it when done.
 type Client struct {
 	provider       Provider
@@ -81,7 +81,7 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 	return c, nil
 }
 
-// Close wakes every waiter of the Client with an error matching ErrClosed,
+// Close wakes every waiter of the Client with an error matching [ErrClosed],
 // waits for acquisitions under way to end and for the cleanups of abandoned
 // ones (each bounded by the release timeout), and stops listening for
 // grants. No acquisition succeeds after Close returns. Locks already held
@@ -110,7 +110,7 @@ func (c *Client) enter() bool {
 
 // Do acquires the lock called name, runs fn while holding it, and releases it,
 // even when fn fails or panics. fn's context is cancelled, with a *LostError as
-// its cause (context.Cause), if the lock is lost while fn runs; FromContext
+// its cause (context.Cause), if the lock is lost while fn runs; [FromContext]
 // returns the held lock. Do returns the acquisition's error (fn not run), or
 // fn's error joined with the release's (a *LostError when the lock was lost).
 func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx context.Context) error) error {
@@ -230,7 +230,7 @@ func (c *Client) emit(e Event) {
 // lastError) unless it is a context's. ctx is the caller's context, or
 // context.Background() when the call ran on a context of the library's
 // own: a call that ended because the caller's context did is no sign of the
-// provider's health (the error does not match ErrUnavailable).
+// provider's health (the error does not match [ErrUnavailable]).
 func (c *Client) failed(ctx context.Context, op, key string, err error) error {
 	if errors.Is(err, ErrLost) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrInvalidArgument) {
 		return err

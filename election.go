@@ -14,29 +14,29 @@ import (
 	"time"
 )
 
-// DefaultLeadPause is how long Lead waits, when LeadOptions.Pause is zero,
+// DefaultLeadPause is how long Lead waits, when [LeadOptions.Pause] is zero,
 // after a term ends before it campaigns again, and after a campaign that
 // failed (doubled for each failure in a row, up to 16 times).
 const DefaultLeadPause = time.Second
 
 // ElectionOptions say how a candidate campaigns for a role and holds it.
-// The zero value holds the role with a DefaultLease renewed with no limit.
+// The zero value holds the role with a [DefaultLease] renewed with no limit.
 type ElectionOptions struct {
 	// Lease is the TTL of the role's record while a leader holds it,
 	// renewed every Lease/3: a leader whose process dies is succeeded within
 	// a lease and a round trip (the first candidates look again as the TTL
-	// they read runs out, not at their next poll). Zero means DefaultLease.
+	// they read runs out, not at their next poll). Zero means [DefaultLease].
 	Lease time.Duration
 
 	// MaxDuration bounds a term: at its end the leader loses the role
-	// (LostMaxDuration) and must campaign again, behind the candidates
-	// already waiting. Zero means NoHoldLimit: the term lasts until Resign
+	// ([LostMaxDuration]) and must campaign again, behind the candidates
+	// already waiting. Zero means [NoHoldLimit]: the term lasts until Resign
 	// or a loss.
 	MaxDuration time.Duration
 }
 
 // options returns the Options of the role's lock: a fair wait, bounded by
-// the caller's context alone, and a hold of o.MaxDuration (NoHoldLimit).
+// the caller's context alone, and a hold of o.MaxDuration ([NoHoldLimit]).
 func (o ElectionOptions) options() (Options, error) {
 	lo := Options{Wait: true, Fair: true, Lease: o.Lease, MaxDuration: o.MaxDuration}
 	if lo.MaxDuration == 0 {
@@ -49,7 +49,7 @@ func (o ElectionOptions) options() (Options, error) {
 // Term is one candidate's leadership of a role: a lock held under the role's
 // name, renewed until Resign or a loss. Its token is the term's number,
 // strictly greater than every earlier term's of the role (it is the lock's
-// fencing token: pass it to RedisFence, SQLFence or postgres.Fence so that
+// fencing token: pass it to [RedisFence], [SQLFence] or postgres.Fence so that
 // a paused former leader cannot write). Its methods are safe for concurrent
 // use.
 type Term struct {
@@ -64,15 +64,15 @@ type Term struct {
 // every candidate of the role, in any process, is served in the order it
 // began to wait), for as long as ctx allows, and returns the Term it won.
 // role is a lock name: Inspect, List, ForceRelease and lockctl show and free
-// the role under it (Status.Kind "role"). A role is not a lock: Campaign on a
+// the role under it ([Status.Kind] "role"). A role is not a lock: Campaign on a
 // name held with Acquire or Do, and Acquire or Do on a role held by a
-// Campaign, fail with ErrInvalidArgument as soon as they see the other
+// Campaign, fail with [ErrInvalidArgument] as soon as they see the other
 // holding it.
 //
 // ctx bounds the wait only: the Term outlives it (its Context keeps ctx's
 // values, not its cancellation), until Resign or a loss. A campaign that
 // fails returns an error and no Term, and leaves nothing of the candidate
-// stored: a *NotAcquiredError with the context's error (or ErrClosed when
+// stored: a *NotAcquiredError with the context's error (or [ErrClosed] when
 // the Client closes during the campaign; ErrClosed itself when it was
 // closed before), also when ctx ended just as the role was granted (the
 // role is then handed on at once); a *LostError when the role was lost
@@ -140,7 +140,7 @@ func (t *Term) Since() time.Time { return t.since }
 // timer declares it, which is before the role's record can expire and so
 // before another candidate's Campaign can return; at Resign with
 // context.Canceled, before the role is handed on. It has the values of
-// Campaign's context, and FromContext returns the term's Lock.
+// Campaign's context, and [FromContext] returns the term's Lock.
 func (t *Term) Context() context.Context { return t.ctx }
 
 // Done returns a channel that is closed when the term is lost, or when a
@@ -149,7 +149,7 @@ func (t *Term) Context() context.Context { return t.ctx }
 func (t *Term) Done() <-chan struct{} { return t.l.Done() }
 
 // Err returns nil while the term lasts and after a clean Resign, and the
-// *LostError (ErrLost) once the role was lost, as [Lock.Err].
+// *LostError ([ErrLost]) once the role was lost, as [Lock.Err].
 func (t *Term) Err() error { return t.l.Err() }
 
 // Resign ends the term: it cancels the term's Context, then releases the
@@ -171,7 +171,7 @@ func (t *Term) Resign(ctx context.Context) error {
 }
 
 // LeadOptions configure Lead. The zero value campaigns with the zero
-// ElectionOptions, calls no hook, and pauses DefaultLeadPause between terms.
+// [ElectionOptions], calls no hook, and pauses [DefaultLeadPause] between terms.
 type LeadOptions struct {
 	ElectionOptions
 
@@ -191,7 +191,7 @@ type LeadOptions struct {
 	// again, and after a campaign that failed (doubled for each failure in
 	// a row, up to 16 times): a flapping provider is not hammered. The
 	// role passes to the other candidates at once; only this candidate's
-	// return to the queue waits. Zero means DefaultLeadPause.
+	// return to the queue waits. Zero means [DefaultLeadPause].
 	Pause time.Duration
 }
 
@@ -202,7 +202,7 @@ type LeadOptions struct {
 //
 // fn's context is cancelled when the term is lost (with the *LostError as
 // cause, before another candidate can be elected) or when ctx ends (with
-// ctx's cause); it carries the term's Lock (FromContext), whose Token is
+// ctx's cause); it carries the term's Lock ([FromContext]), whose Token is
 // the term's number, for fenced writes. When fn returns, Lead resigns the
 // role, whatever fn returned: a leader is a process running fn, so fn
 // should return only when its context ends; one that returns nil earlier
@@ -213,9 +213,9 @@ type LeadOptions struct {
 // the role and is not recovered.
 //
 // Lead returns context.Cause(ctx) once ctx has ended and the last term,
-// if any, has ended; an error matching ErrClosed when the Client is closed
+// if any, has ended; an error matching [ErrClosed] when the Client is closed
 // while Lead campaigns or pauses (a *NotAcquiredError when it closes during
-// a campaign; a term under way is not ended by Close); ErrInvalidArgument
+// a campaign; a term under way is not ended by Close); [ErrInvalidArgument]
 // for a nil fn, a bad role or bad options, at once.
 func (c *Client) Lead(ctx context.Context, role string, fn func(ctx context.Context) error, o LeadOptions) error {
 	if fn == nil {
@@ -285,7 +285,7 @@ func (c *Client) serve(ctx context.Context, t *Term, fn func(ctx context.Context
 }
 
 // pauseLead waits d, and returns nil; or ctx's cause if ctx ends first, or
-// ErrClosed if the Client closes first.
+// [ErrClosed] if the Client closes first.
 func (c *Client) pauseLead(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()

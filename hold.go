@@ -13,7 +13,7 @@ import (
 	"sync"
 )
 
-// Hold is what a Semaphore or an RWMutex grants (one member: the claim,
+// Hold is what a Semaphore or an [RWMutex] grants (one member: the claim,
 // a Lock whose Key is the name's), or the locks of AcquireAll, held
 // together. Each member is a Lock with a lease of its own, renewed in the
 // background; the
@@ -88,7 +88,7 @@ func (h *Hold) lose(l *Lock, e *LostError) {
 }
 
 // Locks returns the members of the hold, in the order of their keys for
-// AcquireAll; the one claim of a Semaphore's or an RWMutex's hold. Each
+// AcquireAll; the one claim of a Semaphore's or an [RWMutex]'s hold. Each
 // has its key and its own fencing token ([Lock.Token]).
 func (h *Hold) Locks() []*Lock {
 	h.mu.Lock()
@@ -97,7 +97,7 @@ func (h *Hold) Locks() []*Lock {
 }
 
 // Token returns the fencing token of the grant, for a Semaphore's and an
-// RWMutex's holds: its claim's, strictly greater than every earlier hold's
+// [RWMutex]'s holds: its claim's, strictly greater than every earlier hold's
 // of the same name, readers' and writers' alike. For AcquireAll it is
 // zero: each member has its own (Locks).
 func (h *Hold) Token() uint64 { return h.token }
@@ -135,9 +135,9 @@ func (h *Hold) lostLocked() *LostError {
 // the *LostError of the first member lost, and the provider's errors
 // otherwise (joined). Release after Release answers as [Lock.Release] does:
 // what the first returned when it failed, and after a clean one an error
-// matching ErrReleased; while the first is under way it waits for its
+// matching [ErrReleased]; while the first is under way it waits for its
 // outcome. Release on a nil *Hold (what a failed acquisition returns)
-// returns an error matching ErrInvalidArgument.
+// returns an error matching [ErrInvalidArgument].
 func (h *Hold) Release(ctx context.Context) error {
 	if h == nil {
 		return invalidf("Release on a nil *Hold: nothing was acquired")
@@ -180,7 +180,7 @@ func (h *Hold) releaseAll(ctx context.Context) {
 }
 
 // releaseLocks releases locks together and returns their errors, joined,
-// but for a loss, which it stores in *lost (the first) and an ErrReleased;
+// but for a loss, which it stores in *lost (the first) and an [ErrReleased];
 // lost may be nil.
 func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
 	errs := make([]error, len(locks))
@@ -202,8 +202,8 @@ func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
 }
 
 // run calls fn under h, with a context that ends on a loss (cause: the
-// *LostError) or when ctx ends, and releases h. HoldFromContext finds h in
-// it, FromContext h's first member, and the call chain (Lock.outer) every
+// *LostError) or when ctx ends, and releases h. [HoldFromContext] finds h in
+// it, [FromContext] h's first member, and the call chain (Lock.outer) every
 // member, so that a wait for any of them from fn fails at once rather than
 // wait for itself.
 func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
@@ -224,7 +224,7 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 // [RWMutex.Do] or RDo, or DoAll whose function received ctx, and whether
 // there is one. Its Locks are the members, each with its own key and
 // fencing token: in DoAll's function, a write to each locked resource can
-// be fenced with its own lock's token (FromContext gives the first member
+// be fenced with its own lock's token ([FromContext] gives the first member
 // only).
 func HoldFromContext(ctx context.Context) (*Hold, bool) {
 	h, ok := ctx.Value(holdKey{}).(*Hold)

@@ -15,7 +15,7 @@ type Status struct {
 	// Owner is the holder's acquisition id (see [Lock.Owner]); empty when the
 	// lock is free.
 	Owner string `json:"owner,omitempty"`
-	// Identity is the identity of the holder's Client (WithIdentity), when
+	// Identity is the identity of the holder's Client ([WithIdentity]), when
 	// it set one: the owner's text before its last "/".
 	Identity string `json:"identity,omitempty"`
 	// Token is the fencing token of the grant.
@@ -27,12 +27,12 @@ type Status struct {
 	// process's clock when it read the record, plus the record's TTL.
 	Until time.Time `json:"until"`
 	// GracePeriod is true when the holder has finished and the lock stays
-	// closed until Until (Options.GracePeriod or OncePer).
+	// closed until Until ([Options.GracePeriod] or OncePer).
 	GracePeriod bool `json:"grace_period,omitempty"`
 	// Waiters is the number of acquisitions queued for the lock.
 	Waiters int `json:"waiters,omitempty"`
 	// Kind says what it is, when it is not a plain lock: "semaphore" or
-	// "rwmutex" for a Semaphore or an RWMutex as a whole (Limit its permits
+	// "rwmutex" for a Semaphore or an [RWMutex] as a whole (Limit its permits
 	// or readers, Used the weight held, Holders and Queue its holds and
 	// waiters); for one of their holds or waiters, "permit" (a Semaphore's:
 	// Weight permits), "reader" or "writer" (an RWMutex's), Of then the
@@ -44,7 +44,7 @@ type Status struct {
 	Limit  int    `json:"limit,omitempty"`
 	Weight int    `json:"weight,omitempty"`
 	Used   int    `json:"used,omitempty"`
-	// Holders and Queue are a Semaphore's or an RWMutex's holds, in the
+	// Holders and Queue are a Semaphore's or an [RWMutex]'s holds, in the
 	// order they were granted, and waiters, in arrival order (Owner,
 	// Identity, Kind, Weight; a hold's Token, Since and Until).
 	Holders []Status `json:"holders,omitempty"`
@@ -57,12 +57,12 @@ type Status struct {
 
 // Free reports whether nobody holds the name: no lock holder, and no grace
 // period (a lock in one has an Owner, its last holder, and GracePeriod
-// set), and, for a Semaphore or an RWMutex, no hold.
+// set), and, for a Semaphore or an [RWMutex], no hold.
 func (s Status) Free() bool { return s.Owner == "" && s.Used == 0 }
 
 // Inspect returns who holds the lock called name, since when and until
 // when, without changing anything. A free lock has an empty Owner. When no
-// lock of that name is held, a Semaphore or an RWMutex of that name that
+// lock of that name is held, a Semaphore or an [RWMutex] of that name that
 // is held or waited for is returned (Kind "semaphore" or "rwmutex").
 func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
 	key, err := c.checkName(name)
@@ -83,7 +83,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
 	return status(name, key, rec, time.Now()), nil
 }
 
-// inspectCounted returns the Status of the Semaphore or RWMutex called
+// inspectCounted returns the Status of the Semaphore or [RWMutex] called
 // name, whose key is key: Limit 0 when it holds nothing.
 func (c *Client) inspectCounted(ctx context.Context, name, key string) (Status, error) {
 	cs, err := c.provider.InspectClaims(ctx, key)
@@ -173,9 +173,9 @@ func (c *Client) List(ctx context.Context, limit int) (locks []Status, more bool
 // work: the holder is told its lock is lost only at its next renewal
 // (within a third of its lease) or its release, and may act on the resource
 // until then; its fencing token tells the resource which grant is newer.
-// Its LostError says LostRemoved, or LostTaken when another owner took the
+// Its [LostError] says [LostRemoved], or [LostTaken] when another owner took the
 // lock meanwhile. The release is logged at warning level and emitted as
-// EventForceReleased.
+// [EventForceReleased].
 func (c *Client) ForceRelease(ctx context.Context, name string) (Status, error) {
 	key, err := c.checkName(name)
 	if err != nil {
@@ -212,8 +212,8 @@ func status(name, key string, rec Record, now time.Time) Status {
 }
 
 // PartOf returns what the hold under key, held (or asked for) by owner, is
-// part of, as Status.Kind, Of and Limit say: "permit", "reader" or
-// "writer", with the name of the Semaphore or RWMutex and its number of
+// part of, as [Status.Kind], Of and Limit say: "permit", "reader" or
+// "writer", with the name of the Semaphore or [RWMutex] and its number of
 // permits or readers; "role" for an election's role; empty for a plain
 // lock. It reads the name between
 // the key's braces (see [Client.Key]) and the owner's last characters, so
@@ -230,7 +230,7 @@ func PartOf(key, owner string) (kind, of string, limit int) {
 }
 
 // partOf returns what the hold of the name called name, held by owner, is
-// part of: see Status.Kind, from the tag that ends the holder's owner (see
+// part of: see [Status.Kind], from the tag that ends the holder's owner (see
 // parseTag). It does not allocate.
 func partOf(name, owner string) (kind, of string, limit int) {
 	tag, n, ok := parseTag(owner)

@@ -258,15 +258,15 @@ func (l *Lock) lostAlready() error {
 	return err
 }
 
-// lostError returns the LostError of a loss of l for reason.
+// lostError returns the [LostError] of a loss of l for reason.
 func (l *Lock) lostError(reason LostReason, cause error) *LostError {
 	return &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
 }
 
-// found returns the LostError of a loss that a renewal or the release found:
+// found returns the [LostError] of a loss that a renewal or the release found:
 // the provider answered err, a *LostError (the record gone or another's).
 // When the answer came before end, the lease's end, the record cannot have
-// expired: it was removed early (LostTaken, LostRemoved); otherwise the lease
+// expired: it was removed early ([LostTaken], [LostRemoved]); otherwise the lease
 // ran out. Who holds the key now is read once more (Inspect, bounded by a
 // second), unless the provider said it; a failed read leaves Holder empty.
 func (l *Lock) found(ctx context.Context, err error, end time.Time) *LostError {
@@ -292,7 +292,7 @@ func (l *Lock) found(ctx context.Context, err error, end time.Time) *LostError {
 }
 
 // reportLoss logs the loss at warning level, the one event an operator must
-// see, and emits EventLost.
+// see, and emits [EventLost].
 func (l *Lock) reportLoss(e *LostError) {
 	heldFor := time.Since(l.start)
 	args := []any{"key", l.key, "token", l.token, "held", heldFor, "reason", e.Reason.String()}
@@ -345,13 +345,13 @@ func (l *Lock) closedFor() time.Duration {
 // It runs on a context of its own (bounded by the release timeout) so that a
 // cancelled ctx cannot leave the lock held. It returns nil after a clean
 // release, the *LostError if the lock was lost before (or found gone or
-// taken now), and the provider's error otherwise (matching ErrUnavailable;
+// taken now), and the provider's error otherwise (matching [ErrUnavailable];
 // the record then expires within its lease). Done is closed when it returns,
 // with Err saying the same. Release after Release returns what the first
 // returned when it failed, and after a clean one an error matching
-// ErrReleased; it does not call the provider, and while the first is under
+// [ErrReleased]; it does not call the provider, and while the first is under
 // way it waits for its outcome. Release on a nil *Lock (what a failed
-// Acquire returns) returns an error matching ErrInvalidArgument.
+// Acquire returns) returns an error matching [ErrInvalidArgument].
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return invalidf("Release on a nil *Lock: nothing was acquired")
@@ -428,7 +428,7 @@ func (l *Lock) end(outcome error) {
 }
 
 // releasedAgain is Release after Release: it waits for the first one's
-// outcome (Done) and returns it, the loss or the failure, or ErrReleased
+// outcome (Done) and returns it, the loss or the failure, or [ErrReleased]
 // after a clean release.
 func (l *Lock) releasedAgain() error {
 	<-l.Done()
@@ -466,7 +466,7 @@ func under(ctx, hctx context.Context, cancel context.CancelCauseFunc, fn, end fu
 // Lock's, a Hold's, a Term's), joined with rerr, the error of the release
 // that ended the hold; but without rerr when it is a loss that err already
 // carries (fn's error is often the loss itself, its context's cause), or
-// ErrReleased (fn released the hold itself).
+// [ErrReleased] (fn released the hold itself).
 func joinRelease(err, rerr error) error {
 	var lost *LostError
 	if rerr == nil || errors.Is(rerr, ErrReleased) || errors.As(rerr, &lost) && errors.Is(err, lost) {
@@ -475,14 +475,14 @@ func joinRelease(err, rerr error) error {
 	return errors.Join(err, rerr)
 }
 
-// The keys of the values FromContext and HoldFromContext find.
+// The keys of the values [FromContext] and [HoldFromContext] find.
 type (
 	ctxKey  struct{}
 	holdKey struct{}
 )
 
-// scope is the context of a handler run under l: ctx, in which FromContext
-// finds l, and HoldFromContext h when l is the first member of a Hold run
+// scope is the context of a handler run under l: ctx, in which [FromContext]
+// finds l, and [HoldFromContext] h when l is the first member of a Hold run
 // (Hold.run). It lives in the Lock, saving an allocation.
 type scope struct {
 	context.Context
@@ -504,7 +504,7 @@ func (s *scope) Value(key any) any {
 // received ctx, and whether there is one: [Client.Do], Middleware, a
 // Primitive's Run, Lead's function or a Term's Context (the term's lock),
 // and [Semaphore.Do], [RWMutex.Do] and RDo, and DoAll (the hold's first
-// member; HoldFromContext gives every member).
+// member; [HoldFromContext] gives every member).
 func FromContext(ctx context.Context) (*Lock, bool) {
 	l, ok := ctx.Value(ctxKey{}).(*Lock)
 	return l, ok

@@ -8,7 +8,7 @@ type MiddlewareOptions[A any] struct {
 	Name string
 	// NameFunc derives the lock's name from the handler's argument, for a lock
 	// per resource ("order:" + id). It wins over Name. A call for which it
-	// returns "" fails with ErrInvalidArgument and does not run the handler.
+	// returns "" fails with [ErrInvalidArgument] and does not run the handler.
 	NameFunc func(A) string
 	Options
 }
@@ -17,11 +17,11 @@ type MiddlewareOptions[A any] struct {
 // lock: a fresh owner per call, the lock taken before next runs and released
 // after it returns (or panics). next's results and error are passed through.
 // A call that does not get the lock returns a *NotAcquiredError naming it
-// (ErrNotAcquired, with ErrHeld, ErrGracePeriod or ErrTimeout) without running
+// ([ErrNotAcquired], with [ErrHeld], [ErrGracePeriod] or [ErrTimeout]) without running
 // next; a call whose lock is lost while next runs has next's context cancelled
 // and returns next's results with a *LostError joined to its error.
 //
-// Middleware returns an error (ErrInvalidArgument) for a nil client or
+// Middleware returns an error ([ErrInvalidArgument]) for a nil client or
 // handler, no name, a Name that Acquire would refuse, or bad durations.
 func Middleware[A, R any](c *Client, next func(context.Context, A) (R, error), opts MiddlewareOptions[A]) (func(context.Context, A) (R, error), error) {
 	keyOf, err := keyer(c, next == nil, opts.Name, opts.NameFunc, opts.Options)
@@ -43,7 +43,7 @@ func Middleware[A, R any](c *Client, next func(context.Context, A) (R, error), o
 	}, nil
 }
 
-// keyer checks what Middleware, HTTPMiddleware and New share, and returns the
+// keyer checks what Middleware, [HTTPMiddleware] and New share, and returns the
 // function that gives the key of one call's lock: a fixed name is checked
 // and made a key once, here; NameFunc's names on each call.
 func keyer[A any](c *Client, nilHandler bool, name string, fn func(A) string, o Options) (func(A) (string, error), error) {

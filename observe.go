@@ -19,7 +19,7 @@ type Leader struct {
 	// Owner is the leader's term's owner ([Term.Owner]); empty when nobody
 	// leads (see Vacant).
 	Owner string
-	// Identity is the identity of the leader's Client (WithIdentity): name
+	// Identity is the identity of the leader's Client ([WithIdentity]): name
 	// each process with it (a host and port, a pod name) so that observers
 	// know where the leader runs. Empty when nobody leads or the Client set
 	// none.
@@ -27,7 +27,7 @@ type Leader struct {
 	// Term is the term's number ([Term.Token]); zero when nobody leads.
 	Term uint64
 	// Since is when the term began, by the clock of the process that
-	// granted it (see Status.Since); for a term that had ended before
+	// granted it (see [Status.Since]); for a term that had ended before
 	// Observe could read it, when Observe heard of it. Zero when nobody
 	// leads.
 	Since time.Time
@@ -46,11 +46,11 @@ func (l Leader) Vacant() bool { return l.Owner == "" }
 // Leader, or a Vacant one when nobody leads), then each change: a new term,
 // or nobody.
 //
-// It watches the role's key (Provider.Watch: Redis pub/sub, PostgreSQL
+// It watches the role's key ([Provider.Watch]: Redis pub/sub, PostgreSQL
 // LISTEN, an etcd watch), on which Campaign tells each term it wins and
 // Resign and ForceRelease each end, and reads the role's record with
 // Inspect at each notice, when the leader's record would expire unless
-// renewed, and every poll interval of the Client (WithPollInterval, one
+// renewed, and every poll interval of the Client ([WithPollInterval], one
 // second by default). So a term won, resigned or forced off reaches the
 // channel within a round trip or two, a leader that stopped (its record
 // expired) within a round trip of the expiry, and anything else (a Notify
@@ -66,7 +66,7 @@ func (l Leader) Vacant() bool { return l.Owner == "" }
 // is missed for a reconnection. A slow receiver misses nothing but
 // intermediate states: each value sent is the state at its read. The
 // channel is closed when ctx ends or the Client closes: cancel ctx when
-// done. Observe returns ErrInvalidArgument for a bad role.
+// done. Observe returns [ErrInvalidArgument] for a bad role.
 //
 // A leader can publish where it runs through its Client's identity (Leader
 // .Identity): a host and port is a valid identity. Any other value would

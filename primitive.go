@@ -21,8 +21,8 @@ type PrimitiveOptions[T any] struct {
 	// NameFunc derives the name from Run's argument; it wins over Name.
 	NameFunc func(T) string
 	// GracePeriodFunc derives the grace period from Run's argument; it wins over
-	// Options.GracePeriod. A negative result fails the call with
-	// ErrInvalidArgument before the lock is taken.
+	// [Options.GracePeriod]. A negative result fails the call with
+	// [ErrInvalidArgument] before the lock is taken.
 	GracePeriodFunc func(T) time.Duration
 	Options
 }
@@ -40,7 +40,7 @@ type Primitive[T any] struct {
 }
 
 // New declares handler as a Primitive on c. It returns an error
-// (ErrInvalidArgument) for a nil client or handler, a Name that Acquire would
+// ([ErrInvalidArgument]) for a nil client or handler, a Name that Acquire would
 // refuse, and bad durations.
 func New[T any](c *Client, handler func(context.Context, T) error, opts PrimitiveOptions[T]) (*Primitive[T], error) {
 	name := opts.Name
@@ -69,9 +69,9 @@ func (p *Primitive[T]) Name(arg T) string {
 // Runs never both enter, in this process or any other that shares the
 // provider. It returns nil when the handler ran and succeeded, the handler's
 // error when it failed (the lock is released all the same), and a
-// *NotAcquiredError when it did not run: errors.Is tells ErrHeld (another run
-// held the lock, no Wait), ErrGracePeriod (a run ended within the grace
-// period), ErrTimeout (waited MaxWait) or the context's error. A run whose
+// *NotAcquiredError when it did not run: errors.Is tells [ErrHeld] (another run
+// held the lock, no Wait), [ErrGracePeriod] (a run ended within the grace
+// period), [ErrTimeout] (waited MaxWait) or the context's error. A run whose
 // lock was lost returns a *LostError, joined to the handler's error.
 func (p *Primitive[T]) Run(ctx context.Context, arg T) error {
 	o := p.opts.Options

@@ -20,7 +20,7 @@ import (
 //
 // There is no upgrade from a read hold to a write hold, and no hold within
 // a hold: RLock or Lock asked for from the context of an RDo or Do of the
-// same lock fails at once with ErrInvalidArgument (it would wait for
+// same lock fails at once with [ErrInvalidArgument] (it would wait for
 // itself, as a second read hold would once a writer queues between them).
 // Downgrade turns a write hold into a read hold.
 type RWMutex struct {
@@ -31,7 +31,7 @@ type RWMutex struct {
 }
 
 // RWMutex returns the read-write lock called name, for at most maxReaders
-// readers at once (1 to MaxPermits; a reader beyond them waits). Like a
+// readers at once (1 to [MaxPermits]; a reader beyond them waits). Like a
 // Semaphore's N, maxReaders is a property of the name: every caller must
 // give the same one. It stores nothing until a hold is taken.
 func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
@@ -46,7 +46,7 @@ func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
 }
 
 // RLock takes a read hold. Without o.Wait it fails at once, with a
-// *NotAcquiredError (ErrHeld), when a writer holds the lock, maxReaders
+// *NotAcquiredError ([ErrHeld]), when a writer holds the lock, maxReaders
 // readers do, or others wait for it; with o.Wait it waits its turn, up to
 // o.MaxWait. o.Lease and o.MaxDuration apply to the hold; o.GracePeriod
 // and o.OncePer are refused.
@@ -59,7 +59,7 @@ func (m *RWMutex) RLock(ctx context.Context, o Options) (*Hold, error) {
 
 // Lock takes the write hold: no reader and no other writer until it is
 // released. Without o.Wait it fails at once, with a *NotAcquiredError
-// (ErrHeld), when anyone holds the lock or waits for it; with o.Wait it
+// ([ErrHeld]), when anyone holds the lock or waits for it; with o.Wait it
 // waits its turn, up to o.MaxWait. o.Lease and o.MaxDuration apply to the
 // hold; o.GracePeriod and o.OncePer are refused.
 func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
@@ -128,7 +128,7 @@ func (m *RWMutex) Inspect(ctx context.Context) (Status, error) {
 // Downgrade turns a write hold into a read hold, atomically: the writer's
 // claim is lowered to a reader's in one call to the backend, which lets
 // the readers queued behind it in at once; no writer can come between.
-// The hold keeps its token and its lease. It fails with ErrInvalidArgument
+// The hold keeps its token and its lease. It fails with [ErrInvalidArgument]
 // for a hold that is not a write hold, and with the *LostError of a write
 // hold that was lost; a write hold that fails to downgrade otherwise is
 // still held.

@@ -27,7 +27,7 @@ func TickName(job string, tick time.Time) string {
 // closed from the first replica's attempt until at least one period after the
 // run ends, so:
 //
-//   - a replica whose clock or tick is late finds the tick held (ErrHeld) or
+//   - a replica whose clock or tick is late finds the tick held ([ErrHeld]) or
 //     already run (ErrGracePeriod) and skips it, as long as it tries within one
 //     period of the first replica's attempt: the spread of the replicas'
 //     clocks plus their scheduling delays must stay under every (raise
@@ -48,8 +48,8 @@ func TickName(job string, tick time.Time) string {
 // On success, fn ran in this replica and RunTick returns fn's error joined with
 // the release's, as Do does; the tick then stays closed even when fn failed
 // (it is not run again elsewhere). When another replica runs or ran the tick it
-// returns an error matching ErrNotAcquired and ErrHeld (running) or
-// ErrGracePeriod (ran), and fn is not run. It returns ErrInvalidArgument for an
+// returns an error matching [ErrNotAcquired] and ErrHeld (running) or
+// [ErrGracePeriod] (ran), and fn is not run. It returns [ErrInvalidArgument] for an
 // empty job, a zero tick, a period that is not positive, or bad options.
 // What it does not cover: a replica that tries after the record has expired
 // (more than the grace period after the run ended) runs the tick again, and a

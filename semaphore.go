@@ -25,7 +25,7 @@ import (
 //
 // N is a property of the name: every caller must give the same N. A
 // caller that gives another N while the name is held or waited for fails
-// with ErrInvalidArgument. A Semaphore and a lock of the same name are two
+// with [ErrInvalidArgument]. A Semaphore and a lock of the same name are two
 // things: neither sees the other.
 type Semaphore struct {
 	c    *Client
@@ -36,7 +36,7 @@ type Semaphore struct {
 }
 
 // Semaphore returns the semaphore called name, with n permits (1 to
-// MaxPermits). It stores nothing: permits are taken by Acquire and Do.
+// [MaxPermits]). It stores nothing: permits are taken by Acquire and Do.
 func (c *Client) Semaphore(name string, n int) (*Semaphore, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, invalidf("semaphore %q: %d permits, not between 1 and %d", name, n, MaxPermits)
@@ -50,7 +50,7 @@ func (c *Client) Semaphore(name string, n int) (*Semaphore, error) {
 
 // Acquire takes weight permits (1 to N), all together: the caller holds
 // them all or none. Without o.Wait it fails at once, with a
-// *NotAcquiredError (ErrHeld), when they do not fit now or others wait
+// *NotAcquiredError ([ErrHeld]), when they do not fit now or others wait
 // for the semaphore; with o.Wait it waits in arrival order, up to
 // o.MaxWait. o.Lease and o.MaxDuration apply to the hold; o.GracePeriod
 // and o.OncePer are refused. The Hold's Token is its fencing token,
@@ -105,8 +105,8 @@ func (c *Client) acquireHold(ctx context.Context, key, tag string, cl claim, o O
 	return newHold(ctx, c, l.Token(), []*Lock{l})
 }
 
-// The tags that end the owners of a Semaphore's and an RWMutex's holds,
-// and of an election's role, ~<kind><n> (see Status.Kind): a semaphore's
+// The tags that end the owners of a Semaphore's and an [RWMutex]'s holds,
+// and of an election's role, ~<kind><n> (see [Status.Kind]): a semaphore's
 // holders and waiters; an RWMutex's readers; its writers; a role's
 // candidates and leader (n is 1).
 const (

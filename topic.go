@@ -20,7 +20,7 @@ import (
 // The inbox is joined before a waiter's first request, so that a grant made
 // in answer to it always finds the waiter (no lost wake-up). A grant for an
 // owner whose waiter gave up is handed back: released, owner-checked, which
-// passes it on. (The waiter's own Provider.Leave does the same, but it may
+// passes it on. (The waiter's own [Provider.Leave] does the same, but it may
 // have failed, during an outage, and left the waiter in the queue.) A grant
 // for an owner whose waiter took the lock is left alone: the waiter's own
 // request found the lock its own before the message came (the reply and

@@ -9,10 +9,10 @@ import (
 
 // Acquire takes the lock called name. On success the caller holds it, and it is
 // renewed in the background until Release, loss, or MaxDuration. Without
-// o.Wait it tries once; with it, it waits as Options.Wait says. It returns a
-// *NotAcquiredError (ErrNotAcquired) when the lock was held, in its grace
+// o.Wait it tries once; with it, it waits as [Options.Wait] says. It returns a
+// *NotAcquiredError ([ErrNotAcquired]) when the lock was held, in its grace
 // period, or the wait ended (its Reason is then the context's cause:
-// ErrTimeout at MaxWait, ErrClosed when the Client closes during the wait),
+// [ErrTimeout] at MaxWait, [ErrClosed] when the Client closes during the wait),
 // ErrClosed itself when the Client was closed before the call, and the
 // provider's error, naming the operation and the key, otherwise. After a
 // failure nothing of the caller's is left stored when Acquire returns (its
@@ -25,8 +25,8 @@ import (
 // paused process) is not a hold, nor a loss: Acquire hands it back and
 // returns a *NotAcquiredError that says so; with Wait, the waiter renews
 // such a grant before it relies on it, or looks again. Acquiring, with
-// Wait, a lock that ctx's call chain already holds (see FromContext) would
-// wait for itself: it fails at once with ErrInvalidArgument.
+// Wait, a lock that ctx's call chain already holds (see [FromContext]) would
+// wait for itself: it fails at once with [ErrInvalidArgument].
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
 	key, err := c.checkName(name)
 	if err != nil {
@@ -110,8 +110,8 @@ func (a *acquisition) finish(ctx context.Context, l *Lock, err error) (*Lock, er
 
 // try asks for the lock once, as the acquisition begins (a.began counts as
 // when the request was sent). A lock held by another owner fails with a
-// *NotAcquiredError whose reason is ErrHeld, reported (EventContended,
-// EventSkipped) only without o.Wait: with it, the waiter goes on and reports.
+// *NotAcquiredError whose reason is [ErrHeld], reported ([EventContended],
+// [EventSkipped]) only without o.Wait: with it, the waiter goes on and reports.
 func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	c, key, owner := a.c, a.key, a.owner
 	if c.closing.Err() != nil {
@@ -191,8 +191,8 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 }
 
 // notAcquired returns the error of an acquisition that failed for reason:
-// a *NotAcquiredError, emitted as EventSkipped, when the lock was refused
-// (reason ErrHeld, ErrGracePeriod, ErrClosed, a grant that came too late)
+// a *NotAcquiredError, emitted as [EventSkipped], when the lock was refused
+// (reason [ErrHeld], [ErrGracePeriod], [ErrClosed], a grant that came too late)
 // or ctx ended (its cause is then the Reason, and a provider call that
 // failed or went unanswered as it ended is the Provider), and reason itself
 // otherwise (a provider error, naming the operation and the key; bad
@@ -310,7 +310,7 @@ func (a *acquisition) leaseOf(rec Record) time.Duration {
 
 // busyKeys remembers the keys this Client found held lately. A waiter's
 // first request for such a key asks the provider to join the key's queue
-// first (LookJoin): one command when others wait already. A key is
+// first ([LookJoin]): one command when others wait already. A key is
 // forgotten a second after it was last seen busy.
 type busyKeys struct {
 	mu   sync.Mutex

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// A waiter is one acquisition with Options.Wait, from its first request to
+// A waiter is one acquisition with [Options.Wait], from its first request to
 // the provider until it holds the lock or gives up. Its states, and the one
 // loop that moves it from one to the next (waiter.run):
 //
@@ -19,7 +19,7 @@ import (
 //
 // Only the waiter's own goroutine moves it; the inbox (topic.go) hands it
 // grants and wake-ups through buffered channels that never block the sender.
-// A waiter that gives up leaves the provider's queue at once (Provider.Leave,
+// A waiter that gives up leaves the provider's queue at once ([Provider.Leave],
 // which also passes on a lock handed to it meanwhile), so that the lock is
 // never held for a waiter that is gone.
 type waiter struct {
@@ -59,7 +59,7 @@ func (s waiterState) String() string {
 }
 
 // run asks for the lock until w holds it or gives up. ctx ends the wait
-// with its cause (ErrTimeout at MaxWait, ErrClosed at Close).
+// with its cause ([ErrTimeout] at MaxWait, [ErrClosed] at Close).
 func (w *waiter) run(ctx context.Context) (*Lock, error) {
 	poll := time.NewTimer(w.c.poll)
 	defer poll.Stop()
@@ -92,7 +92,7 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 // its own yet, and a grant lost with a broken connection is looked for at
 // once (the inbox wakes every waiter when its connection is back).
 //
-// A waiter for a counted name (a Semaphore's, an RWMutex's) looks soon
+// A waiter for a counted name (a Semaphore's, an [RWMutex]'s) looks soon
 // after the claim it saw expire first does, wherever it is in the queue: a
 // millisecond later for each waiter ahead of it. One release grants as many
 // waiters as fit, so its place may be near the head long before it looks
@@ -227,7 +227,7 @@ const slowAnswer = time.Second
 // then it returns nil, and w gave up as a wait that timed out in the queue.
 // The provider had answered w (it queued it) and had little time to answer
 // again; a call cut short later, or before w was ever queued, still reads
-// as unanswered (ErrUnavailable).
+// as unanswered ([ErrUnavailable]).
 func (w *waiter) callFailed(ctx context.Context, op string, err error, sent time.Time) error {
 	if !w.asked.IsZero() && ctx.Err() != nil && isContextErr(err) && time.Since(sent) < slowAnswer {
 		return nil
@@ -242,7 +242,7 @@ func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 
 // giveUp leaves the queue, passing on a lock handed to w meanwhile, and
 // returns why: a *NotAcquiredError when ctx ended or reason is
-// ErrGracePeriod or a refusal, reason itself otherwise. It leaves before
+// [ErrGracePeriod] or a refusal, reason itself otherwise. It leaves before
 // it returns, on a context of its own bounded by the release timeout, so
 // that a caller whose wait ended finds nothing of its own stored: the
 // provider answered w's last call, or no call was under way.
