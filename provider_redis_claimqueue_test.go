@@ -19,8 +19,8 @@ import (
 // (5), besides the PEXPIREATs that move the keys' expiry. No call reads
 // every claim (HGETALL): a release that drops the claim that expires first
 // names the claim it grants, and keeps the deadline as a bound. No call
-// takes a token from the counter (INCR, INCRBY): the name's block of
-// tokens lasts 64 grants.
+// takes a token from the counter (INCR, INCRBY) while the name's block of
+// tokens lasts.
 func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
 	srv := faults.StartRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -40,11 +40,25 @@ func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
 				mustClaim(t, p, key, a)
 				holders = append(holders, a)
 			}
-			w := hold()
-			mustQueue(t, p, key, w)
-			require.NoError(t, p.ReleaseClaim(ctx, key, holders[0].Owner))
-			assert.Equal(t, w.Owner, in.next(t).Owner)
-			holders = append(holders[1:], w)
+			// Grants from the queue until the name's block of tokens
+			// (" tok": last, max, size) has one left for the grant
+			// measured: its blocks double from 1.
+			for i := 0; ; i++ {
+				require.Less(t, i, 20, "the block of tokens never had one left")
+				w := hold()
+				mustQueue(t, p, key, w)
+				require.NoError(t, p.ReleaseClaim(ctx, key, holders[0].Owner))
+				assert.Equal(t, w.Owner, in.next(t).Owner)
+				holders = append(holders[1:], w)
+				tok, err := rc.HGet(ctx, rawKey(key)+":c", " tok").Result()
+				require.NoError(t, err)
+				var last, max, size int64
+				_, err = fmt.Sscanf(tok, "%d %d %d", &last, &max, &size)
+				require.NoError(t, err, "tok %q", tok)
+				if max > last {
+					break
+				}
+			}
 
 			require.NoError(t, rc.ConfigResetStat(ctx).Err())
 			b := hold()

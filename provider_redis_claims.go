@@ -15,11 +15,11 @@ import (
 // a hash of the live claims (owner -> "weight,token,since,deadline", the
 // deadline by the server's clock) and the waiters' queue entries, with the
 // name's limit, the weight used, the queue's length, when the keys expire
-// and the claim that expires first; R+":cq", the queue, a list of entries
-// "owner weight ttl channel"; and the locks' fencing counter of the slot,
-// from which a name takes its tokens 64 at a time (see
-// provider_redis_token.go). Every script reads the server's clock (TIME) and the
-// name's fields (HMGET) first, and reaps the claims whose deadline passed
+// and a bound of the first deadline with a live claim; R+":cq", the queue,
+// a list of entries "owner weight ttl channel"; and the locks' fencing
+// counter of the slot, from which a name takes its tokens in blocks (see
+// provider_redis_token.go). Every script reads the server's clock (TIME)
+// and the name's fields (HMGET) first, and reaps the claims whose deadline passed
 // (HGETALL) when that clock reached the earliest deadline. What the scripts
 // take and reply is written once, at the top of scripts/claim.lua.
 //
@@ -82,7 +82,7 @@ func (k claimKeys) args(argv ...any) []any {
 // The codes of the claim scripts' replies (see scripts/claim.lua).
 const (
 	claimDone    = 1 // the call did what it was asked
-	claimValue   = 2 // the caller holds no claim; rec is the claim that expires first
+	claimValue   = 2 // the caller holds no claim; rec is a live claim, TTL the first expiry at the earliest
 	claimQueued  = 3 // the caller is in the queue at place n
 	claimHeld    = 4 // rec is the caller's claim
 	claimLost    = 5 // the caller holds no live claim; nothing changed

@@ -364,7 +364,13 @@ func TestRedisClaimsCorrupt(t *testing.T) {
 		third := uniqueName(t)
 		c := claimOf(1, 3, time.Minute, nil)
 		mustClaim(t, p, third, c)
-		for _, v := range []string{"junk", "12 11", "0 5", "5"} {
+		for _, v := range []string{
+			"junk", "12 11", "0 5", "5", "5 9", // not "last max size"
+			"12 11 4",                             // last above max
+			"5 100 8",                             // more left than the block's size
+			"5 10 2000",                           // a block larger than 1,024
+			"9007199254740993 9007199254740999 8", // beyond 2^53: Lua's numbers would repeat tokens
+		} {
 			require.NoError(t, b.raw.HSet(ctx, rawKey(third)+":c", " tok", v).Err())
 			_, err = p.AcquireClaim(ctx, third, claimOf(1, 3, time.Minute, nil))
 			require.ErrorAs(t, err, &rerr, "tok %q", v)
@@ -378,7 +384,7 @@ func TestRedisClaimsCorrupt(t *testing.T) {
 }
 
 // TestRedisClaimTokensInBlocks: a counted name takes its tokens from the
-// slot's counter 64 at a time and grants them in turn; they strictly
+// slot's counter in blocks (1, 2, 4... 1,024) and grants them in turn; they strictly
 // increase across blocks, across the name's keys going and coming back, and
 // against the locks of its slot's counter before and after.
 func TestRedisClaimTokensInBlocks(t *testing.T) {
@@ -451,8 +457,8 @@ func TestRedisClaimCommands(t *testing.T) {
 		}
 		t.Logf("limit %d: %d scripts, %d commands in them: %v", limit, scripts, total, stats)
 		assert.Equal(t, 2, scripts)
-		// TIME, HMGET, INCRBY (a block of tokens for the name's new
-		// keys), HSET, PEXPIREAT; TIME, HMGET, DEL when alone; TIME,
+		// TIME, HMGET, INCR (the first token of the name's new keys),
+		// HSET, PEXPIREAT; TIME, HMGET, DEL when alone; TIME,
 		// HMGET, HSET (a token of the name's block) and TIME, HMGET, HDEL,
 		// HSET beside others (whose claims' expiry covers the new one's):
 		// 9 or 10 commands a hold with the scripts, at most 12.
@@ -623,4 +629,56 @@ func TestRedisClaimsSkipUnheardWaiters(t *testing.T) {
 		err = p.ReleaseClaim(ctx, key, deaf.Owner)
 		assert.True(t, errors.As(err, new(*lock.LostError)), fmt.Sprint(err))
 	})
+}
+
+// TestRedisClaimTokenFailureKeepsWhatWasGranted: a release that grants one
+// waiter from the name's block of tokens, then cannot take a new block for
+// the next (the slot's counter is corrupt), stores what it did before it
+// reports the error: the claim released, the grant it published (whose
+// token is never given again), the next waiter still at the head. On a
+// server of the test's own: the counter serves the whole slot.
+func TestRedisClaimTokenFailureKeepsWhatWasGranted(t *testing.T) {
+	srv := faults.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	p := lock.NewRedisProvider(rc)
+	ctx := ctxTimeout(t, 20*time.Second)
+	in := listen(t, p)
+	key := uniqueName(t)
+	a := claimOf(2, 2, time.Minute, nil)
+	ra := mustClaim(t, p, key, a)
+	first, second := claimOf(1, 2, time.Minute, in), claimOf(1, 2, time.Minute, in)
+	mustQueue(t, p, key, first)
+	mustQueue(t, p, key, second)
+
+	// The name's block holds one more token, taken from the counter;
+	// then the counter is corrupt.
+	left, err := rc.Incr(ctx, fenceKey(key)).Uint64()
+	require.NoError(t, err)
+	require.NoError(t, rc.HSet(ctx, rawKey(key)+":c", " tok", fmt.Sprintf("%d %d 2", ra.Token, left)).Err())
+	require.NoError(t, rc.Set(ctx, fenceKey(key), "junk", 0).Err())
+
+	err = p.ReleaseClaim(ctx, key, a.Owner)
+	require.ErrorIs(t, err, lock.ErrCorruptRecord, "the counter is corrupt")
+	g := in.next(t)
+	assert.Equal(t, first.Owner, g.Owner, "the first waiter was granted the block's last token")
+	assert.Equal(t, left, g.Token)
+	in.quiet(t)
+	cs, err := p.InspectClaims(ctx, key)
+	require.NoError(t, err)
+	if assert.Len(t, cs.Holders, 1, "the grant published is stored, the claim released gone: %+v", cs) {
+		assert.Equal(t, first.Owner, cs.Holders[0].Owner)
+		assert.Equal(t, left, cs.Holders[0].Token)
+	}
+	if assert.Len(t, cs.Queue, 1, "the second waiter is still queued: %+v", cs) {
+		assert.Equal(t, second.Owner, cs.Queue[0].Owner)
+	}
+
+	require.NoError(t, rc.Set(ctx, fenceKey(key), left, 0).Err()) // mended
+	require.NoError(t, p.ReleaseClaim(ctx, key, first.Owner))
+	g = in.next(t)
+	assert.Equal(t, second.Owner, g.Owner)
+	assert.Greater(t, g.Token, left, "the token published before the error is not given again")
+	require.NoError(t, p.ReleaseClaim(ctx, key, second.Owner))
+	assert.Empty(t, claimKeys(t, rc, key), "nothing left behind")
 }

@@ -18,12 +18,16 @@ import (
 // (about 1.5 MB), however many names were ever locked. Nothing else a lock
 // writes outlives it: its record goes with its release or its TTL, its queue
 // with its last waiter. A counted name (a Semaphore's, an RWMutex's) takes
-// its tokens in blocks of 64 (one INCRBY) and grants them in turn, keeping
-// its place in the block in its hash (see scripts/claim.lua): its tokens
-// strictly increase like a lock's, and are above every token the counter
-// gave before the block was taken; a lock of the same key granted while a
-// block lasts may hold a greater token than the name's next claims (the two
-// are apart: neither sees the other).
+// its tokens in blocks (one token for its new keys, then twice the last
+// block, up to 1,024: one INCRBY each) and grants them in turn, keeping its
+// place in the block in its hash (see fresh in scripts/claim.lua): its
+// tokens strictly increase like a lock's, and are above every token the
+// counter gave before the block was taken; a lock of the same key granted
+// while a block lasts may hold a greater token than the name's next claims
+// (the two are apart: neither sees the other). The unused rest of a block
+// is skipped when the name's keys go, so a name takes at most twice the
+// tokens it grants: the counter stays behind the clock (see below) as long
+// as the slot grants fewer than half a million tokens a second.
 //
 // A counter starts, when it is created, at the server's clock in
 // microseconds plus tokenBase, and is only incremented afterwards. The clock

@@ -44,10 +44,16 @@ func (p *Provider) AcquireClaim(ctx context.Context, key string, c lock.Claim) (
 			return nil, nil // another limit: the caller reports it
 		}
 		ch.limit = c.Limit
+		held := ch.holds(c.Owner) >= 0
 		if _, err := ch.serve(ctx, ls, nil); err != nil {
 			return nil, err
 		}
 		i := ch.holds(c.Owner)
+		if i >= 0 && !held {
+			// The caller was queued, and granted from the queue just
+			// now (and told, as a waiter is).
+			return ch.commit(ctx)
+		}
 		if i < 0 && (len(ch.queue) > 0 || !ch.fits(c.Weight)) {
 			return ch.commit(ctx)
 		}

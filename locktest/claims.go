@@ -25,6 +25,7 @@ func (s *suite) runClaims(t *testing.T) {
 	t.Run("ClaimLowerServesTheQueue", s.claimLowerServes)
 	t.Run("ClaimOfAStrangerIsLost", s.claimStranger)
 	t.Run("ClaimExpiresAndItsWeightIsServed", s.claimExpires)
+	t.Run("ClaimOfAWaiterThatAcquiresIsGrantedOnce", s.claimWaiterAcquires)
 	t.Run("ClaimTokensFollowTheLocksTokens", s.claimTokens)
 	t.Run("ClaimsAndLocksOfOneKeyAreApart", s.claimsApart)
 	t.Run("ClaimsListed", s.claimsListed)
@@ -317,6 +318,45 @@ func (s *suite) claimExpires(t *testing.T) {
 		}
 	}
 	s.releaseClaims(t, key, b.Owner)
+}
+
+// claimWaiterAcquires: a queued owner that calls AcquireClaim once the
+// weight ahead of it expired is granted its claim once: the call that
+// serves the queue grants it, and does not take a second claim for it.
+func (s *suite) claimWaiterAcquires(t *testing.T) {
+	if !s.expires(t) {
+		return
+	}
+	key := uniqueName(t)
+	in := listen(t, s.ctx, s.p)
+	a := claimOf(2, 2, nil)
+	a.TTL = 300 * time.Millisecond
+	s.take(t, key, a)
+	b := claimOf(1, 2, in)
+	s.queueClaim(t, key, b)
+	require.Eventually(t, func() bool {
+		cs, err := s.p.InspectClaims(s.ctx, key)
+		return err == nil && len(cs.Holders) == 0
+	}, 5*time.Second+2*s.b.TTLGranularity, 20*time.Millisecond, "a's claim expires")
+	rec, err := s.p.AcquireClaim(s.ctx, key, b)
+	require.NoError(t, err)
+	assert.Equal(t, b.Owner, rec.Owner, "the waiter holds its claim")
+	assert.Equal(t, 1, rec.Used, "once: its weight is counted once")
+	cs, err := s.p.InspectClaims(s.ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, []string{b.Owner}, owners(cs))
+	assert.Equal(t, []int{1}, cs.Weights)
+	assert.Empty(t, cs.Queue, "nor is it queued any more")
+	c := claimOf(1, 2, nil)
+	s.take(t, key, c) // the other half of the limit is free
+	for drain := true; drain; {
+		select {
+		case <-in.ch: // the grant may have been told too
+		default:
+			drain = false
+		}
+	}
+	s.releaseClaims(t, key, b.Owner, c.Owner)
 }
 
 // claimTokens: a claim's token is greater than every earlier grant's of

@@ -22,8 +22,9 @@
 --         as a bound and names the claim granted, so that the calls after
 --         it need not read every claim to name a holder); absent when the
 --         name holds no claim,
---       ' tok' "last max": the last fencing token the name granted and the
---         last of the block it took from the counter (see fresh),
+--       ' tok' "last max step": the last fencing token the name granted,
+--         the last of the block it took from the counter and the block's
+--         size (see fresh),
 --       ' hw' the weight of the queue's head, when a call knows it (absent
 --         otherwise): a head that does not fit stops serving without a
 --         look at the queue;
@@ -54,9 +55,10 @@
 -- and used are the name's after the call (limit 0 when it holds nothing),
 -- and
 --   code 1 DONE: the call did what it was asked.
---   code 2 VALUE: the caller holds no claim; owner, value and pttl are
---     those of the live claim that expires first (false, false, 0 when
---     none is live).
+--   code 2 VALUE: the caller holds no claim; owner and value are those
+--     of a live claim (the one in ' next'), pttl the ms left to the first
+--     expiry at the earliest (' next''s deadline); false, false, 0 when
+--     none is live.
 --   code 3 QUEUED: the caller is in the queue at place n (0 first); owner,
 --     value and pttl as for VALUE.
 --   code 4 HELD: the caller holds the claim value, with pttl ms left.
@@ -66,6 +68,11 @@
 -- A value in a reply is "weight,token,since" (the stored claim without its
 -- deadline): weight 1 to 4 digits, token 1 to 19 digits, since and
 -- deadline 1 to 15 digits, none with a leading zero but since.
+--
+-- A call that fails to take a token (the counter is corrupt, or the server
+-- refused the write) after it granted claims and told their waiters makes
+-- what it did so far (failed) before it returns the error: a grant that
+-- was published is stored, and its token is never given again.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -91,7 +98,7 @@ local headw = nil -- the weight of the queue's head, when known
 -- known (the one that expires first when its deadline is nextdl).
 local nextdl, nexto, nextv = nil, nil, nil
 local all = nil -- every live claim, owner -> stored value, once read
-local toklast, tokmax = nil, nil -- ' tok' as read (numbers)
+local toklast, tokmax, tokstep = nil, nil, nil -- ' tok' as read (numbers)
 
 -- parse returns the weight, token, since and deadline of a stored claim,
 -- or nil.
@@ -153,9 +160,14 @@ local function load()
     headw = tonumber(st[8])
   end
   if st[9] then
-    local last, max = string.match(st[9], '^([1-9]%d*) ([1-9]%d*)$')
-    if not last or #max > 19 or tonumber(last) > tonumber(max) then return corrupt(st[9]) end
-    toklast, tokmax = tonumber(last), tonumber(max)
+    -- A block below 2^53, which Lua numbers hold exactly, and no larger
+    -- than its size.
+    local last, max, step = string.match(st[9], '^([1-9]%d*) ([1-9]%d*) ([1-9]%d?%d?%d?)$')
+    last, max, step = tonumber(last), tonumber(max), tonumber(step)
+    if not last or max >= 9007199254740992 or step > 1024 or last > max or max - last >= step then
+      return corrupt(st[9])
+    end
+    toklast, tokmax, tokstep = last, max, step
   end
   if st[5] then
     local dl, o, v = string.match(st[5], '^(%d+) (%S+) (%S+)$')
@@ -207,10 +219,13 @@ local function set(o, v, dl)
 end
 
 -- fresh returns a fresh fencing token: the next of the name's block, or
--- the first of a new block taken from the counter (one INCRBY: 64 tokens
--- for the name's new keys, 1,024 when a block ran out while they lived: a
--- busy name; the rest of a block is skipped when the keys go), or nil and
--- the error to return. Every token is strictly greater than the
+-- the first of a new block taken from the counter (INCR or INCRBY): one
+-- token for the name's new keys, then twice the last block, up to 1,024,
+-- each time a block runs out while they live; or nil and the error to
+-- return. A block's unused tokens are skipped when the keys go, so a name
+-- takes at most twice the tokens it grants from the counter (which must
+-- not outpace the server's clock in microseconds: see token.lua), and a
+-- busy name one INCRBY every 1,024 grants. Every token is strictly greater than the
 -- name's earlier ones, and than every token the counter gave before the
 -- block was taken (a lock's of the same key granted since may be greater:
 -- a lock and a counted name are two things).
@@ -218,12 +233,12 @@ local function fresh()
   if toklast and toklast < tokmax then
     toklast = toklast + 1
   else
-    local step = toklast and 1024 or 64
+    local step = tokstep and math.min(2 * tokstep, 1024) or 1
     --#include token.lua
     if not token then return nil, tokenerr end
-    toklast, tokmax = token - step + 1, token
+    toklast, tokmax, tokstep = token - step + 1, token, step
   end
-  changed[' tok'] = string.format('%d %d', toklast, tokmax)
+  changed[' tok'] = string.format('%d %d %d', toklast, tokmax, tokstep)
   return toklast
 end
 
@@ -281,10 +296,16 @@ local function serve()
         qlen = qlen + 1
         return nil
       end
+      local v, token = grant(o, w, tonumber(ttl))
+      if not v then
+        -- No token: o stays at the head, where it was.
+        redis.call('LPUSH', KEYS[3], e)
+        if qlen == 0 then relist = true end
+        qlen = qlen + 1
+        return token
+      end
       changed[' w ' .. o] = false
       if o == owner then waiting = nil end
-      local v, token = grant(o, w, tonumber(ttl))
-      if not v then return token end
       local msg = o .. ',' .. token .. ',' .. string.format('%d', now) .. ' ' .. ttl .. ' ' .. w .. '\n' .. ARGV[3]
       if publish(ch, msg) and o ~= owner then drop(o, changed[o]) end
     elseif o then
@@ -302,10 +323,11 @@ local function renew(ttl)
   keep(now + ttl)
 end
 
--- first returns the owner, value and ms left of the live claim that expires
--- first, or false, false, 0; before finish. It reads every claim when that
--- claim is not known (a value that is not a claim is passed over here: the
--- next call reaps it, or reports it).
+-- first returns the owner and value of a live claim (the one that expires
+-- first when the call knows it) and the ms left to the first expiry at the
+-- earliest, or false, false, 0; before finish. It reads every claim when
+-- it knows of no live claim (a value that is not a claim is passed over
+-- here: the next call reaps it, or reports it).
 local function first()
   if used <= 0 then return false, false, 0 end
   if not nexto then
@@ -388,4 +410,11 @@ end
 local function done(code)
   finish()
   return {code, limit or 0, used, 0, false, false, 0}
+end
+
+-- failed finishes the call (what it did before a token could not be taken:
+-- grants published, a claim released) and returns err.
+local function failed(err)
+  finish()
+  return err
 end

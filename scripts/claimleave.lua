@@ -12,6 +12,6 @@ end
 if mine then drop(owner, mine) end
 if limit then
   err = serve()
-  if err then return err end
+  if err then return failed(err) end
 end
 return done(1)

@@ -17,6 +17,6 @@ if mine then
 end
 if code == 1 or reaped then
   err = serve()
-  if err then return err end
+  if err then return failed(err) end
 end
 return done(code)

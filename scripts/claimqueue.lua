@@ -15,7 +15,7 @@ local err = start()
 if err then return err end
 local ttl, w, entry = tonumber(ARGV[2]), tonumber(ARGV[5]), ARGV[7]
 err = serve()
-if err then return err end
+if err then return failed(err) end
 if limit ~= want then return reply(2, 0) end
 if changed[owner] then
   -- Granted from the queue, just now.
@@ -32,7 +32,7 @@ if mine or (qlen <= 0 and used + w <= limit) then
     return held(short(mine), ttl)
   end
   local v, e = grant(owner, w, ttl)
-  if not v then return e end
+  if not v then return failed(e) end
   return held(v, ttl)
 end
 local place = false

@@ -12,6 +12,6 @@ if mine then
 end
 if limit and (code == 1 or reaped) then
   err = serve()
-  if err then return err end
+  if err then return failed(err) end
 end
 return done(code)

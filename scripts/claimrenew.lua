@@ -6,7 +6,7 @@ local err = load()
 if err then return err end
 if limit and reaped then
   err = serve()
-  if err then return err end
+  if err then return failed(err) end
 end
 local code = 5
 if mine then
