@@ -199,3 +199,10 @@ func (s *suite) expire(t *testing.T, key, owner string) {
 		return errors.Is(p.Renew(ctx, key, owner, time.Millisecond), lock.ErrLost)
 	}, 5*time.Second, 5*time.Millisecond, "%s's record expires after a 1ms TTL", owner)
 }
+
+// raise sets most to v if v is greater: most keeps the highest value seen
+// by any goroutine.
+func raise(most *atomic.Int64, v int64) {
+	for m := most.Load(); v > m && !most.CompareAndSwap(m, v); m = most.Load() {
+	}
+}

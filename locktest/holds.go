@@ -148,13 +148,6 @@ func eachRound(t *testing.T, workers, rounds int, work func(i, r int) error) {
 	wg.Wait()
 }
 
-// raise sets most to v if v is greater: most keeps the highest value seen
-// by any goroutine.
-func raise(most *atomic.Int64, v int64) {
-	for m := most.Load(); v > m && !most.CompareAndSwap(m, v); m = most.Load() {
-	}
-}
-
 // semaphoreRefusesBadWeights: a weight above N or below 1 fails at once.
 func (s *suite) semaphoreRefusesBadWeights(t *testing.T) {
 	c := s.callers(t, 1)[0]

@@ -336,13 +336,7 @@ func (s *suite) concurrentAcquireRelease(t *testing.T) {
 					continue
 				}
 				grants.Add(1)
-				n := inside.Add(1)
-				for {
-					m := maxInside.Load()
-					if n <= m || maxInside.CompareAndSwap(m, n) {
-						break
-					}
-				}
+				raise(&maxInside, inside.Add(1))
 				runtime.Gosched()
 				inside.Add(-1)
 				if !assert.NoError(t, pw.Release(ctx, key, o), "the holder's release finds its own record") {

@@ -37,9 +37,7 @@ func ReplicasHoldInTurn(t *testing.T, ctx context.Context, replicas []*lock.Clie
 				defer wg.Done()
 				for range rounds {
 					err := c.Do(ctx, name, lock.Options{Wait: true, Lease: 5 * time.Second}, func(ctx context.Context) error {
-						n := holders.Add(1)
-						for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-						}
+						raise(&maxHolders, holders.Add(1))
 						l, _ := lock.FromContext(ctx)
 						mu.Lock()
 						assert.Greater(t, l.Token(), last, "each holder's token is greater than the last")
