@@ -628,7 +628,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 			})
 		}, nil
 	}
-	stop, err := subscribe(ctx, p.client.Subscribe(ctx, inbox), parseGrant, deliver)
+	stop, err := subscribe(ctx, p.client.Subscribe(ctx, inbox), parseGrant, deliver, nil)
 	if err != nil {
 		if confirm != nil {
 			confirm.stop()
@@ -649,34 +649,124 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 // subscribe waits for Redis to confirm ps's subscription, then calls
 // deliver, on a goroutine of its own, with each message that parse reads,
 // and with a Notice without Key at each later confirmation (go-redis
-// resubscribes after a break; what was published meanwhile is lost). stop
-// closes ps and waits for the goroutine.
-func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice)) (stop func(), err error) {
+// resubscribes after a break; what was published meanwhile is lost). cc,
+// when not nil, is the Cluster client of a shard channel's subscription:
+// when Redis ends it (its slot moved to another node), the channel is
+// subscribed anew through cc (see follow). stop closes the subscription and
+// waits for the goroutine.
+func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient) (stop func(), err error) {
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
 		return nil, err
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m := range ps.ChannelWithSubscriptions() {
-			switch m := m.(type) {
-			case *redis.Subscription:
-				deliver(Notice{}) // resubscribed after a break
-			case *redis.Message:
-				if g, ok := parse(m.Payload); ok {
-					deliver(g)
+	s := &subscription{parse: parse, deliver: deliver, cc: cc, ps: ps, done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go s.run()
+	return s.stop, nil
+}
+
+// subscription is the goroutine of subscribe, and the PubSub it reads.
+type subscription struct {
+	parse   func(string) (Notice, bool)
+	deliver func(Notice)
+	cc      clusterClient   // nil: an end from Redis is not followed
+	ctx     context.Context // ends with stop
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run returns
+	once    sync.Once
+
+	mu      sync.Mutex
+	ps      *redis.PubSub // the one read now
+	stopped bool
+}
+
+// run reads s.ps until stop closes it, and the one follow subscribes each
+// time Redis ends a shard channel's subscription.
+func (s *subscription) run() {
+	defer close(s.done)
+	s.mu.Lock()
+	ps := s.ps
+	s.mu.Unlock()
+	for ps != nil {
+		ch, ended := s.read(ps)
+		if !ended {
+			return
+		}
+		ps = s.follow(ch)
+	}
+}
+
+// read delivers what arrives on ps until ps is closed. When s.cc is set,
+// and Redis ends the subscription of a shard channel itself (an
+// sunsubscribe: stop sends none, it closes ps), it closes ps and returns
+// the channel, and true.
+func (s *subscription) read(ps *redis.PubSub) (ch string, ended bool) {
+	msgs := ps.ChannelWithSubscriptions()
+	for m := range msgs {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if s.cc != nil && m.Kind == "sunsubscribe" {
+				_ = ps.Close()
+				for range msgs { // until go-redis's reader of ps ends
 				}
+				return m.Channel, true
+			}
+			s.deliver(Notice{}) // resubscribed after a break
+		case *redis.Message:
+			if g, ok := s.parse(m.Payload); ok {
+				s.deliver(g)
 			}
 		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
+	}
+	return "", false
+}
+
+// follow subscribes ch anew through s.cc, on a new PubSub (the old one is
+// bound to the node that served ch's slot), where the slot lives now: after
+// a MOVED it tries again as a Listen does (afterMoved). Once Redis has
+// confirmed the subscription, it delivers a Notice without Key (what was
+// published meanwhile is lost) and returns the PubSub. It returns nil when
+// stop was called, or every try failed: nothing is heard then.
+func (s *subscription) follow(ch string) *redis.PubSub {
+	var ps *redis.PubSub
+	err := afterMoved(s.ctx, s.cc, func() error {
+		ps = s.cc.SSubscribe(s.ctx, ch)
+		s.mu.Lock()
+		stopped := s.stopped
+		if !stopped {
+			s.ps = ps // stop closes it
+		}
+		s.mu.Unlock()
+		if stopped {
 			_ = ps.Close()
-			<-done
-		})
-	}, nil
+			return errWatchStopped
+		}
+		if _, err := ps.Receive(s.ctx); err != nil {
+			_ = ps.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil
+	}
+	s.deliver(Notice{})
+	return ps
+}
+
+var errWatchStopped = errors.New("watch stopped")
+
+// stop closes the PubSub that s reads, and waits for its goroutine.
+func (s *subscription) stop() {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		ps := s.ps
+		s.mu.Unlock()
+		s.cancel()
+		_ = ps.Close()
+		<-s.done
+	})
 }
 
 // Watch implements Provider, on a pub/sub connection of its own with one
@@ -684,9 +774,14 @@ func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice
 // followed by ":w", subscribed with SSUBSCRIBE on a Cluster with sharded
 // pub/sub, with SUBSCRIBE otherwise. It returns once Redis has confirmed
 // the subscription. A connection that breaks is reconnected and
-// resubscribed by go-redis, and a Notice without Key is delivered then; a
-// Cluster's shard channel whose slot moved is not followed to its new
-// node ([Client.Observe] then reads at its poll interval).
+// resubscribed by go-redis, and a Notice without Key is delivered then.
+// When a Cluster moves the slot of a shard channel to another node, Redis
+// ends the subscription: the Watch subscribes the channel anew where the
+// slot lives now, on a new connection (after a MOVED, once the Cluster's
+// slots are loaded again, as a Listen does: a few tries within about 1.5
+// s), and delivers a Notice without Key once Redis has confirmed it (what
+// was published meanwhile is lost). When every try fails it hears nothing
+// more ([Client.Observe] then reads at its poll interval).
 func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
 	if err := p.ready(CheckKey(key)); err != nil {
 		return nil, err
@@ -699,12 +794,13 @@ func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Noti
 		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
 	}
 	var ps *redis.PubSub
+	var follow clusterClient // nil: not followed
 	if sharded {
-		ps = p.client.SSubscribe(ctx, ch)
+		ps, follow = p.client.SSubscribe(ctx, ch), p.cluster
 	} else {
 		ps = p.client.Subscribe(ctx, ch)
 	}
-	stop, err := subscribe(ctx, ps, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver)
+	stop, err := subscribe(ctx, ps, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver, follow)
 	if err != nil {
 		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
 	}

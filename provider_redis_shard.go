@@ -278,14 +278,9 @@ func (p *RedisProvider) listenShards(inbox string, deliver func(Notice)) *shardL
 // ensure subscribes l to ch unless it is, counts owner as queued with it,
 // and waits until Redis confirmed the subscription. A subscription that
 // Redis refused because the slot moved (MOVED: the cluster state was old)
-// is tried again after the state is loaded again, up to movedTries times in
-// all: the node that the state is loaded from may not have heard of the move
-// yet either (nodes learn of it one after another), so from the third try on
-// each waits twice as long as the one before, from movedPause. A stopped
-// listener subscribes to nothing.
+// is tried again (afterMoved). A stopped listener subscribes to nothing.
 func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
-	pause := movedPause
-	for try := 1; ; try++ {
+	return afterMoved(ctx, l.p.cluster, func() error {
 		c, err := l.join(ctx, ch, owner)
 		if c == nil || err != nil {
 			return err
@@ -295,10 +290,24 @@ func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if !isMoved(c.err) || try == movedTries {
-			return c.err
+		return c.err
+	})
+}
+
+// afterMoved calls try, and calls it again while it fails with MOVED (a
+// slot that moved: the cluster state of cc was old), after the state is
+// loaded again, up to movedTries times in all: the node that the state is
+// loaded from may not have heard of the move yet either (nodes learn of it
+// one after another), so from the third try on each waits twice as long as
+// the one before, from movedPause. It returns try's last error, or ctx's.
+func afterMoved(ctx context.Context, cc clusterClient, try func() error) error {
+	pause := movedPause
+	for n := 1; ; n++ {
+		err := try()
+		if !isMoved(err) || n == movedTries {
+			return err
 		}
-		if try > 1 {
+		if n > 1 {
 			select {
 			case <-time.After(pause):
 				pause *= 2
@@ -306,12 +315,12 @@ func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
 				return ctx.Err()
 			}
 		}
-		_ = l.p.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // loads the slots again
+		_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // loads the slots again
 	}
 }
 
-// movedTries and movedPause bound ensure's tries after MOVED: 7 tries, the
-// last five after pauses of 50 ms to 800 ms (1.55 s in all).
+// movedTries and movedPause bound afterMoved's tries: 7 tries, the last
+// five after pauses of 50 ms to 800 ms (1.55 s in all).
 const (
 	movedTries = 7
 	movedPause = 50 * time.Millisecond

@@ -361,3 +361,73 @@ func pubSubCounts(ctx context.Context, nodes []*redis.Client) (conns, channels i
 	}
 	return conns, channels, nil
 }
+
+// TestClusterWatchFollowsSlotMove moves the slot of a key that a sharded
+// Watch is subscribed to, to another node: Redis ends the Watch's shard
+// subscription on the old node, and the Watch must subscribe anew where the
+// slot lives now (its cluster state, not yet aware of the move, is loaded
+// again after a MOVED), so that a Notify after the move is heard within a
+// few seconds, not at Observe's next poll.
+func TestClusterWatchFollowsSlotMove(t *testing.T) {
+	addrs := startCluster(t)
+	ctx := ctxTimeout(t, time.Minute)
+	if !clusterSharded(t, ctx, addrs) {
+		t.Skip("the servers do not support sharded pub/sub (Redis 7.0 or later)")
+	}
+	cc := newClusterRedis(t, addrs)
+	key := keyOf("watched")
+	ch := recordKey(key) + ":w"
+	slot, src, dst := slotMove(t, ctx, cc, addrs, key)
+
+	watcher := lock.NewRedisProvider(newClusterRedis(t, addrs))
+	notifier := lock.NewRedisProvider(newClusterRedis(t, addrs))
+	heard := make(chan lock.Notice, 100)
+	stop, err := watcher.Watch(ctx, key, func(n lock.Notice) {
+		select {
+		case heard <- n:
+		default:
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	n, err := newRedis(t, src).PubSubShardNumSub(ctx, ch).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n[ch], "the Watch's shard channel %s on %s", ch, src)
+
+	// hears waits up to d for the Notice that Notify sends with owner,
+	// Notifying it again every 100 ms (one sent while the Watch subscribes
+	// anew may be lost: the Watch reads then).
+	hears := func(owner string, d time.Duration) bool {
+		want := lock.Notice{Key: key, Owner: owner, Token: 1, TTL: time.Second}
+		deadline := time.Now().Add(d)
+		for time.Now().Before(deadline) {
+			require.NoError(t, notifier.Notify(ctx, key, lock.Notice{Owner: owner, Token: 1, TTL: time.Second}))
+			tick := time.After(100 * time.Millisecond)
+			for waiting := true; waiting; {
+				select {
+				case got := <-heard:
+					if got == want {
+						return true
+					}
+				case <-tick:
+					waiting = false
+				}
+			}
+		}
+		return false
+	}
+	require.True(t, hears("before", 5*time.Second), "the Watch heard a Notify before the move")
+
+	fault(t, "move a watched key's slot to another node")
+	moved := time.Now()
+	moveSlot(t, ctx, addrs, slot, src, dst, 0)
+	const bound = 5 * time.Second
+	ok := expect(t, hears("after", bound), "the Watch heard no Notify within %v of slot %d's move from %s to %s", bound, slot, src, dst)
+	took := time.Since(moved)
+	n, err = newRedis(t, dst).PubSubShardNumSub(ctx, ch).Result()
+	require.NoError(t, err)
+	expect(t, n[ch] == 1, "%d subscriptions to %s on %s, where slot %d moved; want 1", n[ch], ch, dst, slot)
+	if ok {
+		t.Logf("slot %d moved from %s to %s; the Watch heard a Notify %v after the move", slot, src, dst, took.Round(time.Millisecond))
+	}
+}
