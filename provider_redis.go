@@ -725,9 +725,39 @@ func (s *subscription) read(ps *redis.PubSub) (ch string, ended bool) {
 // bound to the node that served ch's slot), where the slot lives now: after
 // a MOVED it tries again as a Listen does (afterMoved). Once Redis has
 // confirmed the subscription, it delivers a Notice without Key (what was
-// published meanwhile is lost) and returns the PubSub. It returns nil when
-// stop was called, or every try failed: nothing is heard then.
+// published meanwhile is lost) and returns the PubSub. When the tries fail
+// (the slot's new node unreachable for a while), it tries again after a
+// pause, from followPause doubling up to followMaxPause, until stop; it
+// returns nil when stop was called.
 func (s *subscription) follow(ch string) *redis.PubSub {
+	pause := followPause
+	for {
+		ps, err := s.resubscribe(ch)
+		if err == nil {
+			s.deliver(Notice{})
+			return ps
+		}
+		if errors.Is(err, errWatchStopped) {
+			return nil
+		}
+		select {
+		case <-s.ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, followMaxPause)
+	}
+}
+
+// The pauses between follow's rounds of tries.
+const (
+	followPause    = 100 * time.Millisecond
+	followMaxPause = 30 * time.Second
+)
+
+// resubscribe is one round of follow's tries: it subscribes ch through
+// s.cc, tried again after a MOVED (afterMoved).
+func (s *subscription) resubscribe(ch string) (*redis.PubSub, error) {
 	var ps *redis.PubSub
 	err := afterMoved(s.ctx, s.cc, func() error {
 		ps = s.cc.SSubscribe(s.ctx, ch)
@@ -743,15 +773,14 @@ func (s *subscription) follow(ch string) *redis.PubSub {
 		}
 		if _, err := ps.Receive(s.ctx); err != nil {
 			_ = ps.Close()
+			if s.ctx.Err() != nil {
+				return errWatchStopped
+			}
 			return err
 		}
 		return nil
 	})
-	if err != nil {
-		return nil
-	}
-	s.deliver(Notice{})
-	return ps
+	return ps, err
 }
 
 var errWatchStopped = errors.New("watch stopped")
@@ -780,8 +809,9 @@ func (s *subscription) stop() {
 // slot lives now, on a new connection (after a MOVED, once the Cluster's
 // slots are loaded again, as a Listen does: a few tries within about 1.5
 // s), and delivers a Notice without Key once Redis has confirmed it (what
-// was published meanwhile is lost). When every try fails it hears nothing
-// more ([Client.Observe] then reads at its poll interval).
+// was published meanwhile is lost). While the tries fail (the new node
+// unreachable), it tries again after a pause, up to 30 s, until stopped;
+// [Client.Observe] reads at its poll interval meanwhile.
 func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
 	if err := p.ready(CheckKey(key)); err != nil {
 		return nil, err

@@ -1,7 +1,11 @@
 package lock
 
 import (
+	"context"
+	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,4 +30,79 @@ func TestWrappedClusterClientIsACluster(t *testing.T) {
 	if p := NewRedisProvider(single); p.cluster != nil {
 		t.Error("a single-node client is taken for a Cluster")
 	}
+}
+
+// flakyShards is a Cluster client whose SSubscribe goes to a node that
+// refuses connections for its first fails calls, then to live.
+type flakyShards struct {
+	*redis.ClusterClient
+	dead, live *redis.Client
+	fails      int
+	calls      atomic.Int32
+}
+
+func (f *flakyShards) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	if int(f.calls.Add(1)) <= f.fails {
+		return f.dead.SSubscribe(ctx, channels...)
+	}
+	return f.live.SSubscribe(ctx, channels...)
+}
+
+// TestWatchFollowKeepsTrying: a Watch whose shard channel Redis ended (its
+// slot moved) subscribes it anew where the slot lives; while that node
+// cannot be reached, it tries again after a pause, until it is stopped.
+// Before, a first round of tries that failed left it deaf for good
+// (follow returned nil after one call here).
+func TestWatchFollowKeepsTrying(t *testing.T) {
+	live := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer live.Close()
+	if err := live.Ping(context.Background()).Err(); err != nil {
+		// (internal/testenv imports this package: its rule, written out.)
+		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_REDIS") != "" {
+			t.Fatalf("real Redis on 127.0.0.1:6379 is required: %v", err)
+		}
+		t.Skipf("no Redis on 127.0.0.1:6379: %v", err)
+	}
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer dead.Close()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+
+	t.Run("reached at last", func(t *testing.T) {
+		f := &flakyShards{ClusterClient: cc, dead: dead, live: live, fails: 3}
+		var notices atomic.Int32
+		s := &subscription{cc: f, deliver: func(Notice) { notices.Add(1) }}
+		s.ctx, s.cancel = context.WithCancel(context.Background())
+		defer s.cancel()
+		ps := s.follow("lock-test:follow:w")
+		if ps == nil {
+			t.Fatalf("follow gave up after %d tries", f.calls.Load())
+		}
+		defer ps.Close()
+		if got := f.calls.Load(); got != 4 {
+			t.Errorf("%d tries, want 4 (3 refused, then the live node)", got)
+		}
+		if notices.Load() != 1 {
+			t.Errorf("%d notices delivered once subscribed, want 1", notices.Load())
+		}
+	})
+	t.Run("stopped while it tries", func(t *testing.T) {
+		f := &flakyShards{ClusterClient: cc, dead: dead, live: live, fails: 1 << 30}
+		s := &subscription{cc: f, deliver: func(Notice) { t.Error("a notice, never subscribed") }}
+		s.ctx, s.cancel = context.WithCancel(context.Background())
+		time.AfterFunc(500*time.Millisecond, s.cancel)
+		done := make(chan *redis.PubSub)
+		go func() { done <- s.follow("lock-test:follow:w") }()
+		select {
+		case ps := <-done:
+			if ps != nil {
+				t.Error("follow subscribed on a node that refuses connections")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("follow did not return within 10s of its stop")
+		}
+		if f.calls.Load() < 2 {
+			t.Errorf("%d tries before the stop, want more than one", f.calls.Load())
+		}
+	})
 }
