@@ -216,8 +216,10 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	first.scope = scope{Context: ctx, l: first, h: h}
 	hctx, cancel := context.WithCancelCause(&first.scope)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	defer stop()
-	return under(ctx, hctx, cancel, fn, h.Release)
+	return under(ctx, hctx, cancel, fn, func(ctx context.Context) error {
+		stop() // before the release, which ends h.ctx: no goroutine for a cancel that changes nothing
+		return h.Release(ctx)
+	})
 }
 
 // HoldFromContext returns the Hold of the innermost [Semaphore.Do],

@@ -749,10 +749,13 @@ func (s *subscription) follow(ch string) *redis.PubSub {
 	}
 }
 
-// The pauses between follow's rounds of tries.
+// The pauses between follow's rounds of tries, and how long a try waits
+// for Redis to confirm its subscription (a node that stalls after the
+// connection is made fails the try, rather than hold follow).
 const (
 	followPause    = 100 * time.Millisecond
 	followMaxPause = 30 * time.Second
+	followConfirm  = 5 * time.Second
 )
 
 // resubscribe is one round of follow's tries: it subscribes ch through
@@ -771,7 +774,7 @@ func (s *subscription) resubscribe(ch string) (*redis.PubSub, error) {
 			_ = ps.Close()
 			return errWatchStopped
 		}
-		if _, err := ps.Receive(s.ctx); err != nil {
+		if _, err := ps.ReceiveTimeout(s.ctx, followConfirm); err != nil {
 			_ = ps.Close()
 			if s.ctx.Err() != nil {
 				return errWatchStopped
