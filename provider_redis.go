@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -628,7 +629,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 			})
 		}, nil
 	}
-	stop, err := subscribe(ctx, p.client.Subscribe(ctx, inbox), parseGrant, deliver, nil)
+	stop, err := subscribe(ctx, p.client.Subscribe(ctx, inbox), parseGrant, deliver, nil, "")
 	if err != nil {
 		if confirm != nil {
 			confirm.stop()
@@ -650,16 +651,16 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 // deliver, on a goroutine of its own, with each message that parse reads,
 // and with a Notice without Key at each later confirmation (go-redis
 // resubscribes after a break; what was published meanwhile is lost). cc,
-// when not nil, is the Cluster client of a shard channel's subscription:
-// when Redis ends it (its slot moved to another node), the channel is
-// subscribed anew through cc (see follow). stop closes the subscription and
-// waits for the goroutine.
-func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient) (stop func(), err error) {
+// when not nil, is the Cluster client of ch, a shard channel: when the
+// subscription breaks or Redis ends it (its slot moved to another node), ch
+// is subscribed anew through cc (see readShard and follow). stop closes the
+// subscription and waits for the goroutine.
+func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient, ch string) (stop func(), err error) {
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
 		return nil, err
 	}
-	s := &subscription{parse: parse, deliver: deliver, cc: cc, ps: ps, done: make(chan struct{})}
+	s := &subscription{parse: parse, deliver: deliver, cc: cc, channel: ch, ps: ps, done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go s.run()
 	return s.stop, nil
@@ -669,7 +670,8 @@ func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice
 type subscription struct {
 	parse   func(string) (Notice, bool)
 	deliver func(Notice)
-	cc      clusterClient   // nil: an end from Redis is not followed
+	cc      clusterClient   // nil: not a shard channel, go-redis resubscribes
+	channel string          // the shard channel, with cc
 	ctx     context.Context // ends with stop
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when run returns
@@ -687,30 +689,21 @@ func (s *subscription) run() {
 	s.mu.Lock()
 	ps := s.ps
 	s.mu.Unlock()
-	for ps != nil {
-		ch, ended := s.read(ps)
-		if !ended {
-			return
-		}
-		ps = s.follow(ch)
+	if s.cc == nil {
+		s.read(ps)
+		return
+	}
+	for ps != nil && s.readShard(ps) {
+		ps = s.follow(s.channel)
 	}
 }
 
-// read delivers what arrives on ps until ps is closed. When s.cc is set,
-// and Redis ends the subscription of a shard channel itself (an
-// sunsubscribe: stop sends none, it closes ps), it closes ps and returns
-// the channel, and true.
-func (s *subscription) read(ps *redis.PubSub) (ch string, ended bool) {
-	msgs := ps.ChannelWithSubscriptions()
-	for m := range msgs {
+// read delivers what arrives on ps until ps is closed, and a Notice
+// without Key each time go-redis has resubscribed after a break.
+func (s *subscription) read(ps *redis.PubSub) {
+	for m := range ps.ChannelWithSubscriptions() {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if s.cc != nil && m.Kind == "sunsubscribe" {
-				_ = ps.Close()
-				for range msgs { // until go-redis's reader of ps ends
-				}
-				return m.Channel, true
-			}
 			s.deliver(Notice{}) // resubscribed after a break
 		case *redis.Message:
 			if g, ok := s.parse(m.Payload); ok {
@@ -718,7 +711,46 @@ func (s *subscription) read(ps *redis.PubSub) (ch string, ended bool) {
 			}
 		}
 	}
-	return "", false
+}
+
+// readShard is read for a shard channel. It reads ps itself rather than
+// through go-redis's channel, whose resubscription after a break sends the
+// SSUBSCRIBE to any primary (go-redis v9.18 does not look up the channel's
+// node), where a MOVED ends it unheard. A break (an error; no answer to a
+// PING after shardPing of silence, as Listen's connections are watched) and
+// an sunsubscribe from Redis (the slot moved: stop sends none) both close
+// ps and return true, for follow to subscribe anew; stop returns false.
+func (s *subscription) readShard(ps *redis.PubSub) bool {
+	asked := false
+	for {
+		m, err := ps.ReceiveTimeout(s.ctx, shardPing)
+		var ne net.Error
+		switch {
+		case s.ctx.Err() != nil:
+			return false
+		case err != nil && errors.As(err, &ne) && ne.Timeout() && !asked:
+			asked = true
+			if ps.Ping(s.ctx) == nil {
+				continue
+			}
+			fallthrough
+		case err != nil:
+			_ = ps.Close()
+			return true
+		}
+		asked = false
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "sunsubscribe" {
+				_ = ps.Close()
+				return true
+			}
+		case *redis.Message:
+			if g, ok := s.parse(m.Payload); ok {
+				s.deliver(g)
+			}
+		}
+	}
 }
 
 // follow subscribes ch anew through s.cc, on a new PubSub (the old one is
@@ -805,13 +837,14 @@ func (s *subscription) stop() {
 // channel in the slot of key's record (see [RedisKeys]): the record key
 // followed by ":w", subscribed with SSUBSCRIBE on a Cluster with sharded
 // pub/sub, with SUBSCRIBE otherwise. It returns once Redis has confirmed
-// the subscription. A connection that breaks is reconnected and
-// resubscribed by go-redis, and a Notice without Key is delivered then.
-// When a Cluster moves the slot of a shard channel to another node, Redis
-// ends the subscription: the Watch subscribes the channel anew where the
-// slot lives now, on a new connection (after a MOVED, once the Cluster's
-// slots are loaded again, as a Listen does: a few tries within about 1.5
-// s), and delivers a Notice without Key once Redis has confirmed it (what
+// the subscription. A SUBSCRIBE whose connection breaks is reconnected and
+// resubscribed by go-redis, and a Notice without Key is delivered then. A
+// shard channel's connection is watched as a Listen's are (a PING after 3
+// s of silence); when it breaks, or Redis ends the subscription because the
+// Cluster moved the slot to another node, the Watch subscribes the channel
+// anew where the slot lives now, on a new connection (after a MOVED, once
+// the Cluster's slots are loaded again, as a Listen does: a few tries
+// within about 1.5 s), and delivers a Notice without Key once Redis has confirmed it (what
 // was published meanwhile is lost). While the tries fail (the new node
 // unreachable), it tries again after a pause, up to 30 s, until stopped;
 // [Client.Observe] reads at its poll interval meanwhile.
@@ -833,7 +866,7 @@ func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Noti
 	} else {
 		ps = p.client.Subscribe(ctx, ch)
 	}
-	stop, err := subscribe(ctx, ps, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver, follow)
+	stop, err := subscribe(ctx, ps, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver, follow, ch)
 	if err != nil {
 		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
 	}
