@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
-	"github.com/seed05627090/lock/internal/faults"
 )
 
 // TestRedisClaimCommandsFromTheQueue counts what a hold served from the
@@ -22,10 +20,7 @@ import (
 // takes a token from the counter (INCR, INCRBY) while the name's block of
 // tokens lasts.
 func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
-	srv := faults.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rc.Close() })
-	p := lock.NewRedisProvider(rc)
+	rc, p := ownRedis(t)
 	ctx := ctxTimeout(t, 20*time.Second)
 	in := listen(t, p)
 	for _, limit := range []int{1, 2} {

@@ -426,10 +426,7 @@ func TestRedisClaimTokensInBlocks(t *testing.T) {
 // commandstats): two scripts and 8 commands in them, the same at every
 // limit.
 func TestRedisClaimCommands(t *testing.T) {
-	srv := faults.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rc.Close() })
-	p := lock.NewRedisProvider(rc)
+	rc, p := ownRedis(t)
 	ctx := ctxTimeout(t, 20*time.Second)
 	for _, limit := range []int{1, 16, 1024} {
 		key := uniqueName(t)
@@ -464,6 +461,16 @@ func TestRedisClaimCommands(t *testing.T) {
 		// 9 or 10 commands a hold with the scripts, at most 12.
 		assert.LessOrEqual(t, total, 8)
 	}
+}
+
+// ownRedis starts a Redis of the test's own (what the test counts or
+// breaks is nobody else's) and returns its client and a provider on it.
+func ownRedis(t *testing.T) (*redis.Client, lock.Provider) {
+	t.Helper()
+	srv := faults.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc, lock.NewRedisProvider(rc)
 }
 
 // commandStats returns the calls of each command since the last CONFIG
@@ -638,10 +645,7 @@ func TestRedisClaimsSkipUnheardWaiters(t *testing.T) {
 // token is never given again), the next waiter still at the head. On a
 // server of the test's own: the counter serves the whole slot.
 func TestRedisClaimTokenFailureKeepsWhatWasGranted(t *testing.T) {
-	srv := faults.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rc.Close() })
-	p := lock.NewRedisProvider(rc)
+	rc, p := ownRedis(t)
 	ctx := ctxTimeout(t, 20*time.Second)
 	in := listen(t, p)
 	key := uniqueName(t)
