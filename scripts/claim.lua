@@ -225,10 +225,10 @@ end
 -- return. A block's unused tokens are skipped when the keys go, so a name
 -- takes at most twice the tokens it grants from the counter (which must
 -- not outpace the server's clock in microseconds: see token.lua), and a
--- busy name one INCRBY every 1,024 grants. Every token is strictly greater than the
--- name's earlier ones, and than every token the counter gave before the
--- block was taken (a lock's of the same key granted since may be greater:
--- a lock and a counted name are two things).
+-- busy name one INCRBY every 1,024 grants. Every token is strictly greater
+-- than the name's earlier ones, and than every token the counter gave
+-- before the block was taken (a lock's of the same key granted since may
+-- be greater: a lock and a counted name are two things).
 local function fresh()
   if toklast and toklast < tokmax then
     toklast = toklast + 1
