@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // shardLinger is how long the Redis provider keeps a shard channel
@@ -381,15 +382,7 @@ func TestClusterWatchFollowsSlotMove(t *testing.T) {
 
 	watcher := lock.NewRedisProvider(newClusterRedis(t, addrs))
 	notifier := lock.NewRedisProvider(newClusterRedis(t, addrs))
-	heard := make(chan lock.Notice, 100)
-	stop, err := watcher.Watch(ctx, key, func(n lock.Notice) {
-		select {
-		case heard <- n:
-		default:
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(stop)
+	heard := testenv.WatchNotices(t, ctx, watcher, key)
 	n, err := newRedis(t, src).PubSubShardNumSub(ctx, ch).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n[ch], "the Watch's shard channel %s on %s", ch, src)
