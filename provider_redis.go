@@ -677,9 +677,8 @@ type subscription struct {
 	done    chan struct{} // closed when run returns
 	once    sync.Once
 
-	mu      sync.Mutex
-	ps      *redis.PubSub // the one read now
-	stopped bool
+	mu sync.Mutex
+	ps *redis.PubSub // the one read now
 }
 
 // run reads s.ps until stop closes it, and the one follow subscribes each
@@ -694,7 +693,7 @@ func (s *subscription) run() {
 		return
 	}
 	for ps != nil && s.readShard(ps) {
-		ps = s.follow(s.channel)
+		ps = s.follow()
 	}
 }
 
@@ -753,24 +752,22 @@ func (s *subscription) readShard(ps *redis.PubSub) bool {
 	}
 }
 
-// follow subscribes ch anew through s.cc, on a new PubSub (the old one is
-// bound to the node that served ch's slot), where the slot lives now: after
+// follow subscribes s.channel anew through s.cc, on a new PubSub (the old
+// one is bound to the node that served the channel's slot), where the slot
+// lives now: after
 // a MOVED it tries again as a Listen does (afterMoved). Once Redis has
 // confirmed the subscription, it delivers a Notice without Key (what was
 // published meanwhile is lost) and returns the PubSub. When the tries fail
 // (the slot's new node unreachable for a while), it tries again after a
 // pause, from followPause doubling up to followMaxPause, until stop; it
 // returns nil when stop was called.
-func (s *subscription) follow(ch string) *redis.PubSub {
+func (s *subscription) follow() *redis.PubSub {
 	pause := followPause
 	for {
-		ps, err := s.resubscribe(ch)
+		ps, err := s.resubscribe()
 		if err == nil {
 			s.deliver(Notice{})
 			return ps
-		}
-		if errors.Is(err, errWatchStopped) {
-			return nil
 		}
 		select {
 		case <-s.ctx.Done():
@@ -790,44 +787,39 @@ const (
 	followConfirm  = 5 * time.Second
 )
 
-// resubscribe is one round of follow's tries: it subscribes ch through
-// s.cc, tried again after a MOVED (afterMoved).
-func (s *subscription) resubscribe(ch string) (*redis.PubSub, error) {
+// resubscribe is one round of follow's tries: it subscribes s.channel
+// through s.cc, tried again after a MOVED (afterMoved). Each new PubSub
+// becomes s.ps unless stop has begun (s.ctx ended: stop ends it before it
+// reads s.ps), so that stop closes whatever a try may be waiting on.
+func (s *subscription) resubscribe() (*redis.PubSub, error) {
 	var ps *redis.PubSub
 	err := afterMoved(s.ctx, s.cc, func() error {
-		ps = s.cc.SSubscribe(s.ctx, ch)
+		ps = s.cc.SSubscribe(s.ctx, s.channel)
 		s.mu.Lock()
-		stopped := s.stopped
-		if !stopped {
-			s.ps = ps // stop closes it
+		err := s.ctx.Err()
+		if err == nil {
+			s.ps = ps
 		}
 		s.mu.Unlock()
-		if stopped {
-			_ = ps.Close()
-			return errWatchStopped
+		if err == nil {
+			_, err = ps.ReceiveTimeout(s.ctx, followConfirm)
 		}
-		if _, err := ps.ReceiveTimeout(s.ctx, followConfirm); err != nil {
+		if err != nil {
 			_ = ps.Close()
-			if s.ctx.Err() != nil {
-				return errWatchStopped
-			}
-			return err
 		}
-		return nil
+		return err
 	})
 	return ps, err
 }
 
-var errWatchStopped = errors.New("watch stopped")
-
-// stop closes the PubSub that s reads, and waits for its goroutine.
+// stop ends s.ctx, closes the PubSub that s reads, and waits for its
+// goroutine.
 func (s *subscription) stop() {
 	s.once.Do(func() {
+		s.cancel()
 		s.mu.Lock()
-		s.stopped = true
 		ps := s.ps
 		s.mu.Unlock()
-		s.cancel()
 		_ = ps.Close()
 		<-s.done
 	})

@@ -71,10 +71,10 @@ func TestWatchFollowKeepsTrying(t *testing.T) {
 	t.Run("reached at last", func(t *testing.T) {
 		f := &flakyShards{ClusterClient: cc, dead: dead, live: live, fails: 3}
 		var notices atomic.Int32
-		s := &subscription{cc: f, deliver: func(Notice) { notices.Add(1) }}
+		s := &subscription{cc: f, channel: "lock-test:follow:w", deliver: func(Notice) { notices.Add(1) }}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		defer s.cancel()
-		ps := s.follow("lock-test:follow:w")
+		ps := s.follow()
 		if ps == nil {
 			t.Fatalf("follow gave up after %d tries", f.calls.Load())
 		}
@@ -88,11 +88,11 @@ func TestWatchFollowKeepsTrying(t *testing.T) {
 	})
 	t.Run("stopped while it tries", func(t *testing.T) {
 		f := &flakyShards{ClusterClient: cc, dead: dead, live: live, fails: 1 << 30}
-		s := &subscription{cc: f, deliver: func(Notice) { t.Error("a notice, never subscribed") }}
+		s := &subscription{cc: f, channel: "lock-test:follow:w", deliver: func(Notice) { t.Error("a notice, never subscribed") }}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		time.AfterFunc(500*time.Millisecond, s.cancel)
 		done := make(chan *redis.PubSub)
-		go func() { done <- s.follow("lock-test:follow:w") }()
+		go func() { done <- s.follow() }()
 		select {
 		case ps := <-done:
 			if ps != nil {
