@@ -153,6 +153,66 @@ func (c *Client) background(ctx context.Context, fn func(ctx context.Context)) {
 	}()
 }
 
+// settle runs fn, a clean-up (a release, a Leave, a notice), on a detached
+// context bounded by the release timeout, and returns its error. When ctx
+// has a deadline that comes first, it waits for fn only until that
+// deadline, or settleSlack from now if that is later, and settleSlack more:
+// then fn goes on in the background (Close waits for it, and its context
+// still ends it at the release timeout), and settle returns errUnsettled.
+// So a call bounded by a deadline returns by it (and a moment), whatever the
+// provider does; a provider that answers lets fn end first, and the call
+// returns what it did.
+func (c *Client) settle(ctx context.Context, fn func(ctx context.Context) error) error {
+	if !c.bounded(ctx) {
+		return fn(c.detached(ctx))
+	}
+	d, _ := ctx.Deadline()
+	done := make(chan error, 1)
+	c.background(ctx, func(ctx context.Context) { done <- fn(ctx) })
+	t := time.NewTimer(max(time.Until(d), 0) + settleSlack)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errUnsettled
+	}
+}
+
+// bounded reports whether ctx has a deadline that comes before the
+// release timeout: a clean-up then needs settle to return by it.
+func (c *Client) bounded(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < c.releaseTimeout
+}
+
+// settleSlack is how long past its deadline a call waits for its clean-up
+// (see settle): enough for a provider that answers at all.
+const settleSlack = 50 * time.Millisecond
+
+// waitFor waits for ch to be closed, as settle waits for a clean-up, and
+// reports whether it was.
+func (c *Client) waitFor(ctx context.Context, ch <-chan struct{}) bool {
+	d, ok := ctx.Deadline()
+	if !ok {
+		<-ch
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	t := time.NewTimer(max(time.Until(d), 0) + settleSlack)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // detached returns a context for a release, a grace-period write or a
 // clean-up: ctx's values without its cancellation, ended by the release
 // timeout.

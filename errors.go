@@ -326,6 +326,25 @@ func (e *unansweredError) Error() string {
 func (e *unansweredError) Is(target error) bool { return target == ErrUnavailable }
 func (e *unansweredError) Unwrap() error        { return e.last }
 
+// errUnsettled is what Client.settle returns when the caller's deadline
+// came before the provider answered its clean-up, which goes on in the
+// background.
+var errUnsettled = errors.New("no answer from the provider by the deadline")
+
+// unsettledError is the error of a call (op on key) that returned at its
+// deadline while its clean-up (a release, a Leave) went on in the
+// background (see Client.settle). It matches [ErrUnavailable] and
+// context.DeadlineExceeded.
+type unsettledError struct{ op, key string }
+
+func (e *unsettledError) Error() string {
+	return "lock: " + e.op + " " + strconv.Quote(e.key) + ": no answer from the provider by the deadline; the call goes on in the background"
+}
+
+func (e *unsettledError) Is(target error) bool {
+	return target == ErrUnavailable || target == context.DeadlineExceeded
+}
+
 // isContextErr reports whether err is a context's error.
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

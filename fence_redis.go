@@ -99,7 +99,12 @@ func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence s
 	}
 	a = append(a, strconv.FormatUint(token, 10))
 	cl := f.script.call(ctx, 1+len(keys), append(a, args...))
-	sendScripts(ctx, rdb, []*call{&cl}, nil)
+	if err := await(ctx, func() { sendScripts(ctx, rdb, []*call{&cl}, nil) }, nil); err != nil {
+		// No answer by ctx's end: the write may yet be applied.
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	cmd := cl.cmd
 	var rerr redis.Error
 	if err := cmd.Err(); err == redis.Nil {

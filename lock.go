@@ -347,11 +347,17 @@ func (l *Lock) closedFor() time.Duration {
 // release, the *LostError if the lock was lost before (or found gone or
 // taken now), and the provider's error otherwise (matching [ErrUnavailable];
 // the record then expires within its lease). Done is closed when it returns,
-// with Err saying the same. Release after Release returns what the first
-// returned when it failed, and after a clean one an error matching
-// [ErrReleased]; it does not call the provider, and while the first is under
-// way it waits for its outcome. Release on a nil *Lock (what a failed
-// Acquire returns) returns an error matching [ErrInvalidArgument].
+// with Err saying the same. When ctx has a deadline, Release returns by it
+// (or, called after it, a moment after the call) whatever the provider
+// does: if the provider has not answered by then, the release goes on in
+// the background, still bounded by the release timeout, and Release
+// returns an error matching ErrUnavailable and context.DeadlineExceeded;
+// Done is closed, and Err final, when the release has ended. Release after
+// Release returns what the first returned when it failed, and after a clean
+// one an error matching [ErrReleased]; it does not call the provider, and
+// while the first is under way it waits for its outcome (as long as ctx's
+// deadline allows). Release on a nil *Lock (what a failed Acquire returns)
+// returns an error matching [ErrInvalidArgument].
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return invalidf("Release on a nil *Lock: nothing was acquired")
@@ -370,16 +376,27 @@ func (l *Lock) Release(ctx context.Context) error {
 	c := l.c
 	switch state {
 	case releasing, released:
-		return l.releasedAgain()
+		return l.releasedAgain(ctx)
 	case lost:
 		// The lease ran out without a renewal; the record may still be ours.
-		_ = c.release(c.detached(ctx), l.key, l.owner, l.claim)
+		_ = c.settle(ctx, func(ctx context.Context) error { return c.release(ctx, l.key, l.owner, l.claim) })
 		return l.Err() // the loss
 	}
-
 	// Only this call moved the state from held: l.rel is its own.
 	l.rel = c.detach(ctx)
-	rctx := &l.rel
+	if !c.bounded(ctx) {
+		return l.release(&l.rel, end)
+	}
+	if err := c.settle(ctx, func(context.Context) error { return l.release(&l.rel, end) }); err != errUnsettled {
+		return err
+	}
+	return &unsettledError{op: "release", key: l.key}
+}
+
+// release is Release of a held lock, on rctx, a context of its own; end is
+// the lease's end when Release began.
+func (l *Lock) release(rctx context.Context, end time.Time) error {
+	c := l.c
 	var err error
 	closed := l.closedFor()
 	if closed > 0 {
@@ -428,10 +445,13 @@ func (l *Lock) end(outcome error) {
 }
 
 // releasedAgain is Release after Release: it waits for the first one's
-// outcome (Done) and returns it, the loss or the failure, or [ErrReleased]
-// after a clean release.
-func (l *Lock) releasedAgain() error {
-	<-l.Done()
+// outcome (Done), as long as ctx's deadline allows (see Client.settle), and
+// returns it, the loss or the failure, or [ErrReleased] after a clean
+// release.
+func (l *Lock) releasedAgain(ctx context.Context) error {
+	if !l.c.waitFor(ctx, l.Done()) {
+		return &unsettledError{op: "release", key: l.key}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.outcome != nil {

@@ -129,11 +129,11 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 	}
 }
 
-// watch opens a Watch of key, within a poll interval (one to five
-// seconds), and returns its stop; or nil when it failed, to be tried again
-// at the next read (until then, Observe reads every poll interval).
+// watch opens a Watch of key, within observeBound, and returns its stop;
+// or nil when it failed, to be tried again at the next read (until then,
+// Observe reads every poll interval).
 func (c *Client) watch(ctx context.Context, key string, deliver func(Notice)) func() {
-	wctx, cancel := context.WithTimeout(ctx, min(max(c.poll, time.Second), 5*time.Second))
+	wctx, cancel := context.WithTimeout(ctx, c.observeBound())
 	defer cancel()
 	stop, err := c.provider.Watch(wctx, key, deliver)
 	if err != nil {
@@ -240,11 +240,20 @@ func (h *heard) take() []Notice {
 	return terms
 }
 
-// leader reads who leads role now, and when the leader's record expires
-// unless renewed (zero when nobody leads).
+// observeBound bounds each call of Observe's to the provider (a Watch, a
+// read): a poll interval, from one to five seconds. A provider that does
+// not answer then yields a Leader with Err, not a silent channel.
+func (c *Client) observeBound() time.Duration {
+	return min(max(c.poll, time.Second), 5*time.Second)
+}
+
+// leader reads who leads role now, within observeBound, and when the
+// leader's record expires unless renewed (zero when nobody leads).
 func (c *Client) leader(ctx context.Context, role string) (Leader, time.Time, error) {
 	key := c.Key(role)
-	rec, err := c.provider.Inspect(ctx, key)
+	rctx, cancel := context.WithTimeout(ctx, c.observeBound())
+	defer cancel()
+	rec, err := c.provider.Inspect(rctx, key)
 	if err != nil {
 		return Leader{}, time.Time{}, c.failed(ctx, "inspect", key, err)
 	}
@@ -263,11 +272,12 @@ func leaderOf(s Status) Leader {
 }
 
 // announce tells the Watches of key (Observe) of a term won (n with Owner)
-// or ended (n without): a failure is logged, and observers then find the
-// change at their next read.
+// or ended (n without), as long as ctx's deadline allows (see settle): a
+// failure is logged, and observers then find the change at their next
+// read.
 func (c *Client) announce(ctx context.Context, key string, n Notice) {
 	n.Key = key
-	if err := c.provider.Notify(c.detached(ctx), key, n); err != nil {
+	if err := c.settle(ctx, func(ctx context.Context) error { return c.provider.Notify(ctx, key, n) }); err != nil {
 		c.log.Debug("lock: notify failed", "key", key, "err", err)
 	}
 }

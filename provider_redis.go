@@ -24,6 +24,39 @@ func (p *RedisProvider) eval(ctx context.Context, op, key string, s *script, nke
 	return p.decode(op, key, res, err)
 }
 
+// await calls fn, a call to Redis on ctx, and returns nil once it has
+// returned; or ctx's error once ctx ends, when that comes first: then fn
+// goes on, on a goroutine of its own, until go-redis's own timeouts end it,
+// the caller must not read what fn writes, and undo, when not nil, is
+// called once fn has returned (to close what fn opened). go-redis honours a
+// context's deadline on the socket only with ContextTimeoutEnabled, and
+// not while it dials and sets up a connection (see batcher.eval): without
+// await, a caller would wait for a server that does not answer until the
+// client's own timeouts, past its deadline.
+func await(ctx context.Context, fn, undo func()) error {
+	if ctx.Done() == nil {
+		fn()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		if undo != nil {
+			go func() {
+				<-done
+				undo()
+			}()
+		}
+		return ctx.Err()
+	}
+}
+
 // skipArg is what a script is passed at a position of the arguments' layout
 // that it does not read (see scripts/record.lua).
 const skipArg = ""
@@ -141,6 +174,7 @@ func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 // unreachable server lasts up to the client's own read and write timeouts.
 func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisProvider {
 	p := &RedisProvider{client: client, batch: newBatcher(client)}
+	p.shard.detect = make(chan struct{}, 1)
 	if cc, ok := client.(clusterClient); ok {
 		p.cluster = cc
 		// With ReadOnly, a subscription may be on a replica, which an
@@ -337,17 +371,26 @@ func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, nkey
 // returns the script's reply and the WAIT's.
 func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args []any) (any, int64, error) {
 	var c redis.UniversalClient = p.client
-	if p.cluster != nil {
-		// A keyless WAIT in a Cluster pipeline could go to another node:
-		// pipeline on the key's primary itself.
-		node, err := p.cluster.MasterForKey(ctx, args[0].(string))
-		if err != nil {
-			return nil, 0, err
-		}
-		c = node
-	}
+	var err error
 	cl := s.call(ctx, nkeys, args)
-	acked := sendScripts(ctx, c, []*call{&cl}, []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()})
+	var acked *redis.Cmd
+	if aerr := await(ctx, func() {
+		if p.cluster != nil {
+			// A keyless WAIT in a Cluster pipeline could go to another
+			// node: pipeline on the key's primary itself.
+			var node *redis.Client
+			if node, err = p.cluster.MasterForKey(ctx, args[0].(string)); err != nil {
+				return
+			}
+			c = node
+		}
+		acked = sendScripts(ctx, c, []*call{&cl}, []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()})
+	}, nil); aerr != nil {
+		return nil, 0, aerr
+	}
+	if err != nil {
+		return nil, 0, err
+	}
 	if err := cl.cmd.Err(); err != nil {
 		return nil, 0, err
 	}
@@ -397,12 +440,17 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
-			found, next, err := c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result()
+			var found []string
+			var next uint64
+			var err error
+			if aerr := await(ctx, func() { found, next, err = c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result() }, nil); aerr != nil {
+				err = aerr
+			}
 			if err != nil {
 				return fmt.Errorf("lock: list %q: %w", prefix, err)
 			}
-			if !p.inspectAll(ctx, c, found, fn) {
-				return errStopList
+			if err := p.inspectAll(ctx, c, found, fn); err != nil {
+				return err
 			}
 			if cursor = next; cursor == 0 {
 				return nil
@@ -416,12 +464,16 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 		// its function on every primary at once.)
 		var mu sync.Mutex
 		var masters []*redis.Client
-		err = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
-			mu.Lock()
-			masters = append(masters, c)
-			mu.Unlock()
-			return nil
-		})
+		if aerr := await(ctx, func() {
+			err = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+				mu.Lock()
+				masters = append(masters, c)
+				mu.Unlock()
+				return nil
+			})
+		}, nil); aerr != nil {
+			err = fmt.Errorf("lock: list %q: %w", prefix, aerr)
+		}
 		for _, c := range masters {
 			if err != nil {
 				break
@@ -441,8 +493,9 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 var errStopList = errors.New("lock: list stopped")
 
 // inspectAll inspects the records and counted names among found in one
-// pipeline and calls fn with each; it reports whether fn asked for more.
-func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient, found []string, fn func(string, Record, error) bool) bool {
+// pipeline and calls fn with each; it returns errStopList when fn asked for
+// no more, and ctx's error when ctx ended before Redis answered.
+func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient, found []string, fn func(string, Record, error) bool) error {
 	var items []listed
 	for _, k := range found {
 		switch {
@@ -483,18 +536,20 @@ func appendListed(ctx context.Context, items []listed, key string, counted bool)
 }
 
 // inspectListed runs the inspections of items in one pipeline and calls fn
-// with each key that holds a record or claims; it reports whether fn asked
-// for more. A key that ends with ":c" but holds no hash is a lock's record
+// with each key that holds a record or claims; it returns as inspectAll
+// does. A key that ends with ":c" but holds no hash is a lock's record
 // after all: it is inspected as one, in one more pipeline.
-func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClient, items []listed, fn func(string, Record, error) bool) bool {
+func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClient, items []listed, fn func(string, Record, error) bool) error {
 	if len(items) == 0 {
-		return true
+		return nil
 	}
 	calls := make([]*call, len(items))
 	for i := range items {
 		calls[i] = &items[i].call
 	}
-	sendScripts(ctx, c, calls, nil)
+	if err := await(ctx, func() { sendScripts(ctx, c, calls, nil) }, nil); err != nil {
+		return fmt.Errorf("lock: list: %w", err)
+	}
 	var locks []listed
 	for _, it := range items {
 		var rec Record
@@ -521,7 +576,7 @@ func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClie
 			}
 		}
 		if !fn(it.key, rec, err) {
-			return false
+			return errStopList
 		}
 	}
 	return p.inspectListed(ctx, c, locks, fn)
@@ -629,7 +684,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 			})
 		}, nil
 	}
-	stop, err := subscribe(ctx, p.client.Subscribe(ctx, inbox), parseGrant, deliver, nil, "")
+	stop, err := subscribe(ctx, func() *redis.PubSub { return p.client.Subscribe(ctx, inbox) }, parseGrant, deliver, nil, "")
 	if err != nil {
 		if confirm != nil {
 			confirm.stop()
@@ -647,7 +702,9 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 	}, nil
 }
 
-// subscribe waits for Redis to confirm ps's subscription, then calls
+// subscribe opens a PubSub (open: a Subscribe or SSubscribe on ctx), waits
+// for Redis to confirm its subscription, as long as ctx lets it (see
+// await: a PubSub that confirms after that is closed), then calls
 // deliver, on a goroutine of its own, with each message that parse reads,
 // and with a Notice without Key at each later confirmation (go-redis
 // resubscribes after a break; what was published meanwhile is lost). cc,
@@ -655,9 +712,21 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 // subscription breaks or Redis ends it (its slot moved to another node), ch
 // is subscribed anew through cc (see readShard and follow). stop closes the
 // subscription and waits for the goroutine.
-func subscribe(ctx context.Context, ps *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient, ch string) (stop func(), err error) {
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
+func subscribe(ctx context.Context, open func() *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient, ch string) (stop func(), err error) {
+	var ps *redis.PubSub
+	if aerr := await(ctx, func() {
+		ps = open()
+		if _, err = ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+		}
+	}, func() {
+		if err == nil {
+			_ = ps.Close()
+		}
+	}); aerr != nil {
+		return nil, aerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	s := &subscription{parse: parse, deliver: deliver, cc: cc, channel: ch, ps: ps, done: make(chan struct{})}
@@ -851,14 +920,12 @@ func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Noti
 	if err != nil {
 		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
 	}
-	var ps *redis.PubSub
+	open := func() *redis.PubSub { return p.client.Subscribe(ctx, ch) }
 	var follow clusterClient // nil: not followed
 	if sharded {
-		ps, follow = p.client.SSubscribe(ctx, ch), p.cluster
-	} else {
-		ps = p.client.Subscribe(ctx, ch)
+		open, follow = func() *redis.PubSub { return p.client.SSubscribe(ctx, ch) }, p.cluster
 	}
-	stop, err := subscribe(ctx, ps, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver, follow, ch)
+	stop, err := subscribe(ctx, open, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver, follow, ch)
 	if err != nil {
 		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
 	}
@@ -880,10 +947,16 @@ func (p *RedisProvider) Notify(ctx context.Context, key string, n Notice) error 
 	if n.Owner != "" {
 		msg = strconv.FormatUint(n.Token, 10) + " " + strconv.FormatInt(n.TTL.Milliseconds(), 10) + " " + n.Owner
 	}
-	if sharded {
-		return p.client.SPublish(ctx, ch, msg).Err()
+	if aerr := await(ctx, func() {
+		if sharded {
+			err = p.client.SPublish(ctx, ch, msg).Err()
+		} else {
+			err = p.client.Publish(ctx, ch, msg).Err()
+		}
+	}, nil); aerr != nil {
+		return aerr
 	}
-	return p.client.Publish(ctx, ch, msg).Err()
+	return err
 }
 
 // watchChannel returns the channel of key's Watches, and whether it is a
@@ -927,19 +1000,27 @@ type confirmer struct {
 	deliver func(Notice)
 	ctx     context.Context // cancelled by stop
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	mu      sync.Mutex // held while deliver runs, so that stop waits for it
+	wg      sync.WaitGroup // the confirmations under way; Add only under mu, before stopped
+	mu      sync.Mutex     // held while deliver runs, so that stop waits for it
 	stopped bool
 }
 
 // grant confirms g on a goroutine of its own, so that the subscription is
-// not held up by a WAIT; a Notice without Owner is passed on at once.
+// not held up by a WAIT; a Notice without Owner is passed on at once. After
+// stop, it does nothing: a confirmation starts only under mu, before stop
+// has marked c stopped, so stop's Wait counts every one.
 func (c *confirmer) grant(g Notice) {
 	if g.Owner == "" {
 		c.pass(g)
 		return
 	}
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
 	c.wg.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, c.p.replicaTimeout+5*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,10 +40,17 @@ func newBatcher(client redis.UniversalClient) *batcher {
 }
 
 // eval runs s with nkeys keys, the first of args, and the rest of args as
-// its arguments, and returns its reply.
+// its arguments, and returns its reply; or ctx's error once ctx ends, sent
+// or not, replied or not: go-redis reads the socket until its own read
+// timeout, whatever the context says (unless ContextTimeoutEnabled is set),
+// and a caller must not wait past its deadline for a server that does not
+// answer. So a call whose context can end is sent by a goroutine (the one
+// of its round trip, see send), and only a call whose context never ends is
+// sent on the caller's own.
 func (b *batcher) eval(ctx context.Context, s *script, nkeys int, args ...any) (any, error) {
 	b.mu.Lock()
-	if b.inFlight < b.max && len(b.queue) == 0 {
+	start := b.inFlight < b.max && len(b.queue) == 0
+	if start && ctx.Done() == nil {
 		b.inFlight++
 		b.mu.Unlock()
 		c := s.call(ctx, nkeys, args)
@@ -51,8 +59,14 @@ func (b *batcher) eval(ctx context.Context, s *script, nkeys int, args ...any) (
 		return c.cmd.Result()
 	}
 	c := &batched{ctx: ctx, call: s.call(ctx, nkeys, args), done: make(chan struct{})}
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
+	if start {
+		b.inFlight++
+		b.mu.Unlock()
+		go b.send([]*batched{c})
+	} else {
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
+	}
 	select {
 	case <-c.done:
 		if !c.sent {
@@ -82,24 +96,40 @@ func (b *batcher) next() {
 }
 
 // send runs the scripts of q in one round trip (see sendScripts), except those
-// whose caller gave up meanwhile, then starts the next round trip.
+// whose caller gave up meanwhile, then starts the next round trip. The
+// round trip's context has the values of its first caller's and the
+// latest deadline of its callers' (none when one of them has none): no
+// caller waits for it longer, and a client that honours deadlines
+// (ContextTimeoutEnabled) gives up on a server that does not answer once
+// every caller has.
 func (b *batcher) send(q []*batched) {
 	defer b.next()
-	var ctx context.Context
+	var first context.Context
+	var last time.Time
+	endless := false
 	calls := make([]*call, 0, len(q))
 	for _, c := range q {
 		if c.ctx.Err() != nil {
 			continue
 		}
-		if ctx == nil {
-			// Not cancelled with its caller: the other calls wait on it.
-			// Its values (a trace) are the first caller's.
-			ctx = context.WithoutCancel(c.ctx)
+		if first == nil {
+			first = c.ctx
+		}
+		if d, ok := c.ctx.Deadline(); !ok {
+			endless = true
+		} else if d.After(last) {
+			last = d
 		}
 		c.sent = true
 		calls = append(calls, &c.call)
 	}
 	if len(calls) > 0 {
+		ctx := context.WithoutCancel(first)
+		if !endless {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, last)
+			defer cancel()
+		}
 		sendScripts(ctx, b.client, calls, nil)
 	}
 	for _, c := range q {

@@ -48,8 +48,10 @@ type shardState struct {
 	off  bool         // ShardedPubSub(false)
 	skip string       // "1": an unheard shard grant may be skipped; "0" when subscriptions may be on replicas (ReadOnly)
 	mode atomic.Int32 // shardUnknown until detected
-	// detect is held while the mode is found out.
-	detect sync.Mutex
+	// detect holds a token while the mode is found out: a caller waits for
+	// it as long as its context lets it (a mutex would hold it past its
+	// deadline, while another finds out from a server that does not answer).
+	detect chan struct{}
 
 	mu        sync.Mutex
 	listeners map[string][]*shardListener // by inbox
@@ -82,8 +84,12 @@ func (p *RedisProvider) sharded(ctx context.Context) (bool, error) {
 	if m := p.shard.mode.Load(); m != shardUnknown {
 		return m == shardOn, nil
 	}
-	p.shard.detect.Lock()
-	defer p.shard.detect.Unlock()
+	select {
+	case p.shard.detect <- struct{}{}:
+	case <-ctx.Done():
+		return false, fmt.Errorf("lock: find out whether the Cluster has sharded pub/sub: %w", ctx.Err())
+	}
+	defer func() { <-p.shard.detect }()
 	if m := p.shard.mode.Load(); m != shardUnknown {
 		return m == shardOn, nil
 	}
@@ -91,42 +97,54 @@ func (p *RedisProvider) sharded(ctx context.Context) (bool, error) {
 		p.shard.mode.Store(shardOff)
 		return false, nil
 	}
-	var answered, without atomic.Int32
-	var mu sync.Mutex
-	var firstErr error
-	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		res, err := c.Do(ctx, "command", "info", "spublish").Slice()
-		var rerr redis.Error
-		switch {
-		case err == nil:
-			answered.Add(1)
-			if len(res) == 0 || res[0] == nil {
-				without.Add(1) // before Redis 7.0
-			}
-		case errors.As(err, &rerr):
-			answered.Add(1)
-			without.Add(1) // COMMAND refused
-		default:
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = err
-			}
-			mu.Unlock()
-		}
-		return nil
-	})
-	if answered.Load() == 0 {
-		if firstErr == nil {
-			firstErr = errors.New("no primary answered")
-		}
-		return false, fmt.Errorf("lock: find out whether the Cluster has sharded pub/sub: %w", firstErr)
+	var n shardCount
+	if err := await(ctx, func() { _ = cc.ForEachMaster(ctx, n.ask) }, nil); err != nil {
+		return false, fmt.Errorf("lock: find out whether the Cluster has sharded pub/sub: %w", err)
 	}
-	if without.Load() > 0 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.answered == 0 {
+		if n.err == nil {
+			n.err = errors.New("no primary answered")
+		}
+		return false, fmt.Errorf("lock: find out whether the Cluster has sharded pub/sub: %w", n.err)
+	}
+	if n.without > 0 {
 		p.shard.mode.Store(shardOff)
 		return false, nil
 	}
 	p.shard.mode.Store(shardOn)
 	return true, nil
+}
+
+// shardCount is what the primaries answered sharded: how many answered, how
+// many of them without SPUBLISH, and the first error of one that did not.
+type shardCount struct {
+	mu                sync.Mutex
+	answered, without int
+	err               error
+}
+
+// ask asks c, a primary, whether it knows SPUBLISH (COMMAND INFO), and
+// counts its answer.
+func (n *shardCount) ask(ctx context.Context, c *redis.Client) error {
+	res, err := c.Do(ctx, "command", "info", "spublish").Slice()
+	var rerr redis.Error
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case err == nil:
+		n.answered++
+		if len(res) == 0 || res[0] == nil {
+			n.without++ // before Redis 7.0
+		}
+	case errors.As(err, &rerr):
+		n.answered++
+		n.without++ // COMMAND refused
+	case n.err == nil:
+		n.err = err
+	}
+	return nil
 }
 
 // publishing returns the scripts' publish argument for the lock whose
@@ -169,12 +187,20 @@ func (p *RedisProvider) queueShard(ctx context.Context, inbox, ch, owner string)
 	p.shard.mu.Lock()
 	ls := slices.Clone(p.shard.listeners[inbox])
 	p.shard.mu.Unlock()
-	for _, l := range ls {
-		if err := l.ensure(ctx, ch, owner); err != nil && ctx.Err() != nil {
-			return ctx.Err()
+	// ensure may dial a node, and find the slots again, whatever ctx
+	// says: await bounds it.
+	var err error
+	if aerr := await(ctx, func() {
+		for _, l := range ls {
+			if l.ensure(ctx, ch, owner) != nil && ctx.Err() != nil {
+				err = ctx.Err()
+				return
+			}
 		}
+	}, nil); aerr != nil {
+		return aerr
 	}
-	return nil
+	return err
 }
 
 // unqueueShard tells the Listens on inbox that owner will not be granted a

@@ -56,6 +56,12 @@ func (c *Client) acquireClaim(ctx context.Context, key, owner string, cl claim, 
 		return nil, invalidf("%q is held by this call chain: waiting for it would never end", key)
 	}
 	a := acquisition{c: c, key: key, owner: owner, claim: cl, o: o, began: time.Now()}
+	if o.Wait {
+		// MaxWait bounds the whole call, its first attempt too.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.MaxWait, ErrTimeout)
+		defer cancel()
+	}
 	if !o.Wait || !o.Fair && !c.busy.has(key) {
 		// One attempt first: a free lock is granted in one round trip,
 		// without the waiter's set-up; a waiter starts after a busy one. A
@@ -142,10 +148,11 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		}
 		// The grant came after the context ended, or after its lease ran
 		// out (a slow answer, a paused process): not a hold. It is handed
-		// back before the call returns (the provider answers), so that
-		// nothing of the caller's is left stored. With Wait, the waiter
-		// goes on.
-		_ = c.release(c.detached(ctx), key, owner, a.claim)
+		// back before the call returns (when the provider answers by the
+		// caller's deadline: see settle), so that nothing of the caller's
+		// is left stored. With Wait, the waiter goes on.
+		cl := a.claim
+		_ = c.settle(ctx, func(ctx context.Context) error { return c.release(ctx, key, owner, cl) })
 		if ctx.Err() != nil {
 			return nil, a.notAcquired(ctx, nil, "", 0)
 		}
@@ -168,10 +175,8 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	return nil, a.notAcquired(ctx, ErrHeld, rec.Owner, rec.TTL)
 }
 
-// wait acquires with o.Wait, for at most o.MaxWait: see waiter.
+// wait acquires with o.Wait, until ctx ends (at MaxWait, too): see waiter.
 func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, a.o.MaxWait, ErrTimeout)
-	defer cancel()
 	// A wait starts once the key was seen busy, or at once when Fair: its
 	// first look joins the key's queue if there is one, so that it is served
 	// in arrival order. Its record is stored for the claim window: a grant

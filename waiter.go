@@ -245,10 +245,13 @@ func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 // [ErrGracePeriod] or a refusal, reason itself otherwise. It leaves before
 // it returns, on a context of its own bounded by the release timeout, so
 // that a caller whose wait ended finds nothing of its own stored: the
-// provider answered w's last call, or no call was under way.
+// provider answered w's last call, or no call was under way. But it waits
+// for the Leave only as long as ctx's deadline allows (see settle): past
+// it, the Leave goes on in the background.
 func (w *waiter) giveUp(ctx context.Context, reason error) error {
 	w.quit()
-	_ = w.c.leave(w.c.detached(ctx), w.key, w.claim, w.req)
+	c, key, cl, req := w.c, w.key, w.claim, w.req
+	_ = c.settle(ctx, func(ctx context.Context) error { return c.leave(ctx, key, cl, req) })
 	return w.notAcquired(ctx, reason, w.holder, w.retryAfter)
 }
 
