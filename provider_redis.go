@@ -668,7 +668,7 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 	}
 	var confirm *confirmer
 	if p.waits {
-		confirm = &confirmer{p: p, deliver: deliver}
+		confirm = &confirmer{renew: p.renewGrant, timeout: p.replicaTimeout + 5*time.Second, deliver: deliver}
 		confirm.ctx, confirm.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		deliver = confirm.grant
 	}
@@ -996,7 +996,8 @@ func parseWatch(key, s string) (Notice, bool) {
 // its next poll: its request confirms the grant, or fails with
 // [ErrNotReplicated] and the waiter leaves, handing the lock on.
 type confirmer struct {
-	p       *RedisProvider
+	renew   func(ctx context.Context, g Notice) error // the grantee's renewal and WAIT (renewGrant)
+	timeout time.Duration                             // bounds each
 	deliver func(Notice)
 	ctx     context.Context // cancelled by stop
 	cancel  context.CancelFunc
@@ -1023,15 +1024,9 @@ func (c *confirmer) grant(g Notice) {
 	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, c.p.replicaTimeout+5*time.Second)
+		ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 		defer cancel()
-		var err error
-		if g.Weight > 0 {
-			err = c.p.RenewClaim(ctx, g.Key, g.Owner, g.TTL)
-		} else {
-			err = c.p.Renew(ctx, g.Key, g.Owner, g.TTL)
-		}
-		if err == nil {
+		if c.renew(ctx, g) == nil {
 			c.pass(g)
 		}
 		// Otherwise not replicated (see confirmer), lost (the waiter gave
@@ -1055,6 +1050,15 @@ func (c *confirmer) stop() {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+}
+
+// renewGrant renews the record or claim that g grants, for its grantee (a
+// confirmer's renewal).
+func (p *RedisProvider) renewGrant(ctx context.Context, g Notice) error {
+	if g.Weight > 0 {
+		return p.RenewClaim(ctx, g.Key, g.Owner, g.TTL)
+	}
+	return p.Renew(ctx, g.Key, g.Owner, g.TTL)
 }
 
 // parseGrant decodes a message of serve or tellall in scripts/record.lua:
