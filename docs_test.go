@@ -470,3 +470,90 @@ func TestREADMEInstall(t *testing.T) {
 		}
 	}
 }
+
+var (
+	// testsNotAcquired and testsUnavailable find errors.Is tests of the two
+	// sentinels in code.
+	testsNotAcquired = regexp.MustCompile(`errors\.Is\([^()]*,\s*lock\.ErrNotAcquired\)`)
+	testsUnavailable = regexp.MustCompile(`errors\.Is\([^()]*,\s*lock\.ErrUnavailable\)`)
+)
+
+// skipsOnNotAcquired returns the lines of code that branch on ErrNotAcquired
+// (an if, a case) or tell the reader to test it (in a comment) with no test
+// of ErrUnavailable before them in code.
+func skipsOnNotAcquired(code string) []string {
+	var bad []string
+	unavailable := false
+	for _, line := range strings.Split(code, "\n") {
+		trimmed := strings.TrimSpace(line)
+		for _, loc := range testsNotAcquired.FindAllStringIndex(line, -1) {
+			comment := strings.Contains(line[:loc[0]], "//")
+			branch := strings.HasPrefix(trimmed, "if ") || strings.HasPrefix(trimmed, "case ") || strings.HasPrefix(trimmed, "} else if ")
+			if (comment || branch) && !unavailable {
+				bad = append(bad, trimmed)
+			}
+		}
+		if code, _, _ := strings.Cut(line, "//"); testsUnavailable.MatchString(code) {
+			unavailable = true
+		}
+	}
+	return bad
+}
+
+// TestDocsDoNotSkipAnOutage checks that no code shown to a user (the Go
+// blocks of the README, of docs/ and of MIGRATING.md, the example
+// functions, the programs of examples/, and the code in the package's doc
+// comments) reads ErrNotAcquired as "someone else has it" without testing
+// ErrUnavailable first: an acquisition that the context ended while the
+// provider was unreachable matches ErrNotAcquired too (issue 38: MIGRATING's
+// "if errors.Is(err, lock.ErrNotAcquired) { return nil }" swallowed an
+// outage).
+func TestDocsDoNotSkipAnOutage(t *testing.T) {
+	var snippets, checked int
+	check := func(where, code string) {
+		t.Helper()
+		snippets++
+		if testsNotAcquired.MatchString(code) {
+			checked++
+		}
+		for _, line := range skipsOnNotAcquired(code) {
+			assert.Fail(t, "a test of ErrNotAcquired reads an outage as a refusal",
+				"%s: %q: test lock.ErrHeld (or ErrGracePeriod, ErrTimeout), or lock.ErrUnavailable before it", where, line)
+		}
+	}
+	for _, page := range append(docPages(t), "MIGRATING.md") {
+		for i, block := range goBlocks(readDoc(t, page)) {
+			check(fmt.Sprintf("%s, Go block %d", page, i+1), block)
+		}
+	}
+	programs, err := filepath.Glob("examples/*/*.go")
+	require.NoError(t, err)
+	require.NotEmpty(t, programs)
+	files, err := filepath.Glob("example*_test.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	for _, path := range append(files, programs...) {
+		src := readDoc(t, path)
+		f, err := parser.ParseFile(fset, path, src, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok {
+				check(path+": "+fn.Name.Name, src[fset.Position(fn.Pos()).Offset:fset.Position(fn.End()).Offset])
+			}
+		}
+	}
+	sources, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, path := range sources {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, readDoc(t, path), parser.ParseComments)
+		require.NoError(t, err)
+		for _, g := range f.Comments {
+			check(path+": a comment at line "+fmt.Sprint(fset.Position(g.Pos()).Line), "//"+strings.ReplaceAll(g.Text(), "\n", "\n//"))
+		}
+	}
+	assert.Greater(t, snippets, 100, "the pages, examples and comments were read")
+	assert.NotZero(t, checked, "some code shown tests ErrNotAcquired, as it may after ErrUnavailable")
+}

@@ -11,13 +11,27 @@ import (
 
 // Sentinel errors. Test for them with errors.Is; the types below carry the details.
 var (
-	// ErrNotAcquired reports that a lock was not acquired: it was held by another
-	// owner, it was in its grace period, or the wait for it ended. Errors that match
-	// it are *NotAcquiredError values, which also match the reason ([ErrHeld],
-	// [ErrGracePeriod], [ErrTimeout], or the context's error).
+	// ErrNotAcquired reports that a lock was not acquired, for one of these
+	// reasons, which the error also matches: another acquisition held it
+	// ([ErrHeld], also one of the caller's own Client); it was in its grace
+	// period ([ErrGracePeriod]); a wait lasted MaxWait ([ErrTimeout]); the
+	// caller's context ended (its cause: context.Canceled,
+	// context.DeadlineExceeded or the cause it was given); the Client closed
+	// during the acquisition ([ErrClosed]; a call made after Close gets
+	// ErrClosed alone); or the grant came after its lease had run out
+	// ([ErrGrantedLate]). Errors that match it are *NotAcquiredError
+	// values. It is not only "someone else has it": an acquisition that
+	// ended (by MaxWait, the context or Close) while a call to the provider
+	// had failed or gone unanswered matches [ErrUnavailable] too, an outage
+	// rather than a refusal. To skip a lock that someone else has, test [ErrHeld] (and
+	// [ErrGracePeriod], [ErrTimeout] for a wait), or test [ErrUnavailable]
+	// first. A provider's error while the context lives, bad input and a
+	// corrupt record never match it.
 	ErrNotAcquired = errors.New("lock: not acquired")
 
-	// ErrHeld is the reason of a [NotAcquiredError] when another owner held the lock.
+	// ErrHeld is the reason of a [NotAcquiredError] when another owner held the
+	// lock: another acquisition, in any process, or of the caller's own Client
+	// (the message then says "held by this Client").
 	ErrHeld = errors.New("lock: held by another owner")
 
 	// ErrGracePeriod is the reason of a [NotAcquiredError] when the lock had ended

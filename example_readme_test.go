@@ -62,7 +62,7 @@ func ExampleMiddleware_readme() {
 			return err
 		}
 		// process has processOrder's type: func(context.Context, Order) (Receipt, error)
-		receipt, err := process(ctx, order) // errors.Is(err, lock.ErrNotAcquired) if another request holds it
+		receipt, err := process(ctx, order) // errors.Is(err, lock.ErrHeld) if another request holds it
 		fmt.Println("receipt for order", receipt.Order)
 		return err
 	}

@@ -108,7 +108,8 @@ func ExampleNew() {
 
 // Middleware wraps a handler so that it runs under a lock named from its
 // argument: here one lock per order. A call for an order that is being
-// processed is refused with ErrNotAcquired; another order is not blocked.
+// processed is refused with ErrHeld (an ErrNotAcquired); another order is
+// not blocked.
 func ExampleMiddleware() {
 	ctx := context.Background()
 	c, _ := lock.NewClient(lock.NewMemoryProvider())
