@@ -557,3 +557,38 @@ func TestDocsDoNotSkipAnOutage(t *testing.T) {
 	assert.Greater(t, snippets, 100, "the pages, examples and comments were read")
 	assert.NotZero(t, checked, "some code shown tests ErrNotAcquired, as it may after ErrUnavailable")
 }
+
+// TestModulesRequireTheLatest checks that every module of the repository
+// that requires another of its modules requires the latest version, the
+// one CHANGELOG.md's latest section names and the README calls the latest:
+// their replace directives point at this checkout, so the require is what a
+// user's build outside it gets (issue 38: postgres, otel, gocron, etcd and
+// examples/robfig required v0.1.1 while v0.1.2 was the latest). bench, which
+// no user depends on, requires the placeholder version of its replace.
+func TestModulesRequireTheLatest(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+)\b`).FindStringSubmatch(readDoc(t, "CHANGELOG.md"))
+	require.NotNil(t, m)
+	latest := m[1]
+	assert.Contains(t, docSection(t, readDoc(t, "README.md"), "## Install"), "The latest version is "+latest)
+
+	var mods []string
+	for _, pattern := range []string{"*/go.mod", "*/*/go.mod"} {
+		found, err := filepath.Glob(pattern)
+		require.NoError(t, err)
+		mods = append(mods, found...)
+	}
+	require.GreaterOrEqual(t, len(mods), 6, "the nested modules: postgres, otel, gocron, etcd, cmd/lockctl, examples/robfig, bench")
+	ours := regexp.MustCompile(`(?m)^\s*(?:require\s+)?(github\.com/seed05627090/lock(?:/[a-z/]+)?) (v\S+)`)
+	var requires int
+	for _, mod := range mods {
+		for _, r := range ours.FindAllStringSubmatch(readDoc(t, mod), -1) {
+			requires++
+			want := latest
+			if mod == filepath.Join("bench", "go.mod") {
+				want = "v0.0.0-00010101000000-000000000000"
+			}
+			assert.Equal(t, want, r[2], "%s requires %s %s", mod, r[1], r[2])
+		}
+	}
+	assert.GreaterOrEqual(t, requires, len(mods), "each nested module requires the root module")
+}
