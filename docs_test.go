@@ -592,3 +592,51 @@ func TestModulesRequireTheLatest(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, requires, len(mods), "each nested module requires the root module")
 }
+
+// zeroMeans finds what a field's doc says its zero value means.
+var zeroMeans = regexp.MustCompile(`(?i)\bzero(?: value)? means ([^.;:]+)`)
+
+// TestOptionFieldsOneZero checks that the exported fields of one name, in
+// the package's exported structs, say the same of their zero value: a
+// reader who learned what MaxDuration 0 means in Options reads it so
+// everywhere (issue 38: ElectionOptions.MaxDuration 0 meant no limit and
+// Options.MaxDuration 0 an hour).
+func TestOptionFieldsOneZero(t *testing.T) {
+	sources, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	type field struct{ in, means string }
+	fields := map[string][]field{}
+	fset := token.NewFileSet()
+	for _, path := range sources {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, readDoc(t, path), parser.ParseComments)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || !ts.Name.IsExported() {
+				return true
+			}
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, fl := range st.Fields.List {
+				m := zeroMeans.FindStringSubmatch(strings.Join(strings.Fields(fl.Doc.Text()), " "))
+				for _, name := range fl.Names {
+					if name.IsExported() && m != nil {
+						fields[name.Name] = append(fields[name.Name], field{ts.Name.Name, m[1]})
+					}
+				}
+			}
+			return true
+		})
+	}
+	require.NotEmpty(t, fields["MaxDuration"], "Options.MaxDuration says what its zero means")
+	for name, fs := range fields {
+		for _, f := range fs[1:] {
+			assert.Equal(t, fs[0].means, f.means, "%s.%s and %s.%s: zero means one thing for one name", fs[0].in, name, f.in, name)
+		}
+	}
+}

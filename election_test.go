@@ -23,7 +23,7 @@ import (
 
 // TestCampaignHasNoHoldLimit: a term's lock is held with NoHoldLimit as its
 // MaxDuration, not DefaultMaxDuration's hour, and waits with no MaxWait of
-// its own; a MaxDuration set in ElectionOptions ends the term with
+// its own; a TermLimit set in ElectionOptions ends the term with
 // LostMaxDuration, as the cause of its context.
 func TestCampaignHasNoHoldLimit(t *testing.T) {
 	ctx := testenv.Context(t, 20*time.Second)
@@ -41,17 +41,17 @@ func TestCampaignHasNoHoldLimit(t *testing.T) {
 	assert.Equal(t, role, term.Role())
 	require.NoError(t, term.Resign(ctx))
 
-	testenv.SkipShort(t, "the rest waits out a term's 3 s MaxDuration")
+	testenv.SkipShort(t, "the rest waits out a term's 3 s TermLimit")
 	// A renewed term: renewals every third of the 1s lease, each of which may
 	// come some 600ms late on a loaded machine before the lease runs out
-	// (LostLeaseRanOut) ahead of the 3s MaxDuration. Were ElectionOptions'
-	// MaxDuration dropped, the term would have no hold limit and not end.
-	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: time.Second, MaxDuration: 3 * time.Second})
+	// (LostLeaseRanOut) ahead of the 3s TermLimit. Were ElectionOptions'
+	// TermLimit dropped, the term would have no hold limit and not end.
+	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: time.Second, TermLimit: 3 * time.Second})
 	require.NoError(t, err)
 	select {
 	case <-term.Context().Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("a term with a MaxDuration of 3s did not end")
+		t.Fatal("a term with a TermLimit of 3s did not end")
 	}
 	var le *lock.LostError
 	require.ErrorAs(t, context.Cause(term.Context()), &le, "the term's context ends with the loss")
@@ -165,8 +165,8 @@ func TestElectionBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty role")
 	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{Lease: -time.Second})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative lease")
-	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{MaxDuration: -time.Second})
-	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative MaxDuration")
+	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{TermLimit: -time.Second})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative TermLimit")
 	assert.ErrorIs(t, c.Lead(ctx, "r", nil, lock.LeadOptions{}), lock.ErrInvalidArgument, "a nil function")
 	assert.ErrorIs(t, c.Lead(ctx, "", fn, lock.LeadOptions{}), lock.ErrInvalidArgument, "an empty role")
 	assert.ErrorIs(t, c.Lead(ctx, "r", fn, lock.LeadOptions{Pause: -time.Second}), lock.ErrInvalidArgument, "a negative pause")

@@ -236,7 +236,7 @@ func WithReleaseTimeout(d time.Duration) ClientOption {
 }
 
 // NoHoldLimit is a MaxDuration of a hundred years: no limit in practice,
-// and the MaxDuration of a term whose [ElectionOptions.MaxDuration] is zero.
+// and the MaxDuration of a term whose [ElectionOptions.TermLimit] is zero.
 // [Options.MaxDuration] has no value for "none" (zero means
 // [DefaultMaxDuration]): set it to NoHoldLimit for a lock held until it is
 // released or lost. A holder that hangs while its process lives keeps the
