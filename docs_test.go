@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // The tests of this file check what the README, the pages of docs/ and the
@@ -639,4 +640,123 @@ func TestOptionFieldsOneZero(t *testing.T) {
 			assert.Equal(t, fs[0].means, f.means, "%s.%s and %s.%s: zero means one thing for one name", fs[0].in, name, f.in, name)
 		}
 	}
+}
+
+// declDoc returns the doc comment of the top-level function, method or
+// type called name in the file at path, its white space as single spaces,
+// and the declaration.
+func declDoc(t *testing.T, path, name string) (string, ast.Node) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, readDoc(t, path), parser.ParseComments)
+	require.NoError(t, err)
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Name.Name == name {
+				return strings.Join(strings.Fields(d.Doc.Text()), " "), d
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				if ts, ok := spec.(*ast.TypeSpec); ok && ts.Name.Name == name {
+					doc := d.Doc
+					if ts.Doc != nil {
+						doc = ts.Doc
+					}
+					return strings.Join(strings.Fields(doc.Text()), " "), ts
+				}
+			}
+		}
+	}
+	t.Fatalf("%s declares no %s", path, name)
+	return "", nil
+}
+
+// TestProviderDocNamesItsMethods checks that the Provider's doc, which says
+// which of the Client's features rest on which methods, names each method
+// it means (the claim methods as a group): a count ("the first seven
+// methods") went wrong when Watch and Notify came fifth and sixth (issue
+// 38).
+func TestProviderDocNamesItsMethods(t *testing.T) {
+	doc, decl := declDoc(t, "provider.go", "Provider")
+	iface, ok := decl.(*ast.TypeSpec).Type.(*ast.InterfaceType)
+	require.True(t, ok, "Provider is an interface")
+	var methods int
+	for _, m := range iface.Methods.List {
+		for _, n := range m.Names {
+			methods++
+			if strings.Contains(n.Name, "Claim") {
+				continue // "the claim methods"
+			}
+			assert.Regexp(t, `\b`+n.Name+`\b`, doc, "the Provider's doc says what rests on %s", n.Name)
+		}
+	}
+	assert.Greater(t, methods, 12)
+	assert.Contains(t, doc, "claim methods")
+}
+
+// TestRunTickDocSaysWhenATickRunsTwice runs a tick in one replica and again,
+// in another, once the tick's record has expired (a memory provider on a
+// fake clock): fn runs twice, so RunTick's doc must not say that exactly
+// one replica runs it, and says when it runs again (issue 38).
+func TestRunTickDocSaysWhenATickRunsTwice(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	clock := testenv.NewClock(time.Now())
+	mem := lock.NewMemoryProvider(lock.MemoryClock(clock))
+	a, b := testenv.NewClient(t, mem), testenv.NewClient(t, mem)
+	tick := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var runs atomic.Int32
+	run := func(context.Context) error { runs.Add(1); return nil }
+
+	require.NoError(t, a.RunTick(ctx, "report", tick, time.Minute, lock.Options{}, run))
+	err := b.RunTick(ctx, "report", tick, time.Minute, lock.Options{}, run)
+	assert.ErrorIs(t, err, lock.ErrGracePeriod, "within a period of the run, another replica skips the tick")
+	clock.Advance(time.Minute + time.Second)
+	require.NoError(t, b.RunTick(ctx, "report", tick, time.Minute, lock.Options{}, run), "after the record expired, the tick runs again")
+	require.EqualValues(t, 2, runs.Load(), "one tick ran twice")
+
+	doc, _ := declDoc(t, "schedule.go", "RunTick")
+	assert.NotRegexp(t, `(?i)exactly one`, doc, "RunTick's doc promises what a late replica breaks")
+	assert.Contains(t, doc, "asks after the tick's record has expired runs fn again", "RunTick's doc says when a tick runs twice")
+}
+
+// TestWithEventsDocSaysTheOrder shows a lock's Renewed after its Released:
+// a renewal whose reply is late (here held until the release is done)
+// reports when it returns. WithEvents' doc said "in order"; it says which
+// orders hold, and this exception (issue 38).
+func TestWithEventsDocSaysTheOrder(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	renewing, proceed := make(chan struct{}), make(chan struct{})
+	var started, done sync.Once
+	t.Cleanup(func() { done.Do(func() { close(proceed) }) })
+	p := &testenv.Hooked{Provider: lock.NewMemoryProvider(), OnRenew: func(context.Context, string, string, time.Duration) error {
+		started.Do(func() { close(renewing) })
+		<-proceed
+		return nil // renewed at the server; the reply comes late
+	}}
+	var mu sync.Mutex
+	var kinds []lock.EventKind
+	c := testenv.NewClient(t, p, lock.WithEvents(func(e lock.Event) {
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	}))
+	l, err := c.Acquire(ctx, testenv.Name(t), lock.Options{Lease: 300 * time.Millisecond})
+	require.NoError(t, err)
+	select {
+	case <-renewing:
+	case <-ctx.Done():
+		t.Fatal("no renewal began")
+	}
+	require.NoError(t, l.Release(ctx))
+	done.Do(func() { close(proceed) })
+	got := func() []lock.EventKind {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(kinds)
+	}
+	require.Eventually(t, func() bool { return len(got()) == 3 }, 5*time.Second, time.Millisecond, "three events: %v", got())
+	assert.Equal(t, []lock.EventKind{lock.EventAcquired, lock.EventReleased, lock.EventRenewed}, got(), "the late renewal reports after the release")
+
+	doc, _ := declDoc(t, "options.go", "WithEvents")
+	assert.Contains(t, doc, "Renewed after that Released or Lost", "WithEvents' doc says that a lock's Renewed can come after its end")
 }

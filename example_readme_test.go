@@ -124,7 +124,7 @@ func ExampleClient_RunTick_readme() {
 
 	loop := func(every time.Duration) error {
 		// A nightly job (every is 24 * time.Hour): every replica runs this loop,
-		// and each night's run happens in exactly one of them, once.
+		// and each night's run happens in one of them (RunTick's doc says when not).
 		for {
 			// The tick names the run: the time it was scheduled for (midnight UTC),
 			// the same in every replica, never the time this replica's timer fired.
