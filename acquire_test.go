@@ -112,6 +112,39 @@ func TestRefusalNamesTheHoldersIdentity(t *testing.T) {
 	})
 }
 
+// Issue 38, item 6: a refusal by the caller's own Client (a lock another
+// of its acquisitions holds) says so, with the Client's identity, instead
+// of "held by another owner"; it still matches ErrHeld, and a refusal by
+// another Client reads as before.
+func TestRefusalByItsOwnClientSaysSo(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 30*time.Second)
+		worker := newClient(t, b.replica(t), lock.WithIdentity("worker-1:4242"))
+		anonymous := newClient(t, b.replica(t))
+
+		name := uniqueName(t)
+		l, err := worker.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		_, err = worker.Acquire(ctx, name, lock.Options{})
+		assert.EqualError(t, err, `lock: could not acquire "`+l.Key()+`": held by this Client (worker-1:4242)`)
+		assert.ErrorIs(t, err, lock.ErrHeld)
+		_, err = worker.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 100 * time.Millisecond})
+		assert.EqualError(t, err, `lock: could not acquire "`+l.Key()+`": wait timed out (holder: this Client, worker-1:4242)`)
+		_, err = anonymous.Acquire(ctx, name, lock.Options{})
+		assert.EqualError(t, err, `lock: could not acquire "`+l.Key()+`": held by another owner (worker-1:4242)`)
+		require.NoError(t, l.Release(ctx))
+
+		name = uniqueName(t)
+		l, err = anonymous.Acquire(ctx, name, lock.Options{})
+		require.NoError(t, err)
+		_, err = anonymous.Acquire(ctx, name, lock.Options{})
+		assert.EqualError(t, err, `lock: could not acquire "`+l.Key()+`": held by this Client`)
+		_, err = worker.Acquire(ctx, name, lock.Options{})
+		assert.EqualError(t, err, `lock: could not acquire "`+l.Key()+`": held by another owner`)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
 func TestAcquireBadInput(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxTimeout(t, 30*time.Second)

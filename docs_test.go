@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // The tests of this file check what the README, the pages of docs/ and the
@@ -468,5 +469,363 @@ func TestREADMEInstall(t *testing.T) {
 		} else {
 			run(dir, gobin, "list", "-deps", ".") // what a build loads, without compiling otel or pgx
 		}
+	}
+}
+
+var (
+	// testsNotAcquired and testsUnavailable find errors.Is tests of the two
+	// sentinels in code.
+	testsNotAcquired = regexp.MustCompile(`errors\.Is\([^()]*,\s*lock\.ErrNotAcquired\)`)
+	testsUnavailable = regexp.MustCompile(`errors\.Is\([^()]*,\s*lock\.ErrUnavailable\)`)
+)
+
+// skipsOnNotAcquired returns the lines of code that branch on ErrNotAcquired
+// (an if, a case) or tell the reader to test it (in a comment) with no test
+// of ErrUnavailable before them in code.
+func skipsOnNotAcquired(code string) []string {
+	var bad []string
+	unavailable := false
+	for _, line := range strings.Split(code, "\n") {
+		trimmed := strings.TrimSpace(line)
+		for _, loc := range testsNotAcquired.FindAllStringIndex(line, -1) {
+			comment := strings.Contains(line[:loc[0]], "//")
+			branch := strings.HasPrefix(trimmed, "if ") || strings.HasPrefix(trimmed, "case ") || strings.HasPrefix(trimmed, "} else if ")
+			if (comment || branch) && !unavailable {
+				bad = append(bad, trimmed)
+			}
+		}
+		if code, _, _ := strings.Cut(line, "//"); testsUnavailable.MatchString(code) {
+			unavailable = true
+		}
+	}
+	return bad
+}
+
+// TestDocsDoNotSkipAnOutage checks that no code shown to a user (the Go
+// blocks of the README, of docs/ and of MIGRATING.md, the example
+// functions, the programs of examples/, and the code in the package's doc
+// comments) reads ErrNotAcquired as "someone else has it" without testing
+// ErrUnavailable first: an acquisition that the context ended while the
+// provider was unreachable matches ErrNotAcquired too (issue 38: MIGRATING's
+// "if errors.Is(err, lock.ErrNotAcquired) { return nil }" swallowed an
+// outage).
+func TestDocsDoNotSkipAnOutage(t *testing.T) {
+	var snippets, checked int
+	check := func(where, code string) {
+		t.Helper()
+		snippets++
+		if testsNotAcquired.MatchString(code) {
+			checked++
+		}
+		for _, line := range skipsOnNotAcquired(code) {
+			assert.Fail(t, "a test of ErrNotAcquired reads an outage as a refusal",
+				"%s: %q: test lock.ErrHeld (or ErrGracePeriod, ErrTimeout), or lock.ErrUnavailable before it", where, line)
+		}
+	}
+	for _, page := range append(docPages(t), "MIGRATING.md") {
+		for i, block := range goBlocks(readDoc(t, page)) {
+			check(fmt.Sprintf("%s, Go block %d", page, i+1), block)
+		}
+	}
+	programs, err := filepath.Glob("examples/*/*.go")
+	require.NoError(t, err)
+	require.NotEmpty(t, programs)
+	files, err := filepath.Glob("example*_test.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	for _, path := range append(files, programs...) {
+		src := readDoc(t, path)
+		f, err := parser.ParseFile(fset, path, src, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok {
+				check(path+": "+fn.Name.Name, src[fset.Position(fn.Pos()).Offset:fset.Position(fn.End()).Offset])
+			}
+		}
+	}
+	sources, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, path := range sources {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, readDoc(t, path), parser.ParseComments)
+		require.NoError(t, err)
+		for _, g := range f.Comments {
+			check(path+": a comment at line "+fmt.Sprint(fset.Position(g.Pos()).Line), "//"+strings.ReplaceAll(g.Text(), "\n", "\n//"))
+		}
+	}
+	assert.Greater(t, snippets, 100, "the pages, examples and comments were read")
+	assert.NotZero(t, checked, "some code shown tests ErrNotAcquired, as it may after ErrUnavailable")
+}
+
+// TestModulesRequireTheLatest checks that every module of the repository
+// that requires another of its modules requires the latest version, the
+// one CHANGELOG.md's latest section names and the README calls the latest:
+// their replace directives point at this checkout, so the require is what a
+// user's build outside it gets (issue 38: postgres, otel, gocron, etcd and
+// examples/robfig required v0.1.1 while v0.1.2 was the latest). bench, which
+// no user depends on, requires the placeholder version of its replace.
+func TestModulesRequireTheLatest(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+)\b`).FindStringSubmatch(readDoc(t, "CHANGELOG.md"))
+	require.NotNil(t, m)
+	latest := m[1]
+	assert.Contains(t, docSection(t, readDoc(t, "README.md"), "## Install"), "The latest version is "+latest)
+
+	var mods []string
+	for _, pattern := range []string{"*/go.mod", "*/*/go.mod"} {
+		found, err := filepath.Glob(pattern)
+		require.NoError(t, err)
+		mods = append(mods, found...)
+	}
+	require.GreaterOrEqual(t, len(mods), 6, "the nested modules: postgres, otel, gocron, etcd, cmd/lockctl, examples/robfig, bench")
+	ours := regexp.MustCompile(`(?m)^\s*(?:require\s+)?(github\.com/seed05627090/lock(?:/[a-z/]+)?) (v\S+)`)
+	var requires int
+	for _, mod := range mods {
+		for _, r := range ours.FindAllStringSubmatch(readDoc(t, mod), -1) {
+			requires++
+			want := latest
+			if mod == filepath.Join("bench", "go.mod") {
+				want = "v0.0.0-00010101000000-000000000000"
+			}
+			assert.Equal(t, want, r[2], "%s requires %s %s", mod, r[1], r[2])
+		}
+	}
+	assert.GreaterOrEqual(t, requires, len(mods), "each nested module requires the root module")
+}
+
+// zeroMeans finds what a field's doc says its zero value means.
+var zeroMeans = regexp.MustCompile(`(?i)\bzero(?: value)? means ([^.;:]+)`)
+
+// TestOptionFieldsOneZero checks that the exported fields of one name, in
+// the package's exported structs, say the same of their zero value: a
+// reader who learned what MaxDuration 0 means in Options reads it so
+// everywhere (issue 38: ElectionOptions.MaxDuration 0 meant no limit and
+// Options.MaxDuration 0 an hour).
+func TestOptionFieldsOneZero(t *testing.T) {
+	sources, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	type field struct{ in, means string }
+	fields := map[string][]field{}
+	fset := token.NewFileSet()
+	for _, path := range sources {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, readDoc(t, path), parser.ParseComments)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || !ts.Name.IsExported() {
+				return true
+			}
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, fl := range st.Fields.List {
+				m := zeroMeans.FindStringSubmatch(strings.Join(strings.Fields(fl.Doc.Text()), " "))
+				for _, name := range fl.Names {
+					if name.IsExported() && m != nil {
+						fields[name.Name] = append(fields[name.Name], field{ts.Name.Name, m[1]})
+					}
+				}
+			}
+			return true
+		})
+	}
+	require.NotEmpty(t, fields["MaxDuration"], "Options.MaxDuration says what its zero means")
+	for name, fs := range fields {
+		for _, f := range fs[1:] {
+			assert.Equal(t, fs[0].means, f.means, "%s.%s and %s.%s: zero means one thing for one name", fs[0].in, name, f.in, name)
+		}
+	}
+}
+
+// declDoc returns the doc comment of the top-level function, method or
+// type called name in the file at path, its white space as single spaces,
+// and the declaration.
+func declDoc(t *testing.T, path, name string) (string, ast.Node) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, readDoc(t, path), parser.ParseComments)
+	require.NoError(t, err)
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Name.Name == name {
+				return strings.Join(strings.Fields(d.Doc.Text()), " "), d
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				if ts, ok := spec.(*ast.TypeSpec); ok && ts.Name.Name == name {
+					doc := d.Doc
+					if ts.Doc != nil {
+						doc = ts.Doc
+					}
+					return strings.Join(strings.Fields(doc.Text()), " "), ts
+				}
+			}
+		}
+	}
+	t.Fatalf("%s declares no %s", path, name)
+	return "", nil
+}
+
+// TestProviderDocNamesItsMethods checks that the Provider's doc, which says
+// which of the Client's features rest on which methods, names each method
+// it means (the claim methods as a group): a count ("the first seven
+// methods") went wrong when Watch and Notify came fifth and sixth (issue
+// 38).
+func TestProviderDocNamesItsMethods(t *testing.T) {
+	doc, decl := declDoc(t, "provider.go", "Provider")
+	iface, ok := decl.(*ast.TypeSpec).Type.(*ast.InterfaceType)
+	require.True(t, ok, "Provider is an interface")
+	var methods int
+	for _, m := range iface.Methods.List {
+		for _, n := range m.Names {
+			methods++
+			if strings.Contains(n.Name, "Claim") {
+				continue // "the claim methods"
+			}
+			assert.Regexp(t, `\b`+n.Name+`\b`, doc, "the Provider's doc says what rests on %s", n.Name)
+		}
+	}
+	assert.Greater(t, methods, 12)
+	assert.Contains(t, doc, "claim methods")
+}
+
+// TestRunTickDocSaysWhenATickRunsTwice runs a tick in one replica and again,
+// in another, once the tick's record has expired (a memory provider on a
+// fake clock): fn runs twice, so RunTick's doc must not say that exactly
+// one replica runs it, and says when it runs again (issue 38).
+func TestRunTickDocSaysWhenATickRunsTwice(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	clock := testenv.NewClock(time.Now())
+	mem := lock.NewMemoryProvider(lock.MemoryClock(clock))
+	a, b := testenv.NewClient(t, mem), testenv.NewClient(t, mem)
+	tick := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var runs atomic.Int32
+	run := func(context.Context) error { runs.Add(1); return nil }
+
+	require.NoError(t, a.RunTick(ctx, "report", tick, time.Minute, lock.Options{}, run))
+	err := b.RunTick(ctx, "report", tick, time.Minute, lock.Options{}, run)
+	assert.ErrorIs(t, err, lock.ErrGracePeriod, "within a period of the run, another replica skips the tick")
+	clock.Advance(time.Minute + time.Second)
+	require.NoError(t, b.RunTick(ctx, "report", tick, time.Minute, lock.Options{}, run), "after the record expired, the tick runs again")
+	require.EqualValues(t, 2, runs.Load(), "one tick ran twice")
+
+	doc, _ := declDoc(t, "schedule.go", "RunTick")
+	assert.NotRegexp(t, `(?i)exactly one`, doc, "RunTick's doc promises what a late replica breaks")
+	assert.Contains(t, doc, "asks after the tick's record has expired runs fn again", "RunTick's doc says when a tick runs twice")
+}
+
+// TestWithEventsDocSaysTheOrder shows a lock's Renewed after its Released:
+// a renewal whose reply is late (here held until the release is done)
+// reports when it returns. WithEvents' doc said "in order"; it says which
+// orders hold, and this exception (issue 38).
+func TestWithEventsDocSaysTheOrder(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	renewing, proceed := make(chan struct{}), make(chan struct{})
+	var started, done sync.Once
+	t.Cleanup(func() { done.Do(func() { close(proceed) }) })
+	p := &testenv.Hooked{Provider: lock.NewMemoryProvider(), OnRenew: func(context.Context, string, string, time.Duration) error {
+		started.Do(func() { close(renewing) })
+		<-proceed
+		return nil // renewed at the server; the reply comes late
+	}}
+	var mu sync.Mutex
+	var kinds []lock.EventKind
+	c := testenv.NewClient(t, p, lock.WithEvents(func(e lock.Event) {
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	}))
+	l, err := c.Acquire(ctx, testenv.Name(t), lock.Options{Lease: 300 * time.Millisecond})
+	require.NoError(t, err)
+	select {
+	case <-renewing:
+	case <-ctx.Done():
+		t.Fatal("no renewal began")
+	}
+	require.NoError(t, l.Release(ctx))
+	done.Do(func() { close(proceed) })
+	got := func() []lock.EventKind {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(kinds)
+	}
+	require.Eventually(t, func() bool { return len(got()) == 3 }, 5*time.Second, time.Millisecond, "three events: %v", got())
+	assert.Equal(t, []lock.EventKind{lock.EventAcquired, lock.EventReleased, lock.EventRenewed}, got(), "the late renewal reports after the release")
+
+	doc, _ := declDoc(t, "options.go", "WithEvents")
+	assert.Contains(t, doc, "Renewed after that Released or Lost", "WithEvents' doc says that a lock's Renewed can come after its end")
+}
+
+// TestObserveDocSaysEachTerm runs 30 back-to-back Campaign and Resign rounds
+// under an observer that polls once an hour, on each backend: every term
+// reaches the channel, in order, once, and nobody leads at the end; a
+// vacancy of about a millisecond between two terms mostly does not (the
+// test logs how many did). So the docs of Observe promise each term, not
+// each change (issue 38: docs/elections.md said "the state now, then each
+// change"; on the memory provider, some terms were not sent either).
+func TestObserveDocSaysEachTerm(t *testing.T) {
+	const rounds = 30
+	var missed bool
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 30*time.Second)
+		cand := newClient(t, b.replica(t))
+		watcher := newClient(t, b.replica(t), lock.WithPollInterval(time.Hour))
+		role := uniqueName(t)
+		seen, err := watcher.Observe(ctx, role)
+		require.NoError(t, err)
+		first, ok := <-seen
+		require.True(t, ok)
+		got := make(chan []lock.Leader, 1)
+		go func() {
+			ls := []lock.Leader{first}
+			defer func() { got <- ls }()
+			var terms int
+			for l := range seen { // until ctx ends, if a term is missed
+				ls = append(ls, l)
+				if !l.Vacant() {
+					terms++
+				} else if terms == rounds {
+					return // nobody, after the last term
+				}
+			}
+		}()
+		var terms []uint64
+		for range rounds {
+			term, err := cand.Campaign(ctx, role, lock.ElectionOptions{})
+			require.NoError(t, err)
+			terms = append(terms, term.Token())
+			require.NoError(t, term.Resign(ctx))
+		}
+		ls := <-got
+		var sent []uint64
+		vacancies := 0
+		for _, l := range ls {
+			require.NoError(t, l.Err)
+			if l.Vacant() {
+				vacancies++
+			} else {
+				sent = append(sent, l.Term)
+			}
+		}
+		require.NotEmpty(t, ls)
+		assert.True(t, ls[0].Vacant(), "the state now: nobody")
+		assert.True(t, ls[len(ls)-1].Vacant(), "nobody, after the last Resign")
+		assert.Equal(t, terms, sent, "each term, in order, once")
+		t.Logf("%d terms of %d and %d vacancies of %d sent", len(sent), rounds, vacancies, rounds+1)
+		missed = missed || vacancies < rounds+1
+	})
+	if !missed {
+		return // every vacancy was sent: the docs may say so
+	}
+	docs := map[string]string{"docs/elections.md": readDoc(t, "docs/elections.md")}
+	docs["Observe's doc"], _ = declDoc(t, "observe.go", "Observe")
+	for where, text := range docs {
+		assert.False(t, strings.Contains(strings.Join(strings.Fields(text), " "), "then each change"),
+			"%s says Observe sends \"the state now, then each change\": not every vacancy is sent", where)
 	}
 }

@@ -28,17 +28,21 @@ type ElectionOptions struct {
 	// they read runs out, not at their next poll). Zero means [DefaultLease].
 	Lease time.Duration
 
-	// MaxDuration bounds a term: at its end the leader loses the role
-	// ([LostMaxDuration]) and must campaign again, behind the candidates
-	// already waiting. Zero means [NoHoldLimit]: the term lasts until Resign
-	// or a loss.
-	MaxDuration time.Duration
+	// TermLimit, when set, bounds a term: at its end the leader loses the
+	// role ([LostMaxDuration]) and must campaign again, behind the
+	// candidates already waiting. Zero sets no limit: the term lasts until
+	// Resign or a loss. (It is not called MaxDuration because it differs
+	// from [Options.MaxDuration], whose zero means an hour.)
+	TermLimit time.Duration
 }
 
 // options returns the Options of the role's lock: a fair wait, bounded by
-// the caller's context alone, and a hold of o.MaxDuration ([NoHoldLimit]).
+// the caller's context alone, and a hold of o.TermLimit, or [NoHoldLimit].
 func (o ElectionOptions) options() (Options, error) {
-	lo := Options{Wait: true, Fair: true, Lease: o.Lease, MaxDuration: o.MaxDuration}
+	if o.TermLimit < 0 {
+		return Options{}, invalidf("negative TermLimit %v", o.TermLimit)
+	}
+	lo := Options{Wait: true, Fair: true, Lease: o.Lease, MaxDuration: o.TermLimit}
 	if lo.MaxDuration == 0 {
 		lo.MaxDuration = NoHoldLimit
 	}

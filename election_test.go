@@ -7,6 +7,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -23,7 +24,7 @@ import (
 
 // TestCampaignHasNoHoldLimit: a term's lock is held with NoHoldLimit as its
 // MaxDuration, not DefaultMaxDuration's hour, and waits with no MaxWait of
-// its own; a MaxDuration set in ElectionOptions ends the term with
+// its own; a TermLimit set in ElectionOptions ends the term with
 // LostMaxDuration, as the cause of its context.
 func TestCampaignHasNoHoldLimit(t *testing.T) {
 	ctx := testenv.Context(t, 20*time.Second)
@@ -41,17 +42,17 @@ func TestCampaignHasNoHoldLimit(t *testing.T) {
 	assert.Equal(t, role, term.Role())
 	require.NoError(t, term.Resign(ctx))
 
-	testenv.SkipShort(t, "the rest waits out a term's 3 s MaxDuration")
+	testenv.SkipShort(t, "the rest waits out a term's 3 s TermLimit")
 	// A renewed term: renewals every third of the 1s lease, each of which may
 	// come some 600ms late on a loaded machine before the lease runs out
-	// (LostLeaseRanOut) ahead of the 3s MaxDuration. Were ElectionOptions'
-	// MaxDuration dropped, the term would have no hold limit and not end.
-	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: time.Second, MaxDuration: 3 * time.Second})
+	// (LostLeaseRanOut) ahead of the 3s TermLimit. Were ElectionOptions'
+	// TermLimit dropped, the term would have no hold limit and not end.
+	term, err = c.Campaign(ctx, role, lock.ElectionOptions{Lease: time.Second, TermLimit: 3 * time.Second})
 	require.NoError(t, err)
 	select {
 	case <-term.Context().Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("a term with a MaxDuration of 3s did not end")
+		t.Fatal("a term with a TermLimit of 3s did not end")
 	}
 	var le *lock.LostError
 	require.ErrorAs(t, context.Cause(term.Context()), &le, "the term's context ends with the loss")
@@ -165,8 +166,8 @@ func TestElectionBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "an empty role")
 	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{Lease: -time.Second})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative lease")
-	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{MaxDuration: -time.Second})
-	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative MaxDuration")
+	_, err = c.Campaign(ctx, "r", lock.ElectionOptions{TermLimit: -time.Second})
+	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative TermLimit")
 	assert.ErrorIs(t, c.Lead(ctx, "r", nil, lock.LeadOptions{}), lock.ErrInvalidArgument, "a nil function")
 	assert.ErrorIs(t, c.Lead(ctx, "", fn, lock.LeadOptions{}), lock.ErrInvalidArgument, "an empty role")
 	assert.ErrorIs(t, c.Lead(ctx, "r", fn, lock.LeadOptions{Pause: -time.Second}), lock.ErrInvalidArgument, "a negative pause")
@@ -678,4 +679,66 @@ func TestObserveWatchesAgainAfterAFailure(t *testing.T) {
 		assert.True(t, observed(t, seen).Vacant(), "and its end")
 	}
 	assert.EqualValues(t, 2, p.watches.Load(), "one Watch once it succeeded")
+}
+
+// TestObserveSendsATermHeardDuringARead: a term that begins and ends while
+// Observe reads the role (its notice heard after Observe took the notices
+// it reads for), followed by a term the read finds, is sent before that
+// term (issue 38: it was dropped as older than the term sent; under 30
+// back-to-back Campaign and Resign rounds on the memory provider, 1 to 8
+// terms of 30 went unsent in 3 runs of 8).
+func TestObserveSendsATermHeardDuringARead(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	mem := lock.NewMemoryProvider()
+	var hold atomic.Bool
+	reading, proceed := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(proceed) }) }
+	t.Cleanup(release)
+	watched := &testenv.Hooked{Provider: mem, OnInspect: func(ctx context.Context, key string) (lock.Record, error) {
+		if hold.CompareAndSwap(true, false) {
+			reading <- struct{}{}
+			<-proceed
+		}
+		return mem.Inspect(ctx, key)
+	}}
+	cand := testenv.NewClient(t, mem)
+	watcher := testenv.NewClient(t, watched, lock.WithPollInterval(time.Hour))
+	role := testenv.Name(t)
+	seen, err := watcher.Observe(ctx, role)
+	require.NoError(t, err)
+	next := func(what string) lock.Leader {
+		t.Helper()
+		select {
+		case l := <-seen:
+			require.NoError(t, l.Err, what)
+			return l
+		case <-ctx.Done():
+			t.Fatalf("nothing observed: wanted %s", what)
+		}
+		return lock.Leader{}
+	}
+	require.True(t, next("the state now").Vacant())
+
+	hold.Store(true) // the read that a's notice wakes waits until c leads
+	a, err := cand.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	select {
+	case <-reading:
+	case <-ctx.Done():
+		t.Fatal("Observe did not read after a's notice")
+	}
+	require.NoError(t, a.Resign(ctx))
+	b, err := cand.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	require.NoError(t, b.Resign(ctx))
+	c, err := cand.Campaign(ctx, role, lock.ElectionOptions{})
+	require.NoError(t, err)
+	release()
+
+	for _, term := range []*lock.Term{a, b, c} {
+		assert.Equal(t, term.Token(), next(fmt.Sprintf("term %d", term.Token())).Term, "each term, in order")
+	}
+	require.NoError(t, c.Resign(ctx))
+	assert.True(t, next("nobody, after the last Resign").Vacant())
 }

@@ -11,13 +11,27 @@ import (
 
 // Sentinel errors. Test for them with errors.Is; the types below carry the details.
 var (
-	// ErrNotAcquired reports that a lock was not acquired: it was held by another
-	// owner, it was in its grace period, or the wait for it ended. Errors that match
-	// it are *NotAcquiredError values, which also match the reason ([ErrHeld],
-	// [ErrGracePeriod], [ErrTimeout], or the context's error).
+	// ErrNotAcquired reports that a lock was not acquired, for one of these
+	// reasons, which the error also matches: another acquisition held it
+	// ([ErrHeld], also one of the caller's own Client); it was in its grace
+	// period ([ErrGracePeriod]); a wait lasted MaxWait ([ErrTimeout]); the
+	// caller's context ended (its cause: context.Canceled,
+	// context.DeadlineExceeded or the cause it was given); the Client closed
+	// during the acquisition ([ErrClosed]; a call made after Close gets
+	// ErrClosed alone); or the grant came after its lease had run out
+	// ([ErrGrantedLate]). Errors that match it are *NotAcquiredError
+	// values. It is not only "someone else has it": an acquisition that
+	// ended (by MaxWait, the context or Close) while a call to the provider
+	// had failed or gone unanswered matches [ErrUnavailable] too, an outage
+	// rather than a refusal. To skip a lock that someone else has, test [ErrHeld] (and
+	// [ErrGracePeriod], [ErrTimeout] for a wait), or test [ErrUnavailable]
+	// first. A provider's error while the context lives, bad input and a
+	// corrupt record never match it.
 	ErrNotAcquired = errors.New("lock: not acquired")
 
-	// ErrHeld is the reason of a [NotAcquiredError] when another owner held the lock.
+	// ErrHeld is the reason of a [NotAcquiredError] when another owner held the
+	// lock: another acquisition, in any process, or of the caller's own Client
+	// (the message then says "held by this Client").
 	ErrHeld = errors.New("lock: held by another owner")
 
 	// ErrGracePeriod is the reason of a [NotAcquiredError] when the lock had ended
@@ -97,23 +111,37 @@ type NotAcquiredError struct {
 	RetryAfter time.Duration
 	// Holder is the owner of that record (see [Lock.Owner]), when known.
 	Holder string
+
+	ownHolder bool // Holder is an acquisition of the Client that was refused
 }
 
 // Error names the key and the reason, and the holder's identity when its
 // Client set one ([WithIdentity]): "lock: could not acquire "lock:{job}": held
 // by another owner (worker-2)". An owner without an identity is a random id
-// that says nothing to a reader; it is in Holder.
+// that says nothing to a reader; it is in Holder. When the holder is an
+// acquisition of the very Client that was refused (another request of the
+// same process, or a lock the caller holds already), it says so: "held by
+// this Client (worker-1)".
 func (e *NotAcquiredError) Error() string {
-	msg := "lock: could not acquire " + strconv.Quote(e.Key) + ": " + trimPrefix(e.Reason)
+	reason := trimPrefix(e.Reason)
+	if e.Reason == ErrHeld && e.ownHolder {
+		reason = "held by this Client"
+	}
+	msg := "lock: could not acquire " + strconv.Quote(e.Key) + ": " + reason
 	if e.Provider != nil {
 		msg += ": " + trimPrefix(e.Provider)
 	}
-	if id := identityOf(e.Holder); id != "" {
-		if e.Reason == ErrHeld {
+	switch id := identityOf(e.Holder); {
+	case e.Reason == ErrHeld:
+		if id != "" {
 			msg += " (" + id + ")"
-		} else {
-			msg += " (holder " + id + ")"
 		}
+	case e.ownHolder && id != "":
+		msg += " (holder: this Client, " + id + ")"
+	case e.ownHolder:
+		msg += " (holder: this Client)"
+	case id != "":
+		msg += " (holder " + id + ")"
 	}
 	return msg
 }
@@ -348,6 +376,12 @@ func (e *unsettledError) Is(target error) bool {
 // isContextErr reports whether err is a context's error.
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// owns reports whether owner is an acquisition of c: c's owners, then a
+// sequence number (see newOwner).
+func (c *Client) owns(owner string) bool {
+	return len(owner) > len(c.owners) && strings.HasPrefix(owner, c.owners) && owner[len(c.owners)] == '-'
 }
 
 // identityOf returns the identity ([WithIdentity]) in owner, "" without one.

@@ -95,7 +95,7 @@ func TestErrorOutcomes(t *testing.T) {
 			require.NoError(t, l.Release(ctx))
 			_, err = c.Acquire(ctx, "job", lock.Options{})
 			return err
-		}, [2]string{`lock: could not acquire "lock:{job}": in grace period`, "NotAcquired GracePeriod *NotAcquiredError"}},
+		}, [2]string{`lock: could not acquire "lock:{job}": in grace period (holder: this Client)`, "NotAcquired GracePeriod *NotAcquiredError"}},
 		{"wait timed out", func(t *testing.T, ctx context.Context) error {
 			mem := lock.NewMemoryProvider()
 			held(t, mem, lock.Options{})

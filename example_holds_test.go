@@ -30,7 +30,7 @@ func ExampleSemaphore() {
 	fmt.Println(err)
 	_ = b.Release(ctx)
 	// Output:
-	// lock: could not acquire "lock:{partner-api}": held by another owner
+	// lock: could not acquire "lock:{partner-api}": held by this Client
 	// tokens in grant order: true
 	// calling the API
 	// <nil>

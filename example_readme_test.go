@@ -62,7 +62,7 @@ func ExampleMiddleware_readme() {
 			return err
 		}
 		// process has processOrder's type: func(context.Context, Order) (Receipt, error)
-		receipt, err := process(ctx, order) // errors.Is(err, lock.ErrNotAcquired) if another request holds it
+		receipt, err := process(ctx, order) // errors.Is(err, lock.ErrHeld) if another request holds it
 		fmt.Println("receipt for order", receipt.Order)
 		return err
 	}
@@ -124,7 +124,7 @@ func ExampleClient_RunTick_readme() {
 
 	loop := func(every time.Duration) error {
 		// A nightly job (every is 24 * time.Hour): every replica runs this loop,
-		// and each night's run happens in exactly one of them, once.
+		// and each night's run happens in one of them (RunTick's doc says when not).
 		for {
 			// The tick names the run: the time it was scheduled for (midnight UTC),
 			// the same in every replica, never the time this replica's timer fired.

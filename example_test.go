@@ -35,7 +35,8 @@ func ExampleClient_Do() {
 }
 
 // Acquire returns the held lock; the caller releases it. A second acquisition
-// while it is held fails at once with ErrHeld.
+// while it is held, here by the same Client (a lock is not re-entrant), fails
+// at once with ErrHeld, whose message says whose it is.
 func ExampleClient_Acquire() {
 	ctx := context.Background()
 	c, _ := lock.NewClient(lock.NewMemoryProvider())
@@ -66,7 +67,7 @@ func ExampleClient_Acquire() {
 	}
 	// Output:
 	// held, with a token: true
-	// again: lock: could not acquire "lock:{report}": held by another owner
+	// again: lock: could not acquire "lock:{report}": held by this Client
 	// not acquired: true held: true
 	// after release, a greater token: true
 }
@@ -108,7 +109,8 @@ func ExampleNew() {
 
 // Middleware wraps a handler so that it runs under a lock named from its
 // argument: here one lock per order. A call for an order that is being
-// processed is refused with ErrNotAcquired; another order is not blocked.
+// processed is refused with ErrHeld (an ErrNotAcquired); another order is
+// not blocked.
 func ExampleMiddleware() {
 	ctx := context.Background()
 	c, _ := lock.NewClient(lock.NewMemoryProvider())
@@ -148,7 +150,7 @@ func ExampleMiddleware() {
 	close(finish)
 	wg.Wait()
 	// Output:
-	// second request: lock: could not acquire "lock:{order:42}": held by another owner
+	// second request: lock: could not acquire "lock:{order:42}": held by this Client
 	// not acquired: true
 	// other order: processed order 7 <nil>
 	// first request: processed order 42 <nil>

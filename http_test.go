@@ -449,7 +449,7 @@ func TestHTTPMiddleware_DefaultHandlerLogs(t *testing.T) {
 	require.Len(t, lines, 3, "each refusal is logged once:\n%s", buf.String())
 	assert.Contains(t, lines[0], "level=DEBUG", "a held lock is logged at debug level")
 	assert.Contains(t, lines[0], "status=423")
-	assert.Contains(t, lines[0], "held by another owner")
+	assert.Contains(t, lines[0], "held by this Client", "c holds it")
 	assert.Contains(t, lines[1], "level=DEBUG", "a bad name is logged at debug level")
 	assert.Contains(t, lines[1], "status=400")
 	assert.Contains(t, lines[2], "level=WARN", "a provider failure is logged at warning level")

@@ -1,6 +1,6 @@
 package lock
 
-// Observing a role: who leads it now, and each change, heard from the
+// Observing a role: who leads it now, and each term, heard from the
 // provider's Watch of the role's key (Campaign, Resign and ForceRelease
 // tell it with Notify) and read with Inspect.
 
@@ -43,8 +43,12 @@ type Leader struct {
 func (l Leader) Vacant() bool { return l.Owner == "" }
 
 // Observe returns a channel of who leads role: first the state now (a
-// Leader, or a Vacant one when nobody leads), then each change: a new term,
-// or nobody.
+// Leader, or a Vacant one when nobody leads), then each term, and nobody (a
+// Vacant Leader) when a read finds the role free. A vacancy between two
+// terms is sent only if a read falls within it: one shorter than a read (a
+// Resign followed at once by a Campaign) is mostly not sent, and a Resign
+// that hands the role to a waiting candidate leaves none. Once the role
+// stops changing, the last value sent is its state.
 //
 // It watches the role's key ([Provider.Watch]: Redis pub/sub, PostgreSQL
 // LISTEN, an etcd watch), on which Campaign tells each term it wins and
@@ -60,7 +64,9 @@ func (l Leader) Vacant() bool { return l.Owner == "" }
 // (it is tried again at each read), Observe reads every poll interval and
 // a term shorter than that may be missed.
 //
-// Terms are sent in the order of their numbers, each once. A read that
+// Terms are sent in the order of their numbers, each once: a term whose
+// notice comes only after a read found a later term (a Watch slower than
+// a Resign and the next Campaign) is not sent. A read that
 // fails is sent once, as a Leader with Err set, and is tried again; the
 // first read that succeeds after it is sent whatever it says, so no change
 // is missed for a reconnection. A slow receiver misses nothing but
@@ -111,8 +117,15 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 		if unwatch == nil {
 			unwatch = c.watch(ctx, key, h.add) // before the read: no change between them is missed
 		}
-		terms := h.take()
+		terms := h.take(0)
 		now, until, err := c.leader(ctx, role)
+		if err == nil && now.Term != 0 {
+			// Terms heard of during the read, older than the one it
+			// found, came before it: they are sent before it, not
+			// dropped later as older than a term sent.
+			terms = append(terms, h.take(now.Term)...)
+		}
+		slices.SortFunc(terms, func(a, b Notice) int { return cmp.Compare(a.Token, b.Token) })
 		if err != nil {
 			h.keep(terms) // for the read that succeeds
 		}
@@ -230,14 +243,26 @@ func (h *heard) keep(terms []Notice) {
 	h.mu.Unlock()
 }
 
-// take returns the terms heard of since the last take, by term number.
-func (h *heard) take() []Notice {
+// take returns the terms heard of since the last take: all of them, or
+// when upTo is not zero, those numbered up to upTo (the others stay).
+func (h *heard) take(upTo uint64) []Notice {
 	h.mu.Lock()
-	terms := h.terms
-	h.terms = nil
-	h.mu.Unlock()
-	slices.SortFunc(terms, func(a, b Notice) int { return cmp.Compare(a.Token, b.Token) })
-	return terms
+	defer h.mu.Unlock()
+	if upTo == 0 {
+		terms := h.terms
+		h.terms = nil
+		return terms
+	}
+	var taken, kept []Notice
+	for _, n := range h.terms {
+		if n.Token <= upTo {
+			taken = append(taken, n)
+		} else {
+			kept = append(kept, n)
+		}
+	}
+	h.terms = kept
+	return taken
 }
 
 // observeBound bounds each call of Observe's to the provider (a Watch, a

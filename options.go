@@ -176,9 +176,14 @@ func WithEventClock(clock Clock) ClientOption {
 	}
 }
 
-// WithEvents calls fn with every event of every lock of the Client, in order,
-// on the goroutine that caused it. fn must not block; it may be called from
-// several goroutines at once. Several WithEvents options add several hooks.
+// WithEvents calls fn with every event of every lock of the Client, on the
+// goroutine that caused it. fn must not block; it may be called from
+// several goroutines at once, so events come in no set order, but for
+// these: an acquisition's Contended comes before its Acquired or Skipped;
+// a lock's Acquired comes before its other events, and exactly one
+// Released or Lost follows it. A renewal that was under way when the lock
+// was released or lost may report its Renewed after that Released or
+// Lost. Several WithEvents options add several hooks.
 func WithEvents(fn func(Event)) ClientOption {
 	return func(c *Client) {
 		if fn != nil {
@@ -189,7 +194,14 @@ func WithEvents(fn func(Event)) ClientOption {
 
 // WithPollInterval sets how often a waiter looks again when no grant reaches
 // it: a message lost while the connection was broken, a holder that died and
-// whose record expired. The default is one second.
+// whose record expired. The default is one second. It is the interval of
+// the first 16 waiters of a lock's queue, which also look as the record they
+// saw expires; a waiter further back looks less often, every d times one
+// more than its place divided by 16 (places 16 to 31 every 2d, 32 to 47
+// every 3d...), and every waiter looks at least once a minute, whatever d.
+// A waiter for a counted name (a [Semaphore]'s, an [RWMutex]'s) also looks
+// soon after the claim it saw expire first does, a millisecond later for
+// each waiter ahead of it.
 func WithPollInterval(d time.Duration) ClientOption {
 	return func(c *Client) {
 		if d > 0 {
@@ -236,7 +248,7 @@ func WithReleaseTimeout(d time.Duration) ClientOption {
 }
 
 // NoHoldLimit is a MaxDuration of a hundred years: no limit in practice,
-// and the MaxDuration of a term whose [ElectionOptions.MaxDuration] is zero.
+// and the MaxDuration of a term whose [ElectionOptions.TermLimit] is zero.
 // [Options.MaxDuration] has no value for "none" (zero means
 // [DefaultMaxDuration]): set it to NoHoldLimit for a lock held until it is
 // released or lost. A holder that hangs while its process lives keeps the

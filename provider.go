@@ -9,10 +9,12 @@ import (
 // Provider stores lock records, the counted names of semaphores and
 // read-write locks, and the queues of their waiters. It is the one
 // contract every backend implements, all of it: the Client builds waiting,
-// renewal, grace periods and events on the first seven methods,
-// [Client.Observe] on Watch and Notify, Inspect, List and ForceRelease on the
-// next three, and Semaphore and [RWMutex] on the claim methods; a wrapper that embeds a Provider (for logging or
-// metrics) passes every one on.
+// renewal, grace periods and events on Acquire, Queue, Leave, Listen,
+// Release, Renew and Finish; [Client.Observe] on Watch and Notify;
+// [Client.Inspect], [Client.List] and [Client.ForceRelease] on Inspect,
+// List and ForceRelease; and Semaphore and [RWMutex] on the claim methods
+// (AcquireClaim to InspectClaims). A wrapper that embeds a Provider (for
+// logging or metrics) passes every one on.
 //
 // A key holds at most one record. Every method is atomic with respect to the
 // others on the same key, on every process that shares the backend.

@@ -16,7 +16,11 @@ func TickName(job string, tick time.Time) string {
 
 // RunTick runs fn for one scheduled run of job, the one scheduled at tick, in
 // one replica: call it in every replica when the scheduler fires, with the
-// scheduled time (not the time it fired), and exactly one of them runs fn.
+// scheduled time (not the time it fired), and the first to ask runs fn
+// while the others skip the tick, as long as they ask within a period of
+// the first (see below). A replica that asks after the tick's record has
+// expired runs fn again, and a tick whose runner crashed runs again only
+// where a replica asks after the runner's lease ended.
 // A scheduler that does not tell its job the scheduled time (gocron,
 // robfig/cron) can pass time.Now().Round(every) when its times are multiples
 // of every and it fires less than every/2 late: see the module

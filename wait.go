@@ -205,7 +205,7 @@ func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 // error was cut short by it (the caller checked the context before the
 // call): it went unanswered, unless the Client closed.
 func (a *acquisition) notAcquired(ctx context.Context, reason error, holder string, retryAfter time.Duration) error {
-	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder}
+	err := &NotAcquiredError{Key: a.key, Reason: reason, RetryAfter: retryAfter, Holder: holder, ownHolder: a.c.owns(holder)}
 	refusal := errors.Is(reason, ErrHeld) || errors.Is(reason, ErrGracePeriod) || errors.Is(reason, ErrClosed) || errors.Is(reason, ErrGrantedLate)
 	var op *opError
 	failed := errors.As(reason, &op)

@@ -3,7 +3,7 @@ module github.com/seed05627090/lock/otel
 go 1.26.0
 
 require (
-	github.com/seed05627090/lock v0.1.1
+	github.com/seed05627090/lock v0.1.2
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0

@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/seed05627090/lock v0.1.1
+	github.com/seed05627090/lock v0.1.2
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

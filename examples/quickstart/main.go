@@ -101,8 +101,10 @@ func run() error {
 		switch {
 		case errs[i] == nil:
 			fmt.Printf("request %d: %s\n", i+1, results[i])
-		case errors.Is(errs[i], lock.ErrNotAcquired):
-			// A *NotAcquiredError: the caller answers "busy, retry later".
+		case errors.Is(errs[i], lock.ErrHeld):
+			// The other request holds the order's lock: the caller answers
+			// "busy, retry later". (ErrNotAcquired alone would also match an
+			// outage that ended the call's context: see lock.ErrUnavailable.)
 			fmt.Printf("request %d: refused: %v\n", i+1, errs[i])
 		default:
 			return errs[i]

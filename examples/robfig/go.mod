@@ -5,7 +5,7 @@ go 1.23
 require (
 	github.com/redis/go-redis/v9 v9.18.0
 	github.com/robfig/cron/v3 v3.0.1
-	github.com/seed05627090/lock v0.1.1
+	github.com/seed05627090/lock v0.1.2
 )
 
 require (
