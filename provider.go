@@ -18,6 +18,15 @@ import (
 //
 // A key holds at most one record. Every method is atomic with respect to the
 // others on the same key, on every process that shares the backend.
+//
+// Every method returns once its ctx ends, with ctx's error when the store
+// had not answered, whatever the store does (refuses, never answers,
+// answers late): the Client bounds its callers by their deadlines on that.
+// A request that ctx cut short may still be applied; the Client cleans up
+// after it, and what is left expires with its TTL. The Redis provider sends
+// such a call from a goroutine of its own when its client would wait past
+// the context (go-redis without ContextTimeoutEnabled); faults.Deadlines in
+// this repository checks a provider behind a proxy that plays each fault.
 type Provider interface {
 	// Acquire stores a new record for owner under key, with a fresh fencing token
 	// and the given time to live, when the key holds no record. It returns the

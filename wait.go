@@ -14,12 +14,18 @@ import (
 // period, or the wait ended (its Reason is then the context's cause:
 // [ErrTimeout] at MaxWait, [ErrClosed] when the Client closes during the wait),
 // ErrClosed itself when the Client was closed before the call, and the
-// provider's error, naming the operation and the key, otherwise. After a
-// failure nothing of the caller's is left stored when Acquire returns (its
-// clean-up bounded by the release timeout), unless a call to the provider
-// failed or went unanswered: then the clean-up goes on in the background,
-// so that an outage does not keep the caller past its deadline, and what
-// the provider may have stored expires with its TTL. A grant that reaches
+// provider's error, naming the operation and the key, otherwise.
+//
+// Acquire returns by ctx's deadline, or MaxWait, whichever comes first,
+// and a moment (50 ms), whatever the provider does. After a failure nothing
+// of the caller's is left stored when Acquire returns, when the provider
+// answered the clean-up (a Leave, a release) by then; otherwise (a call to
+// the provider failed or went unanswered, or the deadline came first) the
+// clean-up goes on in the background, bounded by the release timeout (Close
+// waits for it), and what the provider may have stored expires with its
+// TTL.
+//
+// A grant that reaches
 // the caller after its context ended is handed on, never returned. A grant
 // that reaches it after the lease it asked for ran out (a slow answer, a
 // paused process) is not a hold, nor a loss: Acquire hands it back and
