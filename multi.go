@@ -67,7 +67,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, o Options) (*Ho
 			pause := time.Duration(rand.Int64N(int64(min(round, 20)) * int64(time.Millisecond)))
 			select {
 			case <-ctx.Done():
-				return nil, &NotAcquiredError{Key: busy.Key, Reason: context.Cause(ctx), Holder: busy.Holder}
+				return nil, &NotAcquiredError{Key: busy.Key, Reason: context.Cause(ctx), Holder: busy.Holder, ownHolder: busy.ownHolder}
 			case <-time.After(pause):
 			}
 		}

@@ -1,7 +1,8 @@
 // Package gocronlock runs the jobs of gocron v2 schedulers
 // (github.com/go-co-op/gocron/v2) in several replicas once per scheduled run:
-// its Locker, given to every replica's scheduler, lets exactly one replica run
-// each run of a job, through locks of github.com/seed05627090/lock.
+// its Locker, given to every replica's scheduler, lets one replica run each
+// run of a job (within the bounds that Locker states), through locks of
+// github.com/seed05627090/lock.
 //
 //	c, _ := lock.NewClient(lock.NewRedisProvider(rdb)) // one per replica, sharing the Redis
 //	locker := &gocronlock.Locker{Client: c, Every: time.Minute}
@@ -96,9 +97,11 @@ var _ gocron.Locker = (*Locker)(nil)
 // context and name. On success the run holds the lock, renewed while the job
 // runs, until gocron calls Unlock on the returned Lock, which releases it
 // (keeping the run closed for the grace period). On failure nothing is held:
-// it returns an error matching lock.ErrNotAcquired when another replica holds
-// or ran the run, lock.ErrInvalidArgument for a Locker without Client or
-// Every, and the provider's error otherwise.
+// it returns an error matching lock.ErrHeld when another replica holds the
+// run, lock.ErrGracePeriod when one ran it (both match lock.ErrNotAcquired,
+// which an outage matches too: test ErrUnavailable first),
+// lock.ErrInvalidArgument for a Locker without Client or Every, and the
+// provider's error otherwise.
 func (lk *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	if lk.Client == nil || lk.Every <= 0 {
 		return nil, fmt.Errorf("%w: gocronlock.Locker needs a Client and a positive Every (have %v)", lock.ErrInvalidArgument, lk.Every)

@@ -1,5 +1,5 @@
 // Quickstart shows the library's main job with no server: a nightly job that
-// runs in exactly one of several replicas, and an order that two concurrent
+// runs once per tick across several replicas, and an order that two concurrent
 // requests must not process at once.
 //
 //	go run ./examples/quickstart
