@@ -122,6 +122,7 @@ func Run(t *testing.T, b Backend) {
 	s.runElection(t)
 	s.runWatch(t)
 	s.runHolds(t)
+	s.runHistory(t)
 }
 
 // suite is one backend's provider under test.
