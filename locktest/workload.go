@@ -61,6 +61,7 @@ const (
 
 // Running is a Workload under way.
 type Running struct {
+	t      testing.TB
 	h      *History
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -122,7 +123,7 @@ func (w Workload) Start(t *testing.T) *Running {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	r := &Running{h: h, cancel: cancel}
+	r := &Running{t: t, h: h, cancel: cancel}
 	prefix := uniqueName(t) + ":"
 	var workers sync.WaitGroup
 	for i := range w.Clients {
@@ -191,13 +192,13 @@ func pause(ctx context.Context) {
 	}
 }
 
-// lockRound takes one of the lock names (waiting for it in two rounds of
-// three; a grace period in one of four), writes through its fence and
+// lockRound takes one of the lock names, each in turn (waiting for it in
+// two rounds of three; a grace period in one of four), writes through its fence and
 // reads it back, extends it in every other round, and releases it. The
 // stalled and the dead Client play their fault on their first lock.
 func (wc *wlClient) lockRound(ctx context.Context, round int) {
 	h, lease := wc.r.h, wc.w.Lease
-	name := fmt.Sprintf("%slock%d", wc.prefix, rand.IntN(wlLocks))
+	name := fmt.Sprintf("%slock%d", wc.prefix, round%wlLocks)
 	o := lock.Options{Wait: round%3 != 0, MaxWait: 4 * lease, Lease: lease}
 	if round%4 == 3 {
 		o.GracePeriod = 20 * time.Millisecond
@@ -219,6 +220,7 @@ func (wc *wlClient) lockRound(ctx context.Context, round int) {
 			return
 		case 2:
 			wc.dead.Store(true) // it dies holding the lock: nothing more from it
+			wc.r.t.Logf("fault: client 2 died holding %s (token %d)", name, l.Token())
 			return
 		}
 	}
@@ -232,8 +234,9 @@ func (wc *wlClient) lockRound(ctx context.Context, round int) {
 
 // stall plays a holder whose renewals hang (a process cut off from the
 // backend, or paused): it waits until its Client tells it the lock is lost
-// (within a lease), then, a lease later, writes with its stale token as a
-// holder that did not look would, and releases.
+// (within a lease) and a later holder has written through the fence (for
+// up to four leases), then writes with its stale token, as a holder that
+// did not look would, and releases.
 func (wc *wlClient) stall(ctx context.Context, l *lock.Lock, name, value string) {
 	wc.stalled.Store(true)
 	defer wc.stalled.Store(false)
@@ -241,13 +244,18 @@ func (wc *wlClient) stall(ctx context.Context, l *lock.Lock, name, value string)
 	case <-l.Done():
 	case <-ctx.Done():
 	}
-	select {
-	case <-time.After(wc.w.Lease):
-	case <-ctx.Done():
+	for end := time.Now().Add(4 * wc.w.Lease); time.Now().Before(end) && ctx.Err() == nil; {
+		if v, err := wc.fence.Read(ctx, name); err == nil && v != value {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	_ = wc.fence.Write(ctx, name, l.Token(), value+"-stale")
+	werr := wc.fence.Write(ctx, name, l.Token(), value+"-stale")
 	call := wc.r.h.Now()
-	wc.r.h.Released(wc.proc, l.Owner(), call, l.Release(ctx))
+	rerr := l.Release(ctx)
+	wc.r.h.Released(wc.proc, l.Owner(), call, rerr)
+	wc.r.t.Logf("fault: client 1 stalled holding %s (token %d): told %v; its late write: %v; its release: %v",
+		name, l.Token(), l.Err(), werr, rerr)
 }
 
 // semaphoreRound takes a hold of weight 1 or 2 of the semaphore, waiting
