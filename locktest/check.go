@@ -20,6 +20,9 @@ type Result struct {
 	// partitions: a lock, a counted name, a fenced resource, an Observe of a
 	// role, or a hold as its Client told it.
 	Ops, Partitions int
+	// Open is the number of operations of unknown outcome (a timeout, an
+	// outage, a dead process), left open for the checker.
+	Open int
 	// ByKind counts the partitions' operations by partition kind ("lock",
 	// "claims", "fence", "observe", "client").
 	ByKind map[string]int
@@ -48,8 +51,8 @@ func (r Result) String() string {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(kinds)
-	s := fmt.Sprintf("%d operations in %d partitions (%s), checked in %v", r.Ops, r.Partitions,
-		strings.Join(kinds, ", "), r.Took.Round(time.Millisecond))
+	s := fmt.Sprintf("%d operations (%d of unknown outcome) in %d partitions (%s), checked in %v", r.Ops, r.Open,
+		r.Partitions, strings.Join(kinds, ", "), r.Took.Round(time.Millisecond))
 	switch {
 	case len(r.Illegal) > 0:
 		s += fmt.Sprintf(": %d not linearizable (%s)", len(r.Illegal), strings.Join(r.Illegal, "; "))
@@ -81,6 +84,11 @@ func (h *History) Check(dir, name string) Result {
 	var illegal [][]porcupine.Operation
 	for _, p := range parts {
 		r.Ops += len(p.ops)
+		for _, op := range p.ops {
+			if op.Return == open {
+				r.Open++
+			}
+		}
 		r.ByKind[strings.TrimSpace(p.kind)] += len(p.ops)
 		left := CheckTimeout - time.Since(start)
 		if left <= 0 {

@@ -329,6 +329,9 @@ func stallable(p lock.Provider, stalled *atomic.Bool) lock.Provider {
 func (s *suite) runHistory(t *testing.T) {
 	t.Run("HistoryIsLinearizable", func(t *testing.T) {
 		w := Workload{New: s.b.New, Faults: s.b.Expires}
+		if s.b.Fence != nil {
+			w.Fence = s.b.Fence(t)
+		}
 		if s.b.Remote {
 			w.Rounds = testenv.ShortSize(t, 5, 3, "a smaller history")
 		}
