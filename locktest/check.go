@@ -35,7 +35,8 @@ type Result struct {
 	// out): neither proved linearizable nor not.
 	Unknown []string
 	// File is the visualization of the illegal partitions (porcupine's, an
-	// HTML page: open it in a browser), written when Illegal is not empty;
+	// HTML page: open it in a browser), written when Illegal is not empty,
+	// beside the same operations as text (the name with .txt for .html);
 	// "" otherwise, or when it could not be written (Err says why).
 	File string
 	Err  error
@@ -346,5 +347,28 @@ func visualize(model porcupine.Model, parts [][]porcupine.Operation, dir, name s
 		return "", err
 	}
 	path, _ := filepath.Abs(f.Name())
-	return path, f.Close()
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(strings.TrimSuffix(path, ".html")+".txt", []byte(listing(parts)), 0o644)
+}
+
+// listing is the operations of parts as text, each partition's in the
+// order of their calls: call and return (ms from the start of the run;
+// "-" for an open operation), process, and the operation.
+func listing(parts [][]porcupine.Operation) string {
+	var b strings.Builder
+	for _, p := range parts {
+		ops := slices.Clone(p)
+		sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+		fmt.Fprintf(&b, "%v\n", ops[0].Metadata)
+		for _, op := range ops {
+			ret := "-"
+			if op.Return != open {
+				ret = fmt.Sprintf("%.3f", float64(op.Return)/1e6)
+			}
+			fmt.Fprintf(&b, "  %10.3f %10s  p%-3d %s\n", float64(op.Call)/1e6, ret, op.ClientId, describe(op.Input.(input), op.Output.(output)))
+		}
+	}
+	return b.String()
 }

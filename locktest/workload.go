@@ -40,6 +40,15 @@ type Workload struct {
 	// Lease is the lease of every hold: 600ms when zero.
 	Lease time.Duration
 
+	// Pace is a pause between two rounds of a Client: none when zero. A run
+	// that must last through faults (Stop ends it) paces its rounds so
+	// that its history stays small.
+	Pace time.Duration
+
+	// Prefix is put before the names the run uses ("lock0", "lock1",
+	// "sem", "role"): the test's unique name and ":" when empty.
+	Prefix string
+
 	// Faults makes two Clients fail, each once, on its first lock: one
 	// stalls (its renewals hang until it is told its lock is lost, then it
 	// writes with its stale token and releases), one dies (every call of
@@ -124,7 +133,10 @@ func (w Workload) Start(t *testing.T) *Running {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	r := &Running{t: t, h: h, cancel: cancel}
-	prefix := uniqueName(t) + ":"
+	prefix := w.Prefix
+	if prefix == "" {
+		prefix = uniqueName(t) + ":"
+	}
 	var workers sync.WaitGroup
 	for i := range w.Clients {
 		wc := &wlClient{w: &w, r: r, i: i, prefix: prefix, fence: h.Fence(fence), proc: h.Process()}
@@ -156,6 +168,12 @@ func (w Workload) Start(t *testing.T) *Running {
 						return
 					}
 					kind(ctx, round)
+					if w.Pace > 0 {
+						select {
+						case <-time.After(w.Pace):
+						case <-ctx.Done():
+						}
+					}
 				}
 			}()
 		}
