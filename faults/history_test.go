@@ -150,4 +150,3 @@ func TestHistorySentinelFailover(t *testing.T) {
 	}
 	t.Logf("as docs/guarantees.md says, the failover broke the order of: %s (visualization %s)", strings.Join(res.Illegal, "; "), res.File)
 }
-
