@@ -297,13 +297,16 @@ func stepFence(s fenceState, in input, out output) []fenceState {
 // observeState is what one Observe of a role has sent, against the terms
 // granted so far.
 type observeState struct {
-	last uint64 // the last term sent
-	seen string // the grants linearized so far, "token owner;" each
+	last   uint64 // the last term sent
+	seen   string // the grants linearized so far, "token owner;" each
+	failed bool   // the last Leader sent had Err set: the next may repeat the term before it
 }
 
 // stepObserve: the grants of the role's lock are copied into each of its
 // Observe's partitions. A term Observe sends is above the one it sent
-// before (terms are sent in order, each once), and was granted, to the
+// before (terms are sent in order, each once; after a Leader with Err, the
+// state read next is sent whatever it says, so it may repeat the term
+// sent before the failure), and was granted, to the
 // owner it names, before it was sent: a grant recorded, or, for a term no
 // recorded grant has, a hand-off to an owner that queued for the role and
 // was not told (hidden).
@@ -315,7 +318,13 @@ func stepObserve(s observeState, in input, out output) []observeState {
 		}
 		return []observeState{s}
 	case opObserved:
-		if out.res != resOK || out.token == 0 {
+		if out.res != resOK {
+			s.failed = true
+			return []observeState{s}
+		}
+		again := s.failed && out.token == s.last
+		s.failed = false
+		if out.token == 0 || again {
 			return []observeState{s}
 		}
 		if out.token <= s.last {
