@@ -266,7 +266,7 @@ func (wc *wlClient) stall(ctx context.Context, l *lock.Lock, name, value string)
 		if v, err := wc.fence.Read(ctx, name); err == nil && v != value {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(wc.w.Lease / 10)
 	}
 	werr := wc.fence.Write(ctx, name, l.Token(), value+"-stale")
 	call := wc.r.h.Now()
