@@ -25,7 +25,7 @@ import (
 //     Client sees them;
 //   - in the Client: what a Lock, a Hold or a Term told its user (granted,
 //     loss told, released clean or not; [History.Track],
-//     [History.Release]), what Observe reported ([History.Observe]), and
+//     [History.Released]), what Observe reported ([History.Observe]), and
 //     the writes and reads of a fenced resource ([History.Fence]).
 //
 // A call that failed otherwise than with a refusal or a loss (a timeout, an
@@ -90,6 +90,7 @@ const (
 	resRefused                   // refused (held, queued, stale)
 	resLost                      // the store said the caller held nothing (a *lock.LostError)
 	resUnknown                   // no answer, or an error that says nothing of the store
+	resFailed                    // a read that failed (Observe's Leader with Err): it changed nothing
 )
 
 func (r result) String() string {
@@ -102,6 +103,8 @@ func (r result) String() string {
 		return "lost"
 	case resUnknown:
 		return "unknown"
+	case resFailed:
+		return "failed"
 	}
 	return "?"
 }
@@ -443,8 +446,10 @@ func (h *History) Now() int64 { return h.now() }
 func (h *History) Process() int { return h.process() }
 
 // Observe records every Leader that ch (what c.Observe(ctx, role)
-// returned) sends, until it is closed: each is an operation from the
-// previous receipt to this one. It returns at once.
+// returned) sends, until it is closed: each is an operation from just
+// after the previous receipt (the call to Observe for the first) to its
+// own, so that they keep the channel's order. It returns at once, and done
+// is closed once ch is.
 func (h *History) Observe(c *lock.Client, role string, ch <-chan lock.Leader) (done <-chan struct{}) {
 	proc := h.process()
 	key := c.Key(role)
@@ -457,10 +462,12 @@ func (h *History) Observe(c *lock.Client, role string, ch <-chan lock.Leader) (d
 			ret := h.now()
 			out := output{res: resOK, token: ld.Term, owner: ld.Owner}
 			if ld.Err != nil {
-				out.res = resUnknown
+				out.res = resFailed
 			}
 			h.add(proc, input{kind: opObserved, part: part, via: key}, prev, out, ret)
-			prev = ret
+			// The next Leader was read after this one was sent: its call
+			// follows this return (operations that touch are concurrent).
+			prev = ret + 1
 		}
 	}()
 	return d
