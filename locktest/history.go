@@ -13,10 +13,11 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// History records the operations of a run, from every Client and process
-// that shares it, with their call and return times on one monotonic clock,
-// for a linearizability checker (Check, CheckHistory) to judge. It records
-// at two places:
+// History records the operations of a run, from every Client of it (each
+// a process, on a provider of its own), with their call and return times on
+// one monotonic clock, this process's: the Clients of a run live in the
+// process that records it. A linearizability checker ([History.Check],
+// [CheckHistory]) judges it. It records at two places:
 //
 //   - in the store: every call a Client makes to a provider wrapped with
 //     [History.Provider] (Acquire and Queue, with a grant and its token or
