@@ -18,12 +18,17 @@ func TestProviderConformance(t *testing.T) {
 		if b.name == "miniredis" {
 			testenv.SkipShort(t, "the suite on miniredis (5-7 s); memory and Redis run it")
 		}
+		var fence func(testing.TB) locktest.Fence // the memory backend's: in memory
+		if b.raw != nil {
+			fence = func(testing.TB) locktest.Fence { return locktest.RedisFence(b.raw) }
+		}
 		locktest.Run(t, locktest.Backend{
 			New:             b.replica,
 			Expires:         canExpire(t, b),
 			SkipsUnlistened: true, // neither Redis backend is a Cluster
 			ExclusiveInbox:  b.raw == nil,
 			Remote:          b.raw != nil,
+			Fence:           fence, // the history's fenced writes: lock.RedisFence
 		})
 		if b.raw != nil {
 			redisStorageConformance(t, b)

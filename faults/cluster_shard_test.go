@@ -33,6 +33,7 @@ func TestRedisClusterSharded(t *testing.T) {
 			New: func(t testing.TB) lock.Provider {
 				return lock.NewRedisProvider(newClusterRedis(t, addrs))
 			},
+			Fence:   func(t testing.TB) locktest.Fence { return locktest.RedisFence(newClusterRedis(t, addrs)) },
 			Expires: true,
 			// An SPUBLISH counts the subscribers of its shard channel
 			// exactly; a PUBLISH on a Cluster only one node's.

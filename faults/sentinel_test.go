@@ -79,6 +79,11 @@ func TestSentinel(t *testing.T) {
 				t.Cleanup(func() { _ = rc.Close() })
 				return lock.NewRedisProvider(rc)
 			},
+			Fence: func(t testing.TB) locktest.Fence {
+				rc := redis.NewUniversalClient(sentinelOptions(s.Addrs))
+				t.Cleanup(func() { _ = rc.Close() })
+				return locktest.RedisFence(rc)
+			},
 			Expires:         true,
 			SkipsUnlistened: true, // a failover client is not a Cluster's
 			Remote:          true,

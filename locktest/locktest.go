@@ -23,7 +23,13 @@
 // ForceRelease), and what a lock.Client on the provider promises where it
 // rests on the provider's answers (a lock found lost is reported, with why,
 // before Done is closed); each check is a subtest named after the
-// property it checks, so that one can be rerun with go test -run. Checks of
+// property it checks, so that one can be rerun with go test -run. Last,
+// HistoryIsLinearizable runs several Clients at once (locks, semaphore
+// holds, an election and its Observe, fenced writes; one Client stalled and
+// one dead, where records expire), records every operation in a History,
+// and checks it with a linearizability checker (porcupine) against models
+// of a lock, a counted name, a fenced resource and an election: a failure
+// names the file of its visualization (docs/testing.md). Checks of
 // behaviour that the contract leaves open run only when the Backend says the
 // provider has it (see its fields).
 //
@@ -94,6 +100,13 @@ type Backend struct {
 	// the lease asked for is kept. Run does not read it.
 	MinLease time.Duration
 
+	// Fence returns the backend's own fenced resource (a RedisFence, an
+	// SQL fence, etcd.Fence), which the history check's holders write
+	// through with their tokens (see Workload); nil for one in this
+	// process's memory (NewMemoryFence). Resources it opens are closed with
+	// t.Cleanup.
+	Fence func(t testing.TB) Fence
+
 	// Remote says that each call is a round trip to a server: the checks
 	// that take many grants in a row or at once take fewer (30 grants in a
 	// row rather than 100, 8 workers of 40 rounds rather than 16 of 200, 40
@@ -122,6 +135,7 @@ func Run(t *testing.T, b Backend) {
 	s.runElection(t)
 	s.runWatch(t)
 	s.runHolds(t)
+	s.runHistory(t)
 }
 
 // suite is one backend's provider under test.
