@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // TestErrorOutcomes is the table of every way an acquisition, a release
@@ -219,5 +220,35 @@ func TestErrorOutcomes(t *testing.T) {
 			}
 			assert.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// TestDeadlineErrorBeforeTheTimer: a provider call that its client ends at
+// the caller's deadline (go-redis with ContextTimeoutEnabled sets the
+// socket's deadline to the context's) returns the context's error a moment
+// before the context's own timer marks it ended. The wait that ends then is
+// a *NotAcquiredError whose Reason is the deadline, with the call
+// unanswered (ErrUnavailable), as when the timer came first; it was the
+// provider's error alone, not ErrNotAcquired (issue 38, seen in the
+// benchmark module: "lock: wait ...: context deadline exceeded").
+func TestDeadlineErrorBeforeTheTimer(t *testing.T) {
+	mem := lock.NewMemoryProvider()
+	p := &testenv.Hooked{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		d, _ := ctx.Deadline()
+		time.Sleep(time.Until(d)) // the socket's deadline: the context's timer may not have run yet
+		return lock.Record{}, fmt.Errorf("read: %w", context.DeadlineExceeded)
+	}}
+	c := testenv.NewClient(t, p)
+	name := testenv.Name(t)
+	holder := testenv.MustAcquire(t, mem, c.Key(name), testenv.NewOwner(), time.Minute)
+	require.NotEmpty(t, holder.Owner)
+	for _, fair := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := c.Acquire(ctx, name, lock.Options{Wait: true, Fair: fair})
+		cancel()
+		require.Error(t, err)
+		assert.ErrorIs(t, err, lock.ErrNotAcquired, "fair %v: %v", fair, err)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "fair %v: %v", fair, err)
+		assert.ErrorIs(t, err, lock.ErrUnavailable, "fair %v: %v", fair, err)
 	}
 }

@@ -136,6 +136,9 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	}
 	rec, err := c.take(ctx, key, owner, a.claim, a.o.Lease)
 	if err != nil {
+		if isContextErr(err) {
+			ended(ctx) // a client that ends the call at ctx's deadline may beat ctx's own timer
+		}
 		// The record may have been stored with the reply lost: remove it.
 		// The provider may not answer that either: in the background,
 		// so that the caller is not kept waiting (Close waits for it).

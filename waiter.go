@@ -229,6 +229,9 @@ const slowAnswer = time.Second
 // again; a call cut short later, or before w was ever queued, still reads
 // as unanswered ([ErrUnavailable]).
 func (w *waiter) callFailed(ctx context.Context, op string, err error, sent time.Time) error {
+	if isContextErr(err) {
+		ended(ctx) // a client that ends the call at ctx's deadline may beat ctx's own timer
+	}
 	if !w.asked.IsZero() && ctx.Err() != nil && isContextErr(err) && time.Since(sent) < slowAnswer {
 		return nil
 	}
