@@ -110,10 +110,12 @@ func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*ce
 
 // warmUpTimeout bounds a cell's warm-up, and callTimeout each uncontended
 // call beyond the end of its run: a call that has not returned by then
-// fails, and the harness does not wait for a library that never returns.
+// fails, and the harness does not wait for a library that never returns
+// (rueidislock's WithContext can wait on a free key until its context
+// ends; see README.md).
 const (
 	warmUpTimeout = 10 * time.Second
-	callTimeout   = 10 * time.Second
+	callTimeout   = 2 * time.Second
 )
 
 func (r *cell) close() {
@@ -386,18 +388,28 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 }
 
 // memoryInUse returns the harness's Go heap and stacks in use, and Redis's
-// used_memory (0 when INFO fails).
+// used_memory less what rc's own connection holds (0 when INFO fails). That
+// connection is the harness's, not the library's, and its reply buffer
+// holds INFO commandstats at the first sample (16 KB) and has shrunk by the
+// second.
 func memoryInUse(ctx context.Context, rc *redis.Client) (client, server int64) {
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
-	info, _ := rc.Info(ctx, "memory").Result()
+	var self int64
+	if ci, err := rc.ClientInfo(ctx).Result(); err == nil {
+		self = int64(ci.TotalMemory)
+	}
+	info, err := rc.Info(ctx, "memory").Result()
+	if err != nil {
+		return int64(ms.HeapInuse + ms.StackInuse), 0
+	}
 	for _, line := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
 			server, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	return int64(ms.HeapInuse + ms.StackInuse), server
+	return int64(ms.HeapInuse + ms.StackInuse), server - self
 }
 
 // percentiles returns the 50th and 99th percentiles of ds in microseconds
