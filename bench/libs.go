@@ -58,13 +58,12 @@ func onGoRedis(lockers func(rc *redis.Client, n int) ([]locker, func(), error)) 
 // peerTTL is the lease the peers' locks get: redsync's default expiry.
 const peerTTL = 8 * time.Second
 
-// This library's columns. Each driver of the library (a Provider on one Redis
-// client) is one entry in drivers, in main.go, and runs in scenarios (a) to
-// (d): libLock on go-redis now; "lock (rueidis)" and "lock (valkey-go)" go
-// beside it once the library has those drivers (the modules rueidis/ and
-// valkey/ at the repository root), each with an open that makes its client
-// with newRueidisClient or newValkeyClient (clients.go), so that its
-// commands are counted as the peers' are.
+// This library's columns. Its columns on rueidis and valkey-go, "lock
+// (rueidis)" and "lock (valkey-go)", go here once the library has those
+// drivers (the modules rueidis/ and valkey/ at the repository root), each
+// with an open that makes its client with newRueidisClient or
+// newValkeyClient (clients.go), so that its commands are counted as the
+// peers' are, and in drivers (main.go).
 var (
 	libLock = library{
 		name:   "lock",

@@ -1,7 +1,7 @@
 // Command bench measures this lock library against redsync, redislock,
-// rueidislock and valkeylock on one Redis server: uncontended acquire+release cycles, a contended lock with
-// a short critical section, and the Redis commands each handoff costs. See
-// README.md.
+// rueidislock and valkeylock on one Redis server: uncontended
+// acquire+release cycles, a contended lock with a short critical section,
+// and the Redis commands each handoff costs. See README.md.
 //
 //	cd bench && go run .            # starts its own redis-server
 //	go run . -addr 127.0.0.1:6379   # uses an existing Redis
@@ -203,8 +203,8 @@ type scenario struct {
 // the function that opens it on the server's address (libs.go).
 var (
 	// drivers are this library's columns on each Redis client it has a
-	// driver for, in scenarios (a) to (d). "lock (rueidis)" and "lock
-	// (valkey-go)" join libLock here once the library has those drivers.
+	// driver for, in scenarios (a) to (d): libLock on go-redis; "lock
+	// (rueidis)" and "lock (valkey-go)" join it here (see libs.go).
 	drivers = []library{libLock}
 	// multiFair are this library with a Client per goroutine, unfair and
 	// fair, in the contended scenarios.
