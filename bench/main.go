@@ -1,7 +1,7 @@
-// Command bench measures this lock library against redsync and redislock on
-// one Redis server: uncontended acquire+release cycles, a contended lock with
-// a short critical section, and the Redis commands each handoff costs. See
-// README.md.
+// Command bench measures this lock library against redsync, redislock,
+// rueidislock and valkeylock on one Redis server: uncontended
+// acquire+release cycles, a contended lock with a short critical section,
+// and the Redis commands each handoff costs. See README.md.
 //
 //	cd bench && go run .            # starts its own redis-server
 //	go run . -addr 127.0.0.1:6379   # uses an existing Redis
@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -198,13 +199,22 @@ type scenario struct {
 	rows      []row
 }
 
+// The columns, in the table's order. A column is one entry: a library with
+// the function that opens it on the server's address (libs.go).
 var (
-	peers   = []library{libRedsync, libRedislockLinear, libRedislockExp}
-	columns = append([]library{libLock, libLockMulti, libLockFair, libLock8}, peers...)
+	// drivers are this library's columns on each Redis client it has a
+	// driver for, in scenarios (a) to (d): libLock on go-redis; "lock
+	// (rueidis)" and "lock (valkey-go)" join it here (see libs.go).
+	drivers = []library{libLock}
+	// multiFair are this library with a Client per goroutine, unfair and
+	// fair, in the contended scenarios.
+	multiFair = []library{libLockMulti, libLockFair}
+	peers     = []library{libRedsync, libRedislockLinear, libRedislockExp, libRueidislock, libValkeylock}
+
+	columns = slices.Concat(drivers, multiFair, []library{libLock8}, peers)
 )
 
 func scenarios(d time.Duration) []scenario {
-	withPeers := func(ours ...library) []library { return append(ours, peers...) }
 	unc := func(goroutines int) func(context.Context, string, string, library) (result, error) {
 		return func(ctx context.Context, addr, prefix string, lib library) (result, error) {
 			return uncontended(ctx, addr, prefix, lib, goroutines, d)
@@ -216,16 +226,16 @@ func scenarios(d time.Duration) []scenario {
 		}
 	}
 	scs := []scenario{
-		{id: "a", title: "(a) uncontended, 1 goroutine: acquire+release", libs: withPeers(libLock), run: unc(1), rows: uncontendedRows},
-		{id: "b", title: fmt.Sprintf("(b) uncontended, %d goroutines on distinct keys", uncontendedWide), libs: withPeers(libLock), run: unc(uncontendedWide), rows: uncontendedRows},
-		{id: "c", title: fmt.Sprintf("(c) %d goroutines, one key, %v busy section, no pause", contenders, busySection), libs: withPeers(libLock, libLockMulti, libLockFair), run: con(contenders, 0), rows: contendedRows},
-		{id: "d", title: fmt.Sprintf("(d) as (c) with a %v pause between a goroutine's locks", pauseBetween), libs: withPeers(libLock, libLockMulti, libLockFair), run: con(contenders, pauseBetween), rows: contendedRows},
+		{id: "a", title: "(a) uncontended, 1 goroutine: acquire+release", libs: slices.Concat(drivers, peers), run: unc(1), rows: uncontendedRows},
+		{id: "b", title: fmt.Sprintf("(b) uncontended, %d goroutines on distinct keys", uncontendedWide), libs: slices.Concat(drivers, peers), run: unc(uncontendedWide), rows: uncontendedRows},
+		{id: "c", title: fmt.Sprintf("(c) %d goroutines, one key, %v busy section, no pause", contenders, busySection), libs: slices.Concat(drivers, multiFair, peers), run: con(contenders, 0), rows: contendedRows},
+		{id: "d", title: fmt.Sprintf("(d) as (c) with a %v pause between a goroutine's locks", pauseBetween), libs: slices.Concat(drivers, multiFair, peers), run: con(contenders, pauseBetween), rows: contendedRows},
 	}
 	for _, n := range manyWaiters {
 		scs = append(scs, scenario{
 			id:    "e" + strconv.Itoa(n),
 			title: fmt.Sprintf("(e) %d waiters on one key, %v busy section, no pause", n, busySection),
-			libs:  withPeers(libLock, libLockMulti, libLockFair),
+			libs:  slices.Concat([]library{libLock}, multiFair, peers),
 			run:   con(n, 0),
 			rows:  waitersRows,
 		})

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,34 +84,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// newRedisClient returns the go-redis client every library gets: the same
-// settings for all, with a hook that counts the commands it sends.
-func newRedisClient(addr string, sent *atomic.Int64) *redis.Client {
-	rc := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	rc.AddHook(countHook{sent})
-	return rc
-}
-
-// countHook counts the commands a client sends (round trips; a pipeline
-// counts once per command).
-type countHook struct{ n *atomic.Int64 }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 // serverStats are the server's counters that a run reads before and after.

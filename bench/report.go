@@ -133,10 +133,16 @@ func printTable(w io.Writer, results map[string]result, d time.Duration) {
 	}
 
 	fmt.Fprintln(w)
+	nameWidth := 0
 	for _, lib := range columns {
-		fmt.Fprintf(w, "%-14s %s\n", lib.name+":", lib.detail)
+		nameWidth = max(nameWidth, utf8.RuneCountInString(lib.name)+1)
 	}
-	fmt.Fprintln(w, `Every library gets its own go-redis client with the same settings (PoolSize 64).
+	for _, lib := range columns {
+		fmt.Fprintf(w, "%-*s %s\n", nameWidth, lib.name+":", lib.detail)
+	}
+	fmt.Fprintln(w, `Every column gets a client of its own: the go-redis ones the same settings (PoolSize 64),
+rueidislock and valkeylock their client's defaults with the options their Locker sets.
+Client round trips: the commands the column's client sent (auto-pipelined ones count each).
 A handoff is a grant to a goroutine other than the one that released last, timed from the
 start of that release. Longest wait counts waits still unfinished when the run ended.
 Redis commands: INFO commandstats calls during the run (the commands inside scripts count;

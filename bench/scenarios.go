@@ -72,30 +72,28 @@ type result struct {
 	FirstError string  `json:"first_error,omitempty"`
 }
 
-// cell is one library in one scenario: its own go-redis client and
-// lockers, and the counters read before and after.
+// cell is one library in one scenario: the library opened on a client of
+// its own, and the harness's client that reads the server's counters.
 type cell struct {
-	rc      *redis.Client
-	sent    atomic.Int64
-	lockers []locker
-	free    func()
+	lib   *opened
+	stats *redis.Client // INFO only, which the server's counts leave out
 }
 
 // openCell opens lib with n lockers and warms it up on a key of its own: a
-// pooled connection, and the scripts loaded in the server's cache. It
-// returns the cell and its counters after the warm-up.
+// connection, and the scripts loaded in the server's cache. It returns the
+// cell and its counters after the warm-up.
 func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*cell, counters, error) {
-	r := &cell{}
-	r.rc = newRedisClient(addr, &r.sent)
-	var err error
-	if r.lockers, r.free, err = lib.lockers(r.rc, n); err != nil {
-		_ = r.rc.Close()
+	opened, err := lib.open(addr, n)
+	if err != nil {
 		return nil, counters{}, fmt.Errorf("%s: %w", lib.name, err)
 	}
+	r := &cell{lib: opened, stats: redis.NewClient(&redis.Options{Addr: addr})}
+	wctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
 	for range 3 {
-		release, err := r.lockers[0](ctx, prefix+":warmup")
+		release, err := r.lib.lockers[0](wctx, prefix+":warmup")
 		if err == nil {
-			err = release(ctx)
+			err = release(wctx)
 		}
 		if err != nil {
 			r.close()
@@ -110,21 +108,31 @@ func openCell(ctx context.Context, addr, prefix string, lib library, n int) (*ce
 	return r, before, nil
 }
 
+// warmUpTimeout bounds a cell's warm-up, and callTimeout each uncontended
+// call beyond the end of its run: a call that has not returned by then
+// fails, and the harness does not wait for a library that never returns
+// (rueidislock's WithContext can wait on a free key until its context
+// ends; see README.md).
+const (
+	warmUpTimeout = 10 * time.Second
+	callTimeout   = 2 * time.Second
+)
+
 func (r *cell) close() {
-	r.free()
-	_ = r.rc.Close()
+	r.lib.close()
+	_ = r.stats.Close()
 }
 
 // counters are the server's and the client's counts at one moment.
 type counters struct {
 	server serverStats
-	client int64         // commands sent by the go-redis client
+	client int64         // commands sent by the library's client
 	cpu    time.Duration // the harness process's CPU time, user and system
 }
 
 func (r *cell) counters(ctx context.Context) (counters, error) {
-	st, err := readServerStats(ctx, r.rc)
-	return counters{server: st, client: r.sent.Load(), cpu: processCPU()}, err
+	st, err := readServerStats(ctx, r.stats)
+	return counters{server: st, client: r.lib.sent.Load(), cpu: processCPU()}, err
 }
 
 // processCPU is the CPU time (user and system) this process has used.
@@ -145,8 +153,7 @@ func (res *result) perOp(before, after counters) {
 	res.RedisCommands = float64(after.server.calls-before.server.calls) / ops
 	res.RedisCPU = us(after.server.cpu-before.server.cpu) / ops
 	res.ClientCPU = float64((after.cpu - before.cpu).Nanoseconds()) / 1e3 / ops
-	// The INFO that read the "after" server stats was sent by the client.
-	res.ClientCommands = float64(after.client-before.client-1) / ops
+	res.ClientCommands = float64(after.client-before.client) / ops
 }
 
 // errorCount counts errors and keeps the first.
@@ -180,23 +187,25 @@ func uncontended(ctx context.Context, addr, prefix string, lib library, goroutin
 	var wg sync.WaitGroup
 	begin := time.Now()
 	end := begin.Add(d)
+	callCtx, cancel := context.WithDeadline(ctx, end.Add(callTimeout))
+	defer cancel()
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk := r.lockers[g]
+			lk := r.lib.lockers[g]
 			key := prefix + ":k" + strconv.Itoa(g)
 			for {
 				t0 := time.Now()
 				if !t0.Before(end) {
 					return
 				}
-				release, err := lk(ctx, key)
+				release, err := lk(callCtx, key)
 				if err != nil {
 					errs.add(err)
 					continue
 				}
-				if err := release(ctx); err != nil {
+				if err := release(callCtx); err != nil {
 					errs.add(err)
 					continue
 				}
@@ -255,13 +264,13 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 	relCtx := context.WithoutCancel(ctx)
 
 	var wg sync.WaitGroup
-	clientBefore, redisBefore := memoryInUse(ctx, r.rc)
+	clientBefore, redisBefore := memoryInUse(ctx, r.stats)
 	begin := time.Now()
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk, st := r.lockers[g], &stats[g]
+			lk, st := r.lib.lockers[g], &stats[g]
 			for {
 				want := time.Now()
 				var release func(context.Context) error
@@ -322,7 +331,7 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 	}
 	select {
 	case <-time.After(d / 2):
-		clientMid, redisMid := memoryInUse(ctx, r.rc)
+		clientMid, redisMid := memoryInUse(ctx, r.stats)
 		res.ClientBytes = float64(clientMid-clientBefore) / float64(goroutines)
 		res.RedisBytes = float64(redisMid-redisBefore) / float64(goroutines)
 	case <-ctx.Done():
@@ -379,18 +388,28 @@ func contended(ctx context.Context, addr, prefix string, lib library, goroutines
 }
 
 // memoryInUse returns the harness's Go heap and stacks in use, and Redis's
-// used_memory (0 when INFO fails).
+// used_memory less what rc's own connection holds (0 when INFO fails). That
+// connection is the harness's, not the library's, and its reply buffer
+// holds INFO commandstats at the first sample (16 KB) and has shrunk by the
+// second.
 func memoryInUse(ctx context.Context, rc *redis.Client) (client, server int64) {
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
-	info, _ := rc.Info(ctx, "memory").Result()
+	var self int64
+	if ci, err := rc.ClientInfo(ctx).Result(); err == nil {
+		self = int64(ci.TotalMemory)
+	}
+	info, err := rc.Info(ctx, "memory").Result()
+	if err != nil {
+		return int64(ms.HeapInuse + ms.StackInuse), 0
+	}
 	for _, line := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
 			server, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	return int64(ms.HeapInuse + ms.StackInuse), server
+	return int64(ms.HeapInuse + ms.StackInuse), server - self
 }
 
 // percentiles returns the 50th and 99th percentiles of ds in microseconds
