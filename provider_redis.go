@@ -442,9 +442,10 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 		for {
 			var found []string
 			var next uint64
-			var err error
-			if aerr := await(ctx, func() { found, next, err = c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result() }, nil); aerr != nil {
-				err = aerr
+			var serr error
+			err := await(ctx, func() { found, next, serr = c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result() }, nil)
+			if err == nil {
+				err = serr // written by the call, which has returned
 			}
 			if err != nil {
 				return fmt.Errorf("lock: list %q: %w", prefix, err)
@@ -464,15 +465,18 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 		// its function on every primary at once.)
 		var mu sync.Mutex
 		var masters []*redis.Client
-		if aerr := await(ctx, func() {
-			err = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		var ferr error
+		if err = await(ctx, func() {
+			ferr = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 				mu.Lock()
 				masters = append(masters, c)
 				mu.Unlock()
 				return nil
 			})
-		}, nil); aerr != nil {
-			err = fmt.Errorf("lock: list %q: %w", prefix, aerr)
+		}, nil); err != nil {
+			err = fmt.Errorf("lock: list %q: %w", prefix, err)
+		} else {
+			err = ferr // written by the call, which has returned
 		}
 		for _, c := range masters {
 			if err != nil {
@@ -714,20 +718,21 @@ func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(N
 // subscription and waits for the goroutine.
 func subscribe(ctx context.Context, open func() *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient, ch string) (stop func(), err error) {
 	var ps *redis.PubSub
-	if aerr := await(ctx, func() {
+	var rerr error // the call's own: the caller reads it once await returned nil
+	if err := await(ctx, func() {
 		ps = open()
-		if _, err = ps.Receive(ctx); err != nil {
+		if _, rerr = ps.Receive(ctx); rerr != nil {
 			_ = ps.Close()
 		}
 	}, func() {
-		if err == nil {
+		if rerr == nil {
 			_ = ps.Close()
 		}
-	}); aerr != nil {
-		return nil, aerr
-	}
-	if err != nil {
+	}); err != nil {
 		return nil, err
+	}
+	if rerr != nil {
+		return nil, rerr
 	}
 	s := &subscription{parse: parse, deliver: deliver, cc: cc, channel: ch, ps: ps, done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
