@@ -134,7 +134,9 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		// came while the context was live (see notAcquired).
 		return nil, a.notAcquired(ctx, nil, "", 0)
 	}
-	rec, err := c.take(ctx, key, owner, a.claim, a.o.Lease)
+	call, done := answerable(ctx)
+	rec, err := c.take(call, key, owner, a.claim, a.o.Lease)
+	done()
 	if err != nil {
 		if isContextErr(err) {
 			ended(ctx) // a client that ends the call at ctx's deadline may beat ctx's own timer

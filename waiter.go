@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -125,7 +126,9 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent := time.Now()
-	rec, err := w.c.queue(ctx, w.key, w.claim, w.req)
+	call, done := answerable(ctx)
+	rec, err := w.c.queue(call, w.key, w.claim, w.req)
+	done()
 	if err != nil {
 		return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "wait", err, sent))
 	}
@@ -218,8 +221,49 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 }
 
 // slowAnswer is how long a call of a queued waiter may go unanswered before
-// the end of its wait reads as an outage (see callFailed).
+// the end of its wait reads as an outage (see callFailed), and how long a
+// call that asks for a lock goes on after its wait ended (see answerable).
 const slowAnswer = time.Second
+
+// answerable returns the context of a call that asks for a lock (Acquire,
+// Queue, and their claims'), and the function that ends it once the call
+// returned: ctx's values, ended slowAnswer after ctx ends, so that a call
+// under way when the wait ends is answered. A backend may apply a call
+// that its caller cut short after the caller's next call: PostgreSQL runs a
+// statement whose connection the client closed, and the clean-up sent next
+// on another connection (the waiter's Leave, the try's release) may run
+// before it, leaving the lock granted to nobody, or a waiter queued that
+// has gone (issue 38: on PostgreSQL, under waits cancelled and Clients
+// closed under their waiters, the lock sat free for the claim window while
+// live waiters waited). A call answered is cleaned up after its answer; one
+// cut short after slowAnswer reads as unanswered (see callFailed), and what
+// it may have stored expires with its TTL.
+func answerable(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	call, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var late *time.Timer
+	returned := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !returned {
+			late = time.AfterFunc(slowAnswer, func() { cancel(context.Cause(ctx)) })
+		}
+	})
+	return call, func() {
+		stop()
+		mu.Lock()
+		returned = true
+		if late != nil {
+			late.Stop()
+		}
+		mu.Unlock()
+		cancel(nil)
+	}
+}
 
 // callFailed is failed for the call op of w's, sent at sent, that returned
 // err, except when the end of the wait cut it short while w was in the
