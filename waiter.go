@@ -35,7 +35,9 @@ type waiter struct {
 	holder     string        // the holder when last seen
 	retryAfter time.Duration // the holder's longest TTL seen
 	seenTTL    time.Duration // the holder's TTL in the last reply; 0 if unknown
+	headTTL    time.Duration // the queue head's entry's TTL in the last reply; 0 if unknown
 	place      int           // its place in the queue in the last reply
+	promised   time.Duration // a counted waiter looks again within this (see queueTTL)
 	contended  bool          // EventContended was emitted
 	// seenToken is the greatest token of another holder that a reply
 	// leaving w queued showed: a grant with a token not above it was made
@@ -104,15 +106,57 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 // name a look by every waiter each time a claim could expire: those further
 // back are granted before their turn to look comes (measured: with 192
 // waiters of a Semaphore(64), 0.07 more script calls a hold without it).
+//
+// A counted waiter's queue entry lasts until a claim window after its next
+// look is due (see queueTTL), and a waiter behind the head also looks when
+// the head's entry runs out (HeadTTL in the reply), a millisecond later for
+// each waiter ahead of it: if the head's waiter stopped looking (its
+// process died or stalled), the first look after that finds it gone and
+// serves the queue without it. A head that does not fit (a writer of an
+// [RWMutex] behind a reader) would otherwise hold up every waiter behind
+// it until it fits (issue 38: a reader behind a dead writer waited until
+// the long reader before them left, 4.78 s; it now waits the writer's poll
+// interval and claim window at most).
 func (w *waiter) lookAgain() time.Duration {
-	back := min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
-	switch {
-	case w.seenTTL > 0 && w.claim.counted():
-		return min(back, w.seenTTL+time.Duration(w.place)*time.Millisecond) + time.Millisecond
-	case w.seenTTL > 0 && w.place < lookers:
-		return min(back, w.seenTTL) + time.Millisecond
+	back := w.every()
+	if !w.claim.counted() {
+		if w.seenTTL > 0 && w.place < lookers {
+			return min(back, w.seenTTL) + time.Millisecond
+		}
+		return back
 	}
-	return back
+	if w.promised > 0 {
+		back = min(back, w.promised) // its entry lasts a claim window longer
+	}
+	if w.seenTTL <= 0 && w.headTTL <= 0 {
+		return back
+	}
+	ahead := time.Duration(w.place) * time.Millisecond
+	soon := back
+	if w.seenTTL > 0 {
+		soon = min(soon, w.seenTTL+ahead)
+	}
+	if w.headTTL > 0 {
+		soon = min(soon, w.headTTL+ahead)
+	}
+	return soon + time.Millisecond
+}
+
+// every returns the longest a queued waiter goes without looking, from
+// its place in the last reply: the poll interval for the first few
+// waiters, and the further back the longer, up to a minute.
+func (w *waiter) every() time.Duration {
+	return min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
+}
+
+// queueTTL returns how long the provider keeps the queue entry of w's next
+// request, of a counted name: w promises to look again within every()
+// (from its place in the last reply), and the entry lasts a claim window
+// (w.req.TTL) longer, for a look that reaches the provider late. A waiter
+// that stops looking holds up those behind it that long at most.
+func (w *waiter) queueTTL() time.Duration {
+	w.promised = w.every()
+	return w.promised + w.req.TTL
 }
 
 // lookers is how many waiters at the head of a queue look every poll
@@ -127,7 +171,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	}
 	sent := time.Now()
 	call, done := answerable(ctx)
-	rec, err := w.c.queue(call, w.key, w.claim, w.req)
+	rec, err := w.c.queue(call, w.key, w.claim, w.req, w.queueTTL())
 	done()
 	if err != nil {
 		return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "wait", err, sent))
@@ -160,7 +204,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		w.c.emit(Event{Kind: EventContended, Key: w.key, Owner: w.req.Owner})
 	}
 	w.c.busy.mark(w.key)
-	w.asked, w.seenTTL, w.place = sent, rec.TTL, rec.Position
+	w.asked, w.seenTTL, w.headTTL, w.place = sent, rec.TTL, rec.HeadTTL, rec.Position
 	w.retryAfter = max(w.retryAfter, rec.TTL)
 	w.req.Look = LookAgain
 	return nil, nil
