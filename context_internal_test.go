@@ -83,6 +83,8 @@ func TestLookAgain(t *testing.T) {
 		{"counted, the claim expires first", true, 1, 100 * time.Millisecond, 102 * time.Millisecond, 500 * time.Millisecond, 0},
 		{"counted, the head's entry, TTL unknown", true, 2, 0, 203 * time.Millisecond, 200 * time.Millisecond, 0},
 		{"counted, within the look promised", true, 40, 0, time.Second, 0, time.Second},
+		{"counted, far back, the head's entry not looked at", true, 40, 0, 3 * time.Second, 200 * time.Millisecond, 0},
+		{"counted, the last looker, the head's entry", true, lookers - 1, 0, 200*time.Millisecond + lookers*time.Millisecond, 200 * time.Millisecond, 0},
 		{"lock, no head's entry", false, 1, 0, time.Second, 200 * time.Millisecond, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

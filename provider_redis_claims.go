@@ -31,9 +31,10 @@ import (
 // most 10 with the two EVALSHA. A hold served from the queue is 12: the
 // join (TIME, HMGET, RPUSH, HSET) and the granting release (TIME, HMGET,
 // LPOP, PUBLISH, HDEL, HSET) with their EVALSHA. A waiter's look again is
-// 5 (TIME, HMGET, LPOS, and the HSET of its entry's new deadline, with its
-// EVALSHA); a release that comes to a head it does not know reads its
-// deadline (HGET), and passes over a head whose deadline is past.
+// 6 (TIME, HMGET, LPOS, and the LSET and HSET of its entry with its new
+// deadline, with its EVALSHA): the deadline is in the queue's entry, so
+// that a release reads it with its LPOP, and passes over a head whose
+// deadline is past.
 
 var (
 	claimLua = lua("claim.lua")
@@ -199,7 +200,8 @@ func parseClaim(key, v string) (weight int, token uint64, since time.Time, err e
 }
 
 // claimEntry is c's element of a queue of claims, whose grant is sent on
-// ch (c's inbox, or its shard channel; see publishing).
+// ch (c's inbox, or its shard channel; see publishing), but for the
+// deadline the script adds.
 func claimEntry(c Claim, ch string) string {
 	return c.Owner + " " + strconv.Itoa(c.Weight) + " " + strconv.FormatInt(c.TTL.Milliseconds(), 10) + " " + ch
 }
@@ -426,11 +428,12 @@ func compareTokens(a, b uint64) int {
 	return 0
 }
 
-// parseClaimEntry decodes a queue entry "owner weight ttl channel" (see
-// claimEntry), the channel as the Claim's Inbox.
+// parseClaimEntry decodes a queue entry "owner weight ttl channel
+// deadline" (claimEntry, with the deadline the script adds), the channel
+// as the Claim's Inbox.
 func parseClaimEntry(e string) (Claim, bool) {
 	f := strings.Split(e, " ")
-	if len(f) != 4 {
+	if len(f) != 5 {
 		return Claim{}, false
 	}
 	w, err := strconv.Atoi(f[1])

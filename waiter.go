@@ -108,11 +108,13 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 // waiters of a Semaphore(64), 0.07 more script calls a hold without it).
 //
 // A counted waiter's queue entry lasts until a claim window after its next
-// look is due (see queueTTL), and a waiter behind the head also looks when
-// the head's entry runs out (HeadTTL in the reply), a millisecond later for
-// each waiter ahead of it: if the head's waiter stopped looking (its
-// process died or stalled), the first look after that finds it gone and
-// serves the queue without it. A head that does not fit (a writer of an
+// look is due (see queueTTL), and one of the first few waiters behind the
+// head also looks when the head's entry runs out (HeadTTL in the reply), a
+// millisecond later for each waiter ahead of it: if the head's waiter
+// stopped looking (its process died or stalled), the first look after that
+// finds it gone and serves the queue without it, those further back
+// included (they do not look for it: a live head's entry is renewed at each
+// of its looks, and a look of theirs would most often find it so). A head that does not fit (a writer of an
 // [RWMutex] behind a reader) would otherwise hold up every waiter behind
 // it until it fits (issue 38: a reader behind a dead writer waited until
 // the long reader before them left, 4.78 s; it now waits the writer's poll
@@ -128,16 +130,16 @@ func (w *waiter) lookAgain() time.Duration {
 	if w.promised > 0 {
 		back = min(back, w.promised) // its entry lasts a claim window longer
 	}
-	if w.seenTTL <= 0 && w.headTTL <= 0 {
-		return back
-	}
 	ahead := time.Duration(w.place) * time.Millisecond
-	soon := back
+	soon, known := back, false
 	if w.seenTTL > 0 {
-		soon = min(soon, w.seenTTL+ahead)
+		soon, known = min(soon, w.seenTTL+ahead), true
 	}
-	if w.headTTL > 0 {
-		soon = min(soon, w.headTTL+ahead)
+	if w.headTTL > 0 && w.place < lookers {
+		soon, known = min(soon, w.headTTL+ahead), true
+	}
+	if !known {
+		return back
 	}
 	return soon + time.Millisecond
 }

@@ -9,8 +9,7 @@
 --   KEYS[1] R..':c', a hash: each live claim, owner -> "weight,token,since,
 --     deadline" (since the grant's time and deadline when it expires, in
 --     Unix ms by the server's clock, TIME), each waiter, ' w '..owner ->
---     "entry deadline" (its queue entry, and when the entry runs out: its
---     look's time and queue ttl), and the fields
+--     its queue entry (as in KEYS[3]), and the fields
 --       ' limit' the name's limit,
 --       ' used' the weight its claims hold (as last written: a claim past
 --         its deadline counts until a call reaps it),
@@ -33,8 +32,10 @@
 --     a space, which no owner has, keeps them apart from the claims
 --   KEYS[2] the fencing counter of the slot (see token.lua)
 --   KEYS[3] R..':cq', the queue: a list of entries "owner weight ttl-ms
---     channel" in arrival order, at most one an owner, channel as in
---     record.lua's queue (see publish)
+--     channel deadline" in arrival order, at most one an owner, channel
+--     as in record.lua's queue (see publish), deadline when the entry runs
+--     out (Unix ms by the server's clock: its waiter's last look and the
+--     queue ttl it gave, ARGV[8])
 -- The two keys live and die together: both expire at ' until', no earlier
 -- than the last deadline and a minute after the last look of a waiter
 -- (or its queue ttl, ARGV[8], if longer), and every call that leaves the name without claims and
@@ -123,11 +124,12 @@ local function corrupt(v)
   return {6, 0, 0, 0, false, v, 0, 0}
 end
 
--- waiter returns the queue entry and deadline of a waiter's field, or nil.
-local function waiter(v)
-  local e, dl = string.match(v, '^(%S+ %S+ %S+ %S+) ([1-9]%d*)$')
-  if not e or #dl > 15 then return nil end
-  return e, tonumber(dl)
+-- entry returns the owner, weight, ttl, channel and deadline of a queue
+-- entry, or nil when e is not one.
+local function entry(e)
+  local o, w, ttl, ch, dl = string.match(e, '^(%S+) ([1-9]%d?%d?%d?) ([1-9]%d*) (%S+) ([1-9]%d*)$')
+  if not o or #dl > 15 then return nil end
+  return o, tonumber(w), ttl, ch, tonumber(dl)
 end
 
 -- scan reads every claim: those past their deadline are reaped (their
@@ -196,8 +198,9 @@ local function load()
     mine, mydl = st[6], dl
   end
   if st[7] then
-    waiting, waitdl = waiter(st[7])
-    if not waiting then return corrupt(st[7]) end
+    local o, _, _, _, dl = entry(st[7])
+    if o ~= owner then return corrupt(st[7]) end
+    waiting, waitdl = st[7], dl
   end
   if (nextdl and nextdl <= now) or (mydl and mydl <= now) then
     local err = scan()
@@ -289,7 +292,7 @@ end
 -- key ARGV[3]: the first head that does not fit stops it (it is put back),
 -- so that nobody overtakes it. A head whose entry ran out (its deadline is
 -- past: its waiter stopped looking) is passed over, fit or not, and so is
--- an entry without its waiter's field or that is not one. A waiter whose
+-- an entry that is not one. A waiter whose
 -- message nobody heard is skipped (see publish), its claim taken back,
 -- unless it is the caller. An owner is queued once and holds no claim
 -- while queued (see claimqueue.lua), so a head is granted without looking
@@ -300,20 +303,14 @@ local function serve()
     if qlen <= 0 or used >= limit then return nil end
     if headw and headdl > now and used + headw > limit then return nil end
     local e = redis.call('LPOP', KEYS[3])
-    local dl = headdl -- the head's, when known
     headw, headdl = nil, nil
     if not e then
       qlen = 0
       return nil
     end
     qlen = qlen - 1
-    local o, w, ttl, ch = string.match(e, '^(%S+) ([1-9]%d?%d?%d?) ([1-9]%d*) (%S+)$')
-    w = tonumber(w)
-    if o and not dl then
-      local v = redis.call('HGET', KEYS[1], ' w ' .. o)
-      if v then _, dl = waiter(v) end
-    end
-    if o and dl and dl > now and w <= limit then
+    local o, w, ttl, ch, dl = entry(e)
+    if o and dl > now and w <= limit then
       if used + w > limit then
         redis.call('LPUSH', KEYS[3], e)
         headw, headdl = w, dl

@@ -6,7 +6,7 @@
 -- or the stored value as it is when it is not a claim), queue the entries
 -- (false with 'n'), qlen the queue's length; {0, {}, {}, 0} when the name
 -- holds no live claim and no waiter. A waiter whose entry ran out (its
--- deadline in ' w '..owner is past) is not shown, nor counted. With 'n', a
+-- deadline is past) is not shown, nor counted. With 'n', a
 -- KEYS[1] that is not a hash (a lock's record whose key ends with ':c')
 -- replies {-1}.
 local t = redis.call('TIME')
@@ -18,17 +18,13 @@ if h.err then
 end
 local limit, qlen = false, 0
 local holders = {}
-local waits = {} -- the owners of the live entries
 for i = 1, #h, 2 do
   local o, v = h[i], h[i + 1]
   if o == ' limit' then
     limit = v
   elseif string.sub(o, 1, 3) == ' w ' then
     local dl = tonumber(string.match(v, ' (%d+)$'))
-    if not dl or dl > now then
-      waits[string.sub(o, 4)] = true
-      qlen = qlen + 1
-    end
+    if not dl or dl > now then qlen = qlen + 1 end
   elseif string.byte(o, 1) ~= 32 then
     local c, dl = string.match(v, '^(%d+,%d+,%d+),(%d+)$')
     if not c then
@@ -43,8 +39,8 @@ local queue = false
 if ARGV[1] ~= 'n' and qlen > 0 then
   queue = {}
   for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
-    local o = string.match(e, '^(%S+) %S+ %S+ %S+$')
-    if not o or waits[o] then queue[#queue + 1] = e end -- one not an entry is shown, and reported
+    local dl = tonumber(string.match(e, '^%S+ %S+ %S+ %S+ (%d+)$'))
+    if not dl or dl > now then queue[#queue + 1] = e end -- one not an entry is shown, and reported
   end
   qlen = #queue
 end

@@ -7,15 +7,15 @@
 -- its place, or VALUE when its limit is not the name's (which changes
 -- nothing but the reaping and serving).
 --
--- An owner is queued once: its entry is kept in the hash (' w '..owner,
--- with its deadline), so a look finds its place with LPOS only when it is
--- queued, and an entry of other terms (weight, ttl, channel) replaces its
--- own in place. Each look sets the entry's deadline to ARGV[8] ms from
--- now; a look after it ran out joins at the back. A caller that holds a
--- claim leaves the queue: nobody queued holds one.
+-- An owner is queued once: its entry is kept in the hash (' w '..owner),
+-- so a look finds its place with LPOS only when it is queued. Each look
+-- writes its entry anew in place (LSET), with the terms it gives (weight,
+-- ttl, channel) and a deadline ARGV[8] ms from now; a look after its entry
+-- ran out joins at the back. A caller that holds a claim leaves the queue:
+-- nobody queued holds one.
 local err = start()
 if err then return err end
-local ttl, w, entry = tonumber(ARGV[2]), tonumber(ARGV[5]), ARGV[7]
+local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
 err = serve()
 if err then return failed(err) end
 if limit ~= want then return reply(2, 0) end
@@ -45,16 +45,17 @@ if mine or (qlen <= 0 and used + w <= limit) then
 end
 local place = false
 local dl = now + tonumber(ARGV[8])
+local e = ARGV[7] .. ' ' .. string.format('%d', dl)
 if waiting then
   place = redis.call('LPOS', KEYS[3], waiting)
-  if place and waiting ~= entry then redis.call('LSET', KEYS[3], place, entry) end
+  if place then redis.call('LSET', KEYS[3], place, e) end
 end
 if not place then
-  qlen = redis.call('RPUSH', KEYS[3], entry)
+  qlen = redis.call('RPUSH', KEYS[3], e)
   place = qlen - 1
   if qlen == 1 then relist = true end
 end
-changed[wfield] = entry .. ' ' .. string.format('%d', dl)
+changed[wfield] = e
 if place == 0 then headw, headdl = w, dl end
 -- The keys outlive a look by a minute at least, so that the looks of a
 -- busy name seldom move their expiry (one PEXPIREAT in about 15 s).
