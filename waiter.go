@@ -268,22 +268,25 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 
 // slowAnswer is how long a call of a queued waiter may go unanswered before
 // the end of its wait reads as an outage (see callFailed), and how long a
-// call that asks for a lock goes on after its wait ended (see answerable).
+// call that asks for a lock goes on after its wait was cancelled (see
+// answerable).
 const slowAnswer = time.Second
 
 // answerable returns the context of a call that asks for a lock (Acquire,
 // Queue, and their claims'), and the function that ends it once the call
-// returned: ctx's values, ended slowAnswer after ctx ends, so that a call
+// returned: ctx's values, ended a moment after ctx ends, so that a call
 // under way when the wait ends is answered. A backend may apply a call
 // that its caller cut short after the caller's next call: PostgreSQL runs a
 // statement whose connection the client closed, and the clean-up sent next
 // on another connection (the waiter's Leave, the try's release) may run
 // before it, leaving the lock granted to nobody, or a waiter queued that
-// has gone (issue 38: on PostgreSQL, under waits cancelled and Clients
-// closed under their waiters, the lock sat free for the claim window while
-// live waiters waited). A call answered is cleaned up after its answer; one
-// cut short after slowAnswer reads as unanswered (see callFailed), and what
-// it may have stored expires with its TTL.
+// has gone (issue 38: on PostgreSQL, under waits cancelled, short MaxWaits
+// and Clients closed under their waiters, the lock sat free for the claim
+// window while live waiters waited). A call answered is cleaned up after
+// its answer. The moment is slowAnswer after a cancellation, and no later
+// than settleSlack past ctx's deadline, which bounds the caller (see
+// settle); a call cut short then reads as unanswered (see callFailed), and
+// what it may have stored expires with its TTL.
 func answerable(ctx context.Context) (context.Context, func()) {
 	if ctx.Done() == nil {
 		return ctx, func() {}
@@ -296,7 +299,11 @@ func answerable(ctx context.Context) (context.Context, func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !returned {
-			late = time.AfterFunc(slowAnswer, func() { cancel(context.Cause(ctx)) })
+			grace := slowAnswer
+			if d, ok := ctx.Deadline(); ok {
+				grace = min(grace, max(time.Until(d), 0)+settleSlack)
+			}
+			late = time.AfterFunc(grace, func() { cancel(context.Cause(ctx)) })
 		}
 	})
 	return call, func() {
