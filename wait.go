@@ -134,9 +134,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		// came while the context was live (see notAcquired).
 		return nil, a.notAcquired(ctx, nil, "", 0)
 	}
-	call, done := answerable(ctx)
-	rec, err := c.take(call, key, owner, a.claim, a.o.Lease)
-	done()
+	rec, err := c.take(ctx, key, owner, a.claim, a.o.Lease)
 	if err != nil {
 		if isContextErr(err) {
 			ended(ctx) // a client that ends the call at ctx's deadline may beat ctx's own timer

@@ -114,11 +114,12 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 // stopped looking (its process died or stalled), the first look after that
 // finds it gone and serves the queue without it, those further back
 // included (they do not look for it: a live head's entry is renewed at each
-// of its looks, and a look of theirs would most often find it so). A head that does not fit (a writer of an
-// [RWMutex] behind a reader) would otherwise hold up every waiter behind
-// it until it fits (issue 38: a reader behind a dead writer waited until
-// the long reader before them left, 4.78 s; it now waits the writer's poll
-// interval and claim window at most).
+// of its looks, and a look of theirs would most often find it so). A head
+// that does not fit (a writer of an [RWMutex] behind a reader) would
+// otherwise hold up every waiter behind it until it fits (issue 38: a
+// reader behind a dead writer waited until the long reader before them
+// left, 4.78 s; it now waits the writer's poll interval and claim window
+// at most).
 func (w *waiter) lookAgain() time.Duration {
 	back := w.every()
 	if !w.claim.counted() {
@@ -268,25 +269,26 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 
 // slowAnswer is how long a call of a queued waiter may go unanswered before
 // the end of its wait reads as an outage (see callFailed), and how long a
-// call that asks for a lock goes on after its wait was cancelled (see
-// answerable).
+// waiter's request goes on after its wait was cancelled (see answerable).
 const slowAnswer = time.Second
 
-// answerable returns the context of a call that asks for a lock (Acquire,
-// Queue, and their claims'), and the function that ends it once the call
-// returned: ctx's values, ended a moment after ctx ends, so that a call
-// under way when the wait ends is answered. A backend may apply a call
-// that its caller cut short after the caller's next call: PostgreSQL runs a
-// statement whose connection the client closed, and the clean-up sent next
-// on another connection (the waiter's Leave, the try's release) may run
-// before it, leaving the lock granted to nobody, or a waiter queued that
-// has gone (issue 38: on PostgreSQL, under waits cancelled, short MaxWaits
-// and Clients closed under their waiters, the lock sat free for the claim
-// window while live waiters waited). A call answered is cleaned up after
-// its answer. The moment is slowAnswer after a cancellation, and no later
-// than settleSlack past ctx's deadline, which bounds the caller (see
-// settle); a call cut short then reads as unanswered (see callFailed), and
-// what it may have stored expires with its TTL.
+// answerable returns the context of a waiter's request (Queue,
+// QueueClaim), and the function that ends it once the request returned:
+// ctx's values, ended a moment after ctx ends, so that a request under way
+// when the wait ends is answered. A backend may apply a request that its
+// caller cut short after the caller's next call: PostgreSQL runs a
+// statement whose connection the client closed, and the waiter's Leave,
+// sent next on another connection, may run before it, leaving the lock
+// granted to nobody, or a waiter queued that has gone (issue 38: on
+// PostgreSQL, under waits cancelled, short MaxWaits and Clients closed
+// under their waiters, the lock sat free for the claim window while live
+// waiters waited). A request answered is cleaned up after its answer. The
+// moment is slowAnswer after a cancellation, and no later than settleSlack
+// past ctx's deadline, which bounds the caller (see settle); a request cut
+// short then reads as unanswered (see callFailed), and what it may have
+// stored expires with its TTL. (A first attempt's Acquire, on the path of
+// every uncontended acquisition, is not held so: its round trip is short,
+// and a context that ends in it rare.)
 func answerable(ctx context.Context) (context.Context, func()) {
 	if ctx.Done() == nil {
 		return ctx, func() {}
