@@ -330,12 +330,15 @@ func (s *suite) claimEntryRunsOut(t *testing.T) {
 	a := claimOf(1, 2, nil)
 	s.take(t, key, a)
 	head, next := claimOf(2, 2, in), claimOf(1, 2, in)
-	head.QueueTTL, next.QueueTTL = 300*time.Millisecond, time.Minute
+	head.QueueTTL, next.QueueTTL = time.Second, time.Minute
 	assert.Equal(t, 0, s.queueClaim(t, key, head))
 	head.Look, next.Look = lock.LookAgain, lock.LookAgain
 	most := head.QueueTTL + 2*s.b.TTLGranularity + s.b.MinLease // the longest the head's entry may last
-	for end := time.Now().Add(3 * most); time.Now().Before(end); time.Sleep(head.QueueTTL / 3) {
+	// The head looks every tenth of its QueueTTL, for three of them.
+	var last time.Time
+	for end := time.Now().Add(3 * head.QueueTTL); time.Now().Before(end); time.Sleep(head.QueueTTL / 10) {
 		assert.Equal(t, 0, s.queueClaim(t, key, head), "the head keeps its place while it looks")
+		last = time.Now()
 		rec, err := s.p.QueueClaim(s.ctx, key, next)
 		require.NoError(t, err)
 		require.True(t, rec.Queued, "the waiter behind a head that looks is not granted: %+v", rec)
@@ -343,14 +346,13 @@ func (s *suite) claimEntryRunsOut(t *testing.T) {
 		assert.Positive(t, rec.HeadTTL, "the reply says when the head's entry runs out")
 		assert.LessOrEqual(t, rec.HeadTTL, most, "within the head's QueueTTL")
 	}
-	stopped := time.Now()
 	var granted lock.Record
 	require.Eventually(t, func() bool {
 		rec, err := s.p.QueueClaim(s.ctx, key, next)
 		granted = rec
 		return err == nil && rec.Owner == next.Owner
 	}, most+5*time.Second, 20*time.Millisecond, "the waiter behind a head that stopped looking is granted")
-	t.Logf("granted %v after the head's last look (its QueueTTL %v)", time.Since(stopped).Round(time.Millisecond), head.QueueTTL)
+	t.Logf("granted %v after the head's last look (its QueueTTL %v)", time.Since(last).Round(time.Millisecond), head.QueueTTL)
 	assert.Equal(t, 2, granted.Used, "beside the claim held")
 	cs, err := s.p.InspectClaims(s.ctx, key)
 	require.NoError(t, err)
