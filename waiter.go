@@ -294,6 +294,12 @@ func answerable(ctx context.Context) (context.Context, func()) {
 		return ctx, func() {}
 	}
 	call, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	ended := func() {}
+	if d, ok := ctx.Deadline(); ok {
+		// The request's own deadline, which a client may set on its
+		// socket (go-redis with ContextTimeoutEnabled).
+		call, ended = context.WithDeadline(call, d.Add(settleSlack))
+	}
 	var mu sync.Mutex
 	var late *time.Timer
 	returned := false
@@ -301,11 +307,7 @@ func answerable(ctx context.Context) (context.Context, func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !returned {
-			grace := slowAnswer
-			if d, ok := ctx.Deadline(); ok {
-				grace = min(grace, max(time.Until(d), 0)+settleSlack)
-			}
-			late = time.AfterFunc(grace, func() { cancel(context.Cause(ctx)) })
+			late = time.AfterFunc(slowAnswer, func() { cancel(context.Cause(ctx)) })
 		}
 	})
 	return call, func() {
@@ -316,6 +318,7 @@ func answerable(ctx context.Context) (context.Context, func()) {
 			late.Stop()
 		}
 		mu.Unlock()
+		ended()
 		cancel(nil)
 	}
 }
