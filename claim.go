@@ -31,10 +31,13 @@ func (c *Client) take(ctx context.Context, key, owner string, cl claim, ttl time
 	return c.provider.Acquire(ctx, key, owner, ttl)
 }
 
-// queue asks for it as waiter w ([Provider.Queue], QueueClaim).
-func (c *Client) queue(ctx context.Context, key string, cl claim, w Waiter) (Record, error) {
+// queue asks for it as waiter w ([Provider.Queue], QueueClaim); a
+// counted waiter's entry lasts queueTTL (see [Claim.QueueTTL]).
+func (c *Client) queue(ctx context.Context, key string, cl claim, w Waiter, queueTTL time.Duration) (Record, error) {
 	if cl.counted() {
-		return c.provider.QueueClaim(ctx, key, cl.waiter(w))
+		q := cl.waiter(w)
+		q.QueueTTL = queueTTL
+		return c.provider.QueueClaim(ctx, key, q)
 	}
 	return c.provider.Queue(ctx, key, w)
 }

@@ -61,25 +61,34 @@ func TestLookAgain(t *testing.T) {
 	c := &Client{poll: time.Second}
 	ttl := 300 * time.Millisecond
 	for _, tc := range []struct {
-		name    string
-		counted bool
-		place   int
-		seenTTL time.Duration
-		want    time.Duration
+		name     string
+		counted  bool
+		place    int
+		seenTTL  time.Duration
+		want     time.Duration
+		headTTL  time.Duration // issue 38
+		promised time.Duration
 	}{
-		{"lock, head", false, 0, ttl, ttl + time.Millisecond},
-		{"lock, last looker", false, lookers - 1, ttl, ttl + time.Millisecond},
-		{"lock, further back", false, lookers, ttl, 2 * time.Second},
-		{"lock, TTL unknown", false, 0, 0, time.Second},
-		{"lock, far back", false, 100 * lookers, ttl, time.Minute},
-		{"counted, head", true, 0, ttl, ttl + time.Millisecond},
-		{"counted, place 100", true, 100, ttl, ttl + 101*time.Millisecond},
-		{"counted, place 1000", true, 1000, ttl, 1300*time.Millisecond + time.Millisecond},
-		{"counted, TTL unknown", true, 40, 0, 3 * time.Second},
-		{"counted, TTL longer than the poll", true, 0, time.Hour, time.Second + time.Millisecond},
+		{"lock, head", false, 0, ttl, ttl + time.Millisecond, 0, 0},
+		{"lock, last looker", false, lookers - 1, ttl, ttl + time.Millisecond, 0, 0},
+		{"lock, further back", false, lookers, ttl, 2 * time.Second, 0, 0},
+		{"lock, TTL unknown", false, 0, 0, time.Second, 0, 0},
+		{"lock, far back", false, 100 * lookers, ttl, time.Minute, 0, 0},
+		{"counted, head", true, 0, ttl, ttl + time.Millisecond, 0, 0},
+		{"counted, place 100", true, 100, ttl, ttl + 101*time.Millisecond, 0, 0},
+		{"counted, place 1000", true, 1000, ttl, 1300*time.Millisecond + time.Millisecond, 0, 0},
+		{"counted, TTL unknown", true, 40, 0, 3 * time.Second, 0, 0},
+		{"counted, TTL longer than the poll", true, 0, time.Hour, time.Second + time.Millisecond, 0, 0},
+		{"counted, the head's entry runs out first", true, 3, time.Hour, 200*time.Millisecond + 4*time.Millisecond, 200 * time.Millisecond, 0},
+		{"counted, the claim expires first", true, 1, 100 * time.Millisecond, 102 * time.Millisecond, 500 * time.Millisecond, 0},
+		{"counted, the head's entry, TTL unknown", true, 2, 0, 203 * time.Millisecond, 200 * time.Millisecond, 0},
+		{"counted, within the look promised", true, 40, 0, time.Second, 0, time.Second},
+		{"counted, far back, the head's entry not looked at", true, 40, 0, 3 * time.Second, 200 * time.Millisecond, 0},
+		{"counted, the last looker, the head's entry", true, lookers - 1, 0, 200*time.Millisecond + lookers*time.Millisecond, 200 * time.Millisecond, 0},
+		{"lock, no head's entry", false, 1, 0, time.Second, 200 * time.Millisecond, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &waiter{acquisition: acquisition{c: c}, place: tc.place, seenTTL: tc.seenTTL}
+			w := &waiter{acquisition: acquisition{c: c}, place: tc.place, seenTTL: tc.seenTTL, headTTL: tc.headTTL, promised: tc.promised}
 			if tc.counted {
 				w.claim = claim{weight: 1, limit: 64}
 			}
@@ -87,5 +96,23 @@ func TestLookAgain(t *testing.T) {
 				t.Errorf("lookAgain() = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestQueueTTL: a counted waiter's queue entry lasts until a claim window
+// after its next look is due, and it promises that look (issue 38).
+func TestQueueTTL(t *testing.T) {
+	c := &Client{poll: time.Second}
+	for _, tc := range []struct {
+		place int
+		want  time.Duration
+	}{{0, 1300 * time.Millisecond}, {lookers - 1, 1300 * time.Millisecond}, {2 * lookers, 3300 * time.Millisecond}, {1000 * lookers, time.Minute + 300*time.Millisecond}} {
+		w := &waiter{acquisition: acquisition{c: c}, req: Waiter{TTL: 300 * time.Millisecond}, place: tc.place}
+		if got := w.queueTTL(); got != tc.want {
+			t.Errorf("place %d: queueTTL() = %v, want %v", tc.place, got, tc.want)
+		}
+		if w.promised != tc.want-300*time.Millisecond {
+			t.Errorf("place %d: promised %v, want %v", tc.place, w.promised, tc.want-300*time.Millisecond)
+		}
 	}
 }

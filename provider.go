@@ -176,6 +176,14 @@ type Provider interface {
 	// QueueClaim serves the queue first, so that it may grant the caller
 	// itself (and tell it, too). c.Look is as in Waiter, for a provider
 	// that wants it; a claim is never granted past a queued caller.
+	//
+	// The caller's entry lasts c.QueueTTL after the call: a waiter that
+	// does not ask again by then (its process died, or stalled) is gone
+	// from the queue for every call after that, as if it had left, and
+	// the waiters behind it are served without it; its next QueueClaim
+	// joins the queue at the back. A queued caller behind the head is told
+	// in HeadTTL when the head's entry runs out, so that it looks again
+	// then (see [Record.HeadTTL]).
 	QueueClaim(ctx context.Context, key string, c Claim) (Record, error)
 
 	// LeaveClaim takes c.Owner out of key's queue of claims, and serves
@@ -224,7 +232,17 @@ type Claim struct {
 	// Inbox and Look are a waiter's, as in Waiter.
 	Inbox string
 	Look  Look
+	// QueueTTL is, for QueueClaim, how long the caller's queue entry lasts
+	// if the caller does not ask again (see [Provider.QueueClaim]); zero
+	// means [DefaultQueueTTL] (cmp.Or(c.QueueTTL, DefaultQueueTTL)). A
+	// provider may keep it longer, by the step of its TTLs (etcd's whole
+	// seconds). The other methods do not read it.
+	QueueTTL time.Duration
 }
+
+// DefaultQueueTTL is how long a waiter's queue entry lasts after its last
+// QueueClaim when its Claim gives no QueueTTL.
+const DefaultQueueTTL = time.Minute
 
 // Claims is a counted name as [Provider.InspectClaims] found it.
 type Claims struct {
@@ -323,6 +341,12 @@ type Record struct {
 	// Position is the caller's place in the queue when Queued: 0 for the
 	// first waiter.
 	Position int
+	// HeadTTL is set by QueueClaim when the caller is queued behind the
+	// head of the queue and the provider read the head's entry: the time
+	// that entry has left (see [Claim.QueueTTL]), at least 1ms. If the
+	// head's waiter has not asked again by then, a look then finds it gone
+	// and the queue served without it. Zero otherwise.
+	HeadTTL time.Duration
 	// Since is when the record was granted, by the clock of the process (or,
 	// where the backend says so, the server) whose call granted it,
 	// truncated to the millisecond; zero when the key is free.
@@ -449,8 +473,9 @@ func CheckInbox(inbox string) error {
 const MaxPermits = 1024
 
 // CheckClaim checks the arguments of AcquireClaim: [CheckKey], [CheckOwner]
-// and [CheckTTL] of c's, a Limit from 1 to [MaxPermits] and a Weight from 1
-// to Limit. QueueClaim and LeaveClaim check [CheckInbox] of c.Inbox too.
+// and [CheckTTL] of c's, a Limit from 1 to [MaxPermits], a Weight from 1
+// to Limit, and a QueueTTL that is not negative. QueueClaim and LeaveClaim
+// check [CheckInbox] of c.Inbox too.
 func CheckClaim(key string, c Claim) error {
 	if err := checkArgs(key, c.Owner, c.TTL); err != nil {
 		return err
@@ -460,6 +485,8 @@ func CheckClaim(key string, c Claim) error {
 		return invalidf("limit %d, not between 1 and %d", c.Limit, MaxPermits)
 	case c.Weight < 1 || c.Weight > c.Limit:
 		return invalidf("weight %d, not between 1 and the limit %d", c.Weight, c.Limit)
+	case c.QueueTTL < 0:
+		return invalidf("queue ttl %v is negative", c.QueueTTL)
 	}
 	return nil
 }

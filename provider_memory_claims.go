@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"slices"
@@ -33,15 +34,12 @@ type memClaim struct {
 	deadline time.Time
 }
 
-// memWaiter is a queued Claim, dropped when it has not looked for
-// queueTTL (its caller died).
+// memWaiter is a queued Claim, dropped when it has not looked for its
+// QueueTTL (its caller died, or stalled).
 type memWaiter struct {
 	c        Claim
 	deadline time.Time
 }
-
-// queueTTL is how long a waiter stays queued after its last look.
-const queueTTL = time.Minute
 
 func (n *memName) when() time.Time { return n.due }
 func (n *memName) place() *int     { return &n.index }
@@ -102,6 +100,9 @@ func (m *MemoryProvider) claim(ctx context.Context, key string, c Claim, queue b
 		rec.Owner, rec.Token, rec.TTL, rec.Since = c.Owner, n.claims[i].token, c.TTL, n.claims[i].since
 	} else if i := n.waiter(c.Owner); i >= 0 {
 		rec.Queued, rec.Position = true, i
+		if i > 0 {
+			rec.HeadTTL = max(n.queue[0].deadline.Sub(now), time.Millisecond)
+		}
 	}
 	m.settle(n)
 	m.mu.Unlock()
@@ -316,14 +317,16 @@ func (n *memName) waiter(owner string) int {
 }
 
 // enqueue puts c at the back of the queue, or keeps its place; either way
-// it stays queued for queueTTL from now.
+// it stays queued for its QueueTTL from now. (A waiter whose entry ran out
+// was reaped before: it joins at the back.)
 func (n *memName) enqueue(c Claim, now time.Time) {
-	c.Look = 0
+	deadline := now.Add(cmp.Or(c.QueueTTL, DefaultQueueTTL))
+	c.Look, c.QueueTTL = 0, 0
 	if i := n.waiter(c.Owner); i >= 0 {
-		n.queue[i].deadline = now.Add(queueTTL)
+		n.queue[i].deadline = deadline
 		return
 	}
-	n.queue = append(n.queue, memWaiter{c: c, deadline: now.Add(queueTTL)})
+	n.queue = append(n.queue, memWaiter{c: c, deadline: deadline})
 }
 
 func (n *memName) dequeue(owner string) {

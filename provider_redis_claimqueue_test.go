@@ -18,7 +18,8 @@ import (
 // every claim (HGETALL): a release that drops the claim that expires first
 // names the claim it grants, and keeps the deadline as a bound. No call
 // takes a token from the counter (INCR, INCRBY) while the name's block of
-// tokens lasts.
+// tokens lasts. A waiter's look again is 6, its entry's new deadline
+// (LSET, HSET) included.
 func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
 	rc, p := ownRedis(t)
 	ctx := ctxTimeout(t, 20*time.Second)
@@ -74,6 +75,25 @@ func TestRedisClaimCommandsFromTheQueue(t *testing.T) {
 			// PEXPIREAT when the keys' expiry moves: a quarter further
 			// than it must, so that most calls of a busy name need not.
 			assert.LessOrEqual(t, total-stats["pexpireat"], 17, "5 + 7 + 5 commands, the scripts' calls included")
+
+			// A waiter's look again: its entry's deadline moves (issue
+			// 38), in the queue and in the hash: an LSET and an HSET more
+			// than the look cost before.
+			again := hold()
+			again.QueueTTL = 2 * time.Second
+			mustQueue(t, p, key, again)
+			require.NoError(t, rc.ConfigResetStat(ctx).Err())
+			again.Look = lock.LookAgain
+			mustQueue(t, p, key, again)
+			stats = commandStats(t, ctx, rc)
+			delete(stats, "config|resetstat")
+			delete(stats, "config")
+			total = 0
+			for _, n := range stats {
+				total += n
+			}
+			t.Logf("look again: %d commands: %v", total, stats)
+			assert.LessOrEqual(t, total, 6, "EVALSHA, TIME, HMGET, LPOS, LSET, HSET")
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -29,7 +30,11 @@ import (
 // name (TIME, HMGET, HSET; TIME, HMGET, HDEL, HSET), whatever the limit: at
 // most 10 with the two EVALSHA. A hold served from the queue is 12: the
 // join (TIME, HMGET, RPUSH, HSET) and the granting release (TIME, HMGET,
-// LPOP, PUBLISH, HDEL, HSET) with their EVALSHA.
+// LPOP, PUBLISH, HDEL, HSET) with their EVALSHA. A waiter's look again is
+// 6 (TIME, HMGET, LPOS, and the LSET and HSET of its entry with its new
+// deadline, with its EVALSHA): the deadline is in the queue's entry, so
+// that a release reads it with its LPOP, and passes over a head whose
+// deadline is past.
 
 var (
 	claimLua = lua("claim.lua")
@@ -117,11 +122,11 @@ func (p *RedisProvider) runClaim(ctx context.Context, op, key string, s *script,
 }
 
 // decodeClaim decodes a claim script's reply, {code, limit, used, n, owner,
-// value, pttl}.
+// value, pttl, head}.
 func decodeClaim(op, key string, res any) (claimReply, error) {
 	r := claimReply{raw: res}
 	a, _ := res.([]any)
-	if len(a) != 7 {
+	if len(a) != 8 {
 		return r, r.unexpected(op, key)
 	}
 	code, ok1 := a[0].(int64)
@@ -129,7 +134,8 @@ func decodeClaim(op, key string, res any) (claimReply, error) {
 	used, ok3 := a[2].(int64)
 	n, ok4 := a[3].(int64)
 	pttl, ok5 := a[6].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || code < claimDone || code > claimCorrupt {
+	head, ok6 := a[7].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || code < claimDone || code > claimCorrupt {
 		return r, r.unexpected(op, key)
 	}
 	r.code, r.n = code, n
@@ -148,6 +154,9 @@ func decodeClaim(op, key string, res any) (claimReply, error) {
 		}
 	}
 	r.rec.Limit, r.rec.Used = int(limit), int(used)
+	if code == claimQueued && head > 0 {
+		r.rec.HeadTTL = time.Duration(head) * time.Millisecond
+	}
 	return r, nil
 }
 
@@ -191,7 +200,8 @@ func parseClaim(key, v string) (weight int, token uint64, since time.Time, err e
 }
 
 // claimEntry is c's element of a queue of claims, whose grant is sent on
-// ch (c's inbox, or its shard channel; see publishing).
+// ch (c's inbox, or its shard channel; see publishing), but for the
+// deadline the script adds.
 func claimEntry(c Claim, ch string) string {
 	return c.Owner + " " + strconv.Itoa(c.Weight) + " " + strconv.FormatInt(c.TTL.Milliseconds(), 10) + " " + ch
 }
@@ -237,7 +247,7 @@ func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Re
 		}
 	}
 	r, acked, err := p.runClaim(ctx, "queue claim", key, claimQueueScript, true, k,
-		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch), queueTTLArg)
+		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch), max(cmp.Or(c.QueueTTL, DefaultQueueTTL).Milliseconds(), 1))
 	rec := r.rec
 	switch {
 	case err != nil:
@@ -418,11 +428,12 @@ func compareTokens(a, b uint64) int {
 	return 0
 }
 
-// parseClaimEntry decodes a queue entry "owner weight ttl channel" (see
-// claimEntry), the channel as the Claim's Inbox.
+// parseClaimEntry decodes a queue entry "owner weight ttl channel
+// deadline" (claimEntry, with the deadline the script adds), the channel
+// as the Claim's Inbox.
 func parseClaimEntry(e string) (Claim, bool) {
 	f := strings.Split(e, " ")
-	if len(f) != 4 {
+	if len(f) != 5 {
 		return Claim{}, false
 	}
 	w, err := strconv.Atoi(f[1])

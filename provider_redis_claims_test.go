@@ -380,6 +380,29 @@ func TestRedisClaimsCorrupt(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, cs.Holders, 1, "nothing written")
 		assert.Equal(t, c.Owner, cs.Holders[0].Owner)
+
+		// A waiter's entry and the head's weight carry their deadline
+		// (issue 38): without it, or with one that is not a number, they
+		// are not the scripts'.
+		fourth := uniqueName(t)
+		in := listen(t, p)
+		h, w := claimOf(2, 2, time.Minute, nil), claimOf(2, 2, time.Minute, in)
+		mustClaim(t, p, fourth, h)
+		mustQueue(t, p, fourth, w)
+		for field, v := range map[string]string{
+			" hw":           "2",
+			" w " + w.Owner: w.Owner + " 2 60000 " + in.name,
+		} {
+			good, err := b.raw.HGet(ctx, rawKey(fourth)+":c", field).Result()
+			require.NoError(t, err, "field %q", field)
+			require.NoError(t, b.raw.HSet(ctx, rawKey(fourth)+":c", field, v).Err())
+			_, err = p.QueueClaim(ctx, fourth, w)
+			require.ErrorAs(t, err, &rerr, "field %q: %q", field, v)
+			assert.Equal(t, v, rerr.Value)
+			require.NoError(t, b.raw.HSet(ctx, rawKey(fourth)+":c", field, good).Err())
+		}
+		require.NoError(t, p.LeaveClaim(ctx, fourth, w))
+		require.NoError(t, p.ReleaseClaim(ctx, fourth, h.Owner))
 	})
 }
 

@@ -1051,3 +1051,101 @@ func TestGrantTooLateToUseIsNotALoss(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// Issue 38: a backend may apply a call after the call that followed it,
+// when the first was cut short (PostgreSQL runs a statement whose
+// connection the client closed; the waiter's Leave, on another
+// connection, may run first). A wait that ends while its request is under
+// way waits for the request's answer (a second after a cancellation, 50 ms
+// after a deadline: see answerable), and cleans up after it: here the
+// "server" applies the waiter's request only once the lock is free again,
+// after the wait ended, and it grants the lock to the waiter in its reply.
+// Nothing of the waiter's may be left: the lock used to stay granted to
+// nobody for the claim window (the Leave had run before the request).
+func TestWaitEndedDuringItsRequestCleansUpAfterTheAnswer(t *testing.T) {
+	for _, end := range []string{"cancel", "deadline"} {
+		t.Run(end, func(t *testing.T) { waitEndedDuringItsRequest(t, end) })
+	}
+}
+
+func waitEndedDuringItsRequest(t *testing.T, end string) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	mem := lock.NewMemoryProvider()
+	holder := newClient(t, mem)
+	name := uniqueName(t)
+	h, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	entered, freed := make(chan struct{}), make(chan struct{})
+	landed := make(chan struct{})
+	var once sync.Once
+	// The server holds the request until the lock is free; a request cut
+	// short by its context is applied all the same, after the caller's
+	// next call.
+	late := func(ctx context.Context, apply func(context.Context)) error {
+		once.Do(func() { close(entered) })
+		select {
+		case <-freed:
+			apply(ctx)
+			return nil
+		case <-ctx.Done():
+			go func() {
+				<-freed
+				time.Sleep(20 * time.Millisecond) // after the clean-up
+				apply(context.Background())
+				close(landed)
+			}()
+			return ctx.Err()
+		}
+	}
+	var asked atomic.Bool
+	p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (rec lock.Record, err error) {
+		if asked.Swap(true) {
+			return mem.Queue(ctx, key, w)
+		}
+		err = late(ctx, func(ctx context.Context) { rec, _ = mem.Queue(ctx, key, w) })
+		return rec, err
+	}}
+	waiter := newClient(t, p)
+	// The waiter found the lock held: its wait starts with Queue.
+	_, err = waiter.Acquire(ctx, name, lock.Options{})
+	require.ErrorIs(t, err, lock.ErrHeld)
+	var wctx context.Context
+	var cancel context.CancelFunc
+	want := context.Canceled
+	if end == "deadline" {
+		wctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+		want = context.DeadlineExceeded
+	} else {
+		wctx, cancel = context.WithCancel(ctx)
+		time.AfterFunc(100*time.Millisecond, cancel)
+	}
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(wctx, name, lock.Options{Wait: true})
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		got <- err
+	}()
+	<-entered
+	<-wctx.Done()
+	if end == "cancel" {
+		time.Sleep(50 * time.Millisecond) // a request cut short has returned
+	}
+	require.NoError(t, h.Release(ctx))
+	close(freed)
+	select {
+	case err = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not return")
+	}
+	assert.ErrorIs(t, err, want, "the wait ended")
+	select {
+	case <-landed: // cut short, then applied
+	case <-time.After(100 * time.Millisecond):
+	}
+	rec, err := mem.Inspect(ctx, holder.Key(name))
+	require.NoError(t, err)
+	assert.Empty(t, rec.Owner, "the lock is free once the waiter's Acquire returned; it was granted to %q", rec.Owner)
+}

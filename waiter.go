@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -34,7 +35,9 @@ type waiter struct {
 	holder     string        // the holder when last seen
 	retryAfter time.Duration // the holder's longest TTL seen
 	seenTTL    time.Duration // the holder's TTL in the last reply; 0 if unknown
+	headTTL    time.Duration // the queue head's entry's TTL in the last reply; 0 if unknown
 	place      int           // its place in the queue in the last reply
+	promised   time.Duration // a counted waiter looks again within this (see queueTTL)
 	contended  bool          // EventContended was emitted
 	// seenToken is the greatest token of another holder that a reply
 	// leaving w queued showed: a grant with a token not above it was made
@@ -103,15 +106,60 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 // name a look by every waiter each time a claim could expire: those further
 // back are granted before their turn to look comes (measured: with 192
 // waiters of a Semaphore(64), 0.07 more script calls a hold without it).
+//
+// A counted waiter's queue entry lasts until a claim window after its next
+// look is due (see queueTTL), and one of the first few waiters behind the
+// head also looks when the head's entry runs out (HeadTTL in the reply), a
+// millisecond later for each waiter ahead of it: if the head's waiter
+// stopped looking (its process died or stalled), the first look after that
+// finds it gone and serves the queue without it, those further back
+// included (they do not look for it: a live head's entry is renewed at each
+// of its looks, and a look of theirs would most often find it so). A head
+// that does not fit (a writer of an [RWMutex] behind a reader) would
+// otherwise hold up every waiter behind it until it fits (issue 38: a
+// reader behind a dead writer waited until the long reader before them
+// left, 4.78 s; it now waits the writer's poll interval and claim window
+// at most).
 func (w *waiter) lookAgain() time.Duration {
-	back := min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
-	switch {
-	case w.seenTTL > 0 && w.claim.counted():
-		return min(back, w.seenTTL+time.Duration(w.place)*time.Millisecond) + time.Millisecond
-	case w.seenTTL > 0 && w.place < lookers:
-		return min(back, w.seenTTL) + time.Millisecond
+	back := w.every()
+	if !w.claim.counted() {
+		if w.seenTTL > 0 && w.place < lookers {
+			return min(back, w.seenTTL) + time.Millisecond
+		}
+		return back
 	}
-	return back
+	if w.promised > 0 {
+		back = min(back, w.promised) // its entry lasts a claim window longer
+	}
+	ahead := time.Duration(w.place) * time.Millisecond
+	soon, known := back, false
+	if w.seenTTL > 0 {
+		soon, known = min(soon, w.seenTTL+ahead), true
+	}
+	if w.headTTL > 0 && w.place < lookers {
+		soon, known = min(soon, w.headTTL+ahead), true
+	}
+	if !known {
+		return back
+	}
+	return soon + time.Millisecond
+}
+
+// every returns the longest a queued waiter goes without looking, from
+// its place in the last reply: the poll interval for the first few
+// waiters, and the further back the longer, up to a minute.
+func (w *waiter) every() time.Duration {
+	return min(w.c.poll*time.Duration(1+w.place/lookers), time.Minute)
+}
+
+// queueTTL returns how long the provider keeps the queue entry of w's next
+// request, of a counted name: w promises to look again within every()
+// (from its place in the last reply), and the entry lasts a claim window
+// (w.req.TTL) longer, for a look that reaches the provider late. A waiter
+// that stops looking holds up those behind it that long at most.
+func (w *waiter) queueTTL() time.Duration {
+	w.promised = w.every()
+	return w.promised + w.req.TTL
 }
 
 // lookers is how many waiters at the head of a queue look every poll
@@ -125,7 +173,9 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUp(ctx, nil) // nothing asked (see notAcquired)
 	}
 	sent := time.Now()
-	rec, err := w.c.queue(ctx, w.key, w.claim, w.req)
+	call, done := answerable(ctx)
+	rec, err := w.c.queue(call, w.key, w.claim, w.req, w.queueTTL())
+	done()
 	if err != nil {
 		return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "wait", err, sent))
 	}
@@ -157,7 +207,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		w.c.emit(Event{Kind: EventContended, Key: w.key, Owner: w.req.Owner})
 	}
 	w.c.busy.mark(w.key)
-	w.asked, w.seenTTL, w.place = sent, rec.TTL, rec.Position
+	w.asked, w.seenTTL, w.headTTL, w.place = sent, rec.TTL, rec.HeadTTL, rec.Position
 	w.retryAfter = max(w.retryAfter, rec.TTL)
 	w.req.Look = LookAgain
 	return nil, nil
@@ -218,8 +268,60 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 }
 
 // slowAnswer is how long a call of a queued waiter may go unanswered before
-// the end of its wait reads as an outage (see callFailed).
+// the end of its wait reads as an outage (see callFailed), and how long a
+// waiter's request goes on after its wait was cancelled (see answerable).
 const slowAnswer = time.Second
+
+// answerable returns the context of a waiter's request (Queue,
+// QueueClaim), and the function that ends it once the request returned:
+// ctx's values, ended a moment after ctx ends, so that a request under way
+// when the wait ends is answered. A backend may apply a request that its
+// caller cut short after the caller's next call: PostgreSQL runs a
+// statement whose connection the client closed, and the waiter's Leave,
+// sent next on another connection, may run before it, leaving the lock
+// granted to nobody, or a waiter queued that has gone (issue 38: on
+// PostgreSQL, under waits cancelled, short MaxWaits and Clients closed
+// under their waiters, the lock sat free for the claim window while live
+// waiters waited). A request answered is cleaned up after its answer. The
+// moment is slowAnswer after a cancellation, and no later than settleSlack
+// past ctx's deadline, which bounds the caller (see settle); a request cut
+// short then reads as unanswered (see callFailed), and what it may have
+// stored expires with its TTL. (A first attempt's Acquire, on the path of
+// every uncontended acquisition, is not held so: its round trip is short,
+// and a context that ends in it rare.)
+func answerable(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	call, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	ended := func() {}
+	if d, ok := ctx.Deadline(); ok {
+		// The request's own deadline, which a client may set on its
+		// socket (go-redis with ContextTimeoutEnabled).
+		call, ended = context.WithDeadline(call, d.Add(settleSlack))
+	}
+	var mu sync.Mutex
+	var late *time.Timer
+	returned := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !returned {
+			late = time.AfterFunc(slowAnswer, func() { cancel(context.Cause(ctx)) })
+		}
+	})
+	return call, func() {
+		stop()
+		mu.Lock()
+		returned = true
+		if late != nil {
+			late.Stop()
+		}
+		mu.Unlock()
+		ended()
+		cancel(nil)
+	}
+}
 
 // callFailed is failed for the call op of w's, sent at sent, that returned
 // err, except when the end of the wait cut it short while w was in the

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -120,11 +121,11 @@ func (p *Provider) QueueClaim(ctx context.Context, key string, c lock.Claim) (lo
 			}
 			ch.take(c.Owner, c.Weight, c.TTL, lease)
 		default:
-			session, err := p.sess.lease(ctx)
+			q, err := p.queue.lease(ctx, cmp.Or(c.QueueTTL, lock.DefaultQueueTTL))
 			if err != nil {
 				return nil, err
 			}
-			ch.enqueue(c, session)
+			ch.enqueue(c, q)
 		}
 		return ch.commit(ctx)
 	})
@@ -134,6 +135,9 @@ func (p *Provider) QueueClaim(ctx context.Context, key string, c lock.Claim) (lo
 	rec := ch.record(c.Owner, rev)
 	if i := ch.waits(c.Owner); i >= 0 && ch.holds(c.Owner) < 0 {
 		rec.Queued, rec.Position = true, i
+		if i > 0 {
+			rec.HeadTTL = ch.queue[0].left(time.Now())
+		}
 	}
 	if told < 0 {
 		told = rev

@@ -17,7 +17,7 @@ import (
 // A counted name key keeps, under the namespace ns:
 //
 //	ns+"c/"+len(key)+"/"+key+"/h/"+owner  a claim of owner (on its own lease)
-//	ns+"c/"+len(key)+"/"+key+"/w/"+owner  a waiter for a claim (on the session lease)
+//	ns+"c/"+len(key)+"/"+key+"/w/"+owner  a waiter for a claim (on a queue lease: see queueLeases)
 //	ns+"n/"+key                           the name's version key
 //
 // One range over the first two prefixes reads the whole name: its claims
@@ -118,33 +118,37 @@ func (c *claim) record(now time.Time, minTTL time.Duration) lock.Record {
 }
 
 // claimWaiter is a waiter in a counted name's queue: the value
-// "<weight> <limit> <ttl ms> <inbox>".
+// "<weight> <limit> <ttl ms> <ends ms> <inbox>", ends when its queue lease
+// runs out, in Unix milliseconds by the clock of the process that wrote it
+// (etcd deletes it then, by the leader's; see queueLeases).
 type claimWaiter struct {
 	owner  string
 	inbox  string
 	weight int
 	limit  int
 	ttl    time.Duration
+	ends   int64
 	mod    int64 // 0 for an entry the change makes
 }
 
 func (w *claimWaiter) value() string {
 	return strconv.Itoa(w.weight) + " " + strconv.Itoa(w.limit) + " " +
-		strconv.FormatInt(max(w.ttl.Milliseconds(), 1), 10) + " " + w.inbox
+		strconv.FormatInt(max(w.ttl.Milliseconds(), 1), 10) + " " + strconv.FormatInt(w.ends, 10) + " " + w.inbox
 }
 
 // parseClaimWaiter decodes owner's entry at kv; ok is false for a value
 // that is not an entry.
 func parseClaimWaiter(owner string, kv *mvccKV) (w claimWaiter, ok bool) {
-	f := strings.SplitN(string(kv.Value), " ", 4)
-	if len(f) != 4 || lock.CheckOwner(owner) != nil || lock.CheckInbox(f[3]) != nil {
+	f := strings.SplitN(string(kv.Value), " ", 5)
+	if len(f) != 5 || lock.CheckOwner(owner) != nil || lock.CheckInbox(f[4]) != nil {
 		return claimWaiter{}, false
 	}
-	var err [3]error
+	var err [4]error
 	var ms int64
 	w.weight, err[0] = strconv.Atoi(f[0])
 	w.limit, err[1] = strconv.Atoi(f[1])
 	ms, err[2] = strconv.ParseInt(f[2], 10, 64)
+	w.ends, err[3] = strconv.ParseInt(f[3], 10, 64)
 	for _, e := range err {
 		if e != nil {
 			return claimWaiter{}, false
@@ -153,8 +157,19 @@ func parseClaimWaiter(owner string, kv *mvccKV) (w claimWaiter, ok bool) {
 	if w.limit < 1 || w.limit > lock.MaxPermits || w.weight < 1 || w.weight > w.limit || ms <= 0 {
 		return claimWaiter{}, false
 	}
-	w.owner, w.inbox, w.ttl, w.mod = owner, f[3], time.Duration(ms)*time.Millisecond, kv.ModRevision
+	w.owner, w.inbox, w.ttl, w.mod = owner, f[4], time.Duration(ms)*time.Millisecond, kv.ModRevision
 	return w, true
+}
+
+// left returns what w's queue lease has left at now, by the reader's
+// clock against the writer's: overdueTTL once that has run out (etcd
+// deletes the entry within its check of the leases).
+func (w *claimWaiter) left(now time.Time) time.Duration {
+	left := time.UnixMilli(w.ends).Sub(now).Truncate(time.Millisecond)
+	if left <= 0 {
+		return overdueTTL
+	}
+	return left
 }
 
 // counted is what one call knows about a counted name, read at one
@@ -377,13 +392,13 @@ func (ch *claimChange) leave(i int) {
 	ch.queue = slices.Delete(ch.queue, i, i+1)
 }
 
-// enqueue puts c in the queue on the session lease, or keeps its place
-// there (a Put keeps a key's create revision), rewriting its entry either
-// way.
-func (ch *claimChange) enqueue(c lock.Claim, session clientv3.LeaseID) {
+// enqueue puts c in the queue on q, a queue lease, or keeps its place
+// there (a Put keeps a key's create revision), rewriting its entry on q
+// either way.
+func (ch *claimChange) enqueue(c lock.Claim, q queueLease) {
 	k := ch.p.claimWaiterKey(ch.key, c.Owner)
-	w := claimWaiter{owner: c.Owner, inbox: c.Inbox, weight: c.Weight, limit: ch.limit, ttl: c.TTL}
-	ch.ops = append(ch.ops, clientv3.OpPut(k, w.value(), clientv3.WithLease(session)))
+	w := claimWaiter{owner: c.Owner, inbox: c.Inbox, weight: c.Weight, limit: ch.limit, ttl: c.TTL, ends: q.ends.UnixMilli()}
+	ch.ops = append(ch.ops, clientv3.OpPut(k, w.value(), clientv3.WithLease(q.id)))
 	if i := ch.waits(c.Owner); i >= 0 {
 		ch.guard(k, ch.queue[i].mod)
 		ch.queue[i] = w

@@ -46,8 +46,9 @@
 //
 // A counted name (a Semaphore's, an RWMutex's) is kept apart from the lock
 // of the same key: its claims are keys ns+"c/"+len(key)+"/"+key+"/h/"+owner,
-// each on a lease of its own, its waiters keys beside them on the session
-// lease, and its version key ns+"n/"+key. Each claim method is one range
+// each on a lease of its own, its waiters keys beside them, each on a lease
+// that lasts its QueueTTL from its last look (shared by the looks of a
+// second: see queueLeases), and its version key ns+"n/"+key. Each claim method is one range
 // read and one transaction, whose compares guard all it read, plus a lease
 // grant for a claim it stores; a claim's token is the revision of the
 // transaction that granted it, as a lock's is, so claims granted together
@@ -102,6 +103,7 @@ type Provider struct {
 	reqTimeout time.Duration
 	minTTL     time.Duration
 	sess       *session
+	queue      *queueLeases // of the counted names' waiters
 
 	mu    sync.Mutex
 	mine  map[string]stored // records this provider stored for its callers (see guess)
@@ -202,6 +204,7 @@ func NewProvider(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Pr
 		mine:       map[string]stored{},
 	}
 	p.sess = &session{p: p, ttl: leaseSeconds(cfg.sessionTTL)}
+	p.queue = &queueLeases{p: p}
 	return p, nil
 }
 
@@ -209,13 +212,15 @@ func NewProvider(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Pr
 // the provider was made: a TTL shorter than this lives this long.
 func (p *Provider) MinTTL() time.Duration { return p.minTTL }
 
-// Close revokes the provider's session lease (its waiters leave their
-// queues, its Listens stop being listed) and waits for its background
-// revocations. Stop the Client's Listens first (lock.Client.Close). Calls
-// that need the session fail afterwards. It returns nil.
+// Close revokes the provider's session lease and the leases of its
+// counted waiters' entries (its waiters leave their queues, its Listens
+// stop being listed) and waits for its background revocations. Stop the
+// Client's Listens first (lock.Client.Close). Calls that need the session
+// fail afterwards. It returns nil.
 func (p *Provider) Close() error {
 	p.close.Do(func() {
 		p.sess.close()
+		p.queue.close()
 		p.bg.Wait()
 	})
 	return nil

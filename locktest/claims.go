@@ -25,6 +25,7 @@ func (s *suite) runClaims(t *testing.T) {
 	t.Run("ClaimLowerServesTheQueue", s.claimLowerServes)
 	t.Run("ClaimOfAStrangerIsLost", s.claimStranger)
 	t.Run("ClaimExpiresAndItsWeightIsServed", s.claimExpires)
+	t.Run("ClaimWaiterThatStopsLookingIsPassedOver", s.claimEntryRunsOut)
 	t.Run("ClaimOfAWaiterThatAcquiresIsGrantedOnce", s.claimWaiterAcquires)
 	t.Run("ClaimTokensFollowTheLocksTokens", s.claimTokens)
 	t.Run("ClaimsAndLocksOfOneKeyAreApart", s.claimsApart)
@@ -313,6 +314,57 @@ func (s *suite) claimExpires(t *testing.T) {
 	s.releaseClaims(t, key, b.Owner)
 }
 
+// claimEntryRunsOut: the head of the queue does not fit beside the claim
+// held; while it looks again within its QueueTTL it keeps its place, and
+// the waiter behind it, which would fit, is not granted. Once the head
+// stops looking, its entry runs out: the waiter behind it, told in HeadTTL
+// when that is, is granted at its next look, although the claim before
+// them is still held (issue 38: it used to wait until that claim was
+// released). The head's look after that is a new one.
+func (s *suite) claimEntryRunsOut(t *testing.T) {
+	if !s.expires(t) {
+		return
+	}
+	key := uniqueName(t)
+	in := listen(t, s.ctx, s.p)
+	a := claimOf(1, 2, nil)
+	s.take(t, key, a)
+	head, next := claimOf(2, 2, in), claimOf(1, 2, in)
+	head.QueueTTL, next.QueueTTL = time.Second, time.Minute
+	assert.Equal(t, 0, s.queueClaim(t, key, head))
+	head.Look, next.Look = lock.LookAgain, lock.LookAgain
+	most := head.QueueTTL + 2*s.b.TTLGranularity + s.b.MinLease // the longest the head's entry may last
+	// The head looks every tenth of its QueueTTL, for three of them.
+	var last time.Time
+	for end := time.Now().Add(3 * head.QueueTTL); time.Now().Before(end); time.Sleep(head.QueueTTL / 10) {
+		assert.Equal(t, 0, s.queueClaim(t, key, head), "the head keeps its place while it looks")
+		last = time.Now()
+		rec, err := s.p.QueueClaim(s.ctx, key, next)
+		require.NoError(t, err)
+		require.True(t, rec.Queued, "the waiter behind a head that looks is not granted: %+v", rec)
+		assert.Equal(t, 1, rec.Position)
+		assert.Positive(t, rec.HeadTTL, "the reply says when the head's entry runs out")
+		assert.LessOrEqual(t, rec.HeadTTL, most, "within the head's QueueTTL")
+	}
+	var granted lock.Record
+	require.Eventually(t, func() bool {
+		rec, err := s.p.QueueClaim(s.ctx, key, next)
+		granted = rec
+		return err == nil && rec.Owner == next.Owner
+	}, most+5*time.Second, 20*time.Millisecond, "the waiter behind a head that stopped looking is granted")
+	t.Logf("granted %v after the head's last look (its QueueTTL %v)", time.Since(last).Round(time.Millisecond), head.QueueTTL)
+	assert.Equal(t, 2, granted.Used, "beside the claim held")
+	cs, err := s.p.InspectClaims(s.ctx, key)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{a.Owner, next.Owner}, owners(cs))
+	assert.Empty(t, cs.Queue, "the head that stopped looking is gone")
+	assert.Equal(t, next.Owner, in.next(t, "the caller granted by its own look is told too").Owner)
+	assert.Equal(t, 0, s.queueClaim(t, key, head), "the head's late look queues it anew")
+	require.NoError(t, s.p.LeaveClaim(s.ctx, key, head))
+	quiet(t, s.ctx, s.p, in)
+	s.releaseClaims(t, key, a.Owner, next.Owner)
+}
+
 // claimWaiterAcquires: a queued owner that calls AcquireClaim once the
 // weight ahead of it expired is granted its claim once: the call that
 // serves the queue grants it, and does not take a second claim for it.
@@ -418,12 +470,13 @@ func (s *suite) claimBadInput(t *testing.T) {
 		return lock.Claim{Owner: newOwner(), Weight: 1, Limit: 2, TTL: time.Minute, Inbox: "inbox:" + uniqueName(t)}
 	}
 	for name, change := range map[string]func(*lock.Claim){
-		"zero weight":       func(c *lock.Claim) { c.Weight = 0 },
-		"weight over limit": func(c *lock.Claim) { c.Weight = 3 },
-		"zero limit":        func(c *lock.Claim) { c.Limit, c.Weight = 0, 0 },
-		"limit too high":    func(c *lock.Claim) { c.Limit = lock.MaxPermits + 1 },
-		"short ttl":         func(c *lock.Claim) { c.TTL = time.Microsecond },
-		"empty owner":       func(c *lock.Claim) { c.Owner = "" },
+		"zero weight":        func(c *lock.Claim) { c.Weight = 0 },
+		"weight over limit":  func(c *lock.Claim) { c.Weight = 3 },
+		"zero limit":         func(c *lock.Claim) { c.Limit, c.Weight = 0, 0 },
+		"limit too high":     func(c *lock.Claim) { c.Limit = lock.MaxPermits + 1 },
+		"short ttl":          func(c *lock.Claim) { c.TTL = time.Microsecond },
+		"negative queue ttl": func(c *lock.Claim) { c.QueueTTL = -time.Second },
+		"empty owner":        func(c *lock.Claim) { c.Owner = "" },
 	} {
 		c := good()
 		change(&c)

@@ -29,6 +29,8 @@ func (s *suite) runHolds(t *testing.T) {
 	t.Run("SemaphoreDeadHoldersPermitComesBack", s.semaphoreDeadHolder)
 	t.Run("SemaphoreDeadHeadStallsAtMostClaimWindow", s.semaphoreDeadHead)
 	t.Run("SemaphoreRefusesAnotherN", s.semaphoreRefusesAnotherN)
+	t.Run("LockDeadWaiterPassedOver", s.lockDeadWaiter)
+	t.Run("RWDeadWriterHoldsUpReadersOnlyItsLease", s.rwDeadWriter)
 	t.Run("RWReadersOverlapWritersExcludeEveryone", s.rwExclusion)
 	t.Run("RWWriterIsNotStarvedByReaders", s.rwWriterNotStarved)
 	t.Run("RWReadersQueuedBehindWriterEnterBeforeNextWriter", s.rwPhases)

@@ -51,6 +51,7 @@ func (s *suite) runQueue(t *testing.T) {
 	t.Run("ListenBadInput", s.listenBadInput)
 	t.Run("QueueBadInput", s.queueBadInput)
 	t.Run("ConcurrentQueueHandOver", s.concurrentHandOver)
+	t.Run("MixedLoadFreeLockGoesToLiveWaiter", s.mixedLoadFreeLockGoesToLiveWaiter)
 }
 
 const queueTTL = 10 * time.Second

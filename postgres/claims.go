@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -25,7 +26,7 @@ type claimQueries struct {
 func (o objects) claimQueries() claimQueries {
 	f := o.funcs
 	return claimQueries{
-		acquire: `SELECT * FROM ` + f["claim_acquire"] + `($1, $2, $3, $4, $5, $6, $7, $8)`,
+		acquire: `SELECT * FROM ` + f["claim_acquire"] + `($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		change:  `SELECT * FROM ` + f["claim_change"] + `($1, $2, $3, $4, $5)`,
 		// The live claims in grant order (kind 0), then the live waiters in
 		// arrival order (kind 1), by one clock.
@@ -96,7 +97,7 @@ func (p *Provider) QueueClaim(ctx context.Context, key string, c lock.Claim) (lo
 func (p *Provider) acquireClaim(ctx context.Context, key string, c lock.Claim, wait bool) (lock.Record, error) {
 	var r claimRow
 	err := p.pool.QueryRow(ctx, p.claimSQL.acquire, key, c.Owner, c.Weight, c.Limit, c.TTL.Milliseconds(),
-		wait, c.Inbox, channel(c.Inbox)).Scan(r.fields()...)
+		wait, c.Inbox, channel(c.Inbox), max(cmp.Or(c.QueueTTL, lock.DefaultQueueTTL).Milliseconds(), 1)).Scan(r.fields()...)
 	if err != nil {
 		return lock.Record{}, fail(err)
 	}
@@ -111,10 +112,11 @@ type claimRow struct {
 	limit, used           int32
 	queued                bool
 	place                 int64
+	head                  *time.Time // when the head's entry runs out, for a caller behind it
 }
 
 func (r *claimRow) fields() []any {
-	return []any{&r.owner, &r.token, &r.expires, &r.since, &r.clock, &r.limit, &r.used, &r.queued, &r.place}
+	return []any{&r.owner, &r.token, &r.expires, &r.since, &r.clock, &r.limit, &r.used, &r.queued, &r.place, &r.head}
 }
 
 // record returns r as a lock.Record for the caller owner: Since is set
@@ -129,6 +131,9 @@ func (r *claimRow) record(owner string) lock.Record {
 	}
 	if r.queued {
 		rec.Queued, rec.Position = true, int(r.place)
+	}
+	if r.queued && r.head != nil {
+		rec.HeadTTL = ttlLeft(*r.head, r.clock)
 	}
 	return rec
 }

@@ -48,8 +48,9 @@
 // as a lock's waiter is (a Notice with Weight). Claim tokens come from
 // lock_tokens, as the locks' do. A grant of a claim opens up to two other
 // names with expired claims (deletes them and serves those names' queues),
-// so that names never used again do not pile up; a waiter's entry ages out
-// two minutes after its last look.
+// so that names never used again do not pile up; a waiter's entry lasts its
+// Claim's QueueTTL after its last look, and an entry past that is passed
+// over (deleted) by the next call that serves the queue.
 //
 // # Guarantees and limits
 //

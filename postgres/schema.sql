@@ -476,15 +476,19 @@ BEGIN
 END $$;
 
 -- claim_acquire is Provider.AcquireClaim, and, with p_wait, QueueClaim
--- (p_inbox and p_channel are then the waiter's). It returns the view of
--- claim_view, the name's limit (its own when it has one: a p_limit that
--- differs changes nothing), the server's time (for the TTL left), and
--- o_queued and o_place: whether the caller is queued and how many live
--- entries are before it.
+-- (p_inbox, p_channel and p_queue_ttl, the ms its entry lasts, are then the
+-- waiter's). It returns the view of claim_view, the name's limit (its own
+-- when it has one: a p_limit that differs changes nothing), the server's
+-- time (for the TTL left), o_queued and o_place: whether the caller is
+-- queued and how many live entries are before it, and o_head: when the
+-- head's entry runs out, when the caller is queued behind it (else NULL).
+-- (The version before p_queue_ttl is dropped first.)
+DROP FUNCTION IF EXISTS {{claim_acquire}}(text, text, int, int, bigint, boolean, text, text);
 CREATE OR REPLACE FUNCTION {{claim_acquire}}(p_key text, p_owner text, p_weight int, p_limit int,
-	p_ttl bigint, p_wait boolean, p_inbox text, p_channel text,
+	p_ttl bigint, p_wait boolean, p_inbox text, p_channel text, p_queue_ttl bigint,
 	OUT o_owner text, OUT o_token bigint, OUT o_expires timestamptz, OUT o_since timestamptz,
-	OUT o_now timestamptz, OUT o_limit int, OUT o_used int, OUT o_queued boolean, OUT o_place bigint)
+	OUT o_now timestamptz, OUT o_limit int, OUT o_used int, OUT o_queued boolean, OUT o_place bigint,
+	OUT o_head timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
 	pos bigint;
@@ -515,10 +519,11 @@ BEGIN
 						SELECT x.position, x.key FROM {{claim_queue}} x WHERE x.expires_at <= o_now
 						ORDER BY x.expires_at LIMIT 2) c
 					WHERE pg_try_advisory_xact_lock({{claims_class}}, hashtext(c.key)));
-				-- Join the queue, or keep its place there (an entry that aged
-				-- out goes to the back).
+				-- Join the queue, or keep its place there (an entry that ran
+				-- out goes to the back); the entry lasts p_queue_ttl.
 				INSERT INTO {{claim_queue}} AS q (key, owner, weight, lim, ttl_ms, inbox, channel, expires_at)
-				VALUES (p_key, p_owner, p_weight, p_limit, p_ttl, p_inbox, p_channel, o_now + {{queue_ttl}})
+				VALUES (p_key, p_owner, p_weight, p_limit, p_ttl, p_inbox, p_channel,
+					o_now + p_queue_ttl * interval '1 millisecond')
 				ON CONFLICT (key, owner) DO UPDATE SET
 					position = CASE WHEN q.expires_at <= o_now THEN excluded.position ELSE q.position END,
 					weight = excluded.weight, ttl_ms = excluded.ttl_ms, inbox = excluded.inbox,
@@ -527,6 +532,10 @@ BEGIN
 				SELECT count(*) INTO o_place FROM {{claim_queue}}
 				WHERE key = p_key AND position < pos AND expires_at > o_now;
 				o_queued := true;
+				IF o_place > 0 THEN
+					SELECT q.expires_at INTO o_head FROM {{claim_queue}} q
+					WHERE q.key = p_key AND q.expires_at > o_now ORDER BY q.position LIMIT 1;
+				END IF;
 			END IF;
 		END IF;
 	END IF;

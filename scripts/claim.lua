@@ -9,7 +9,7 @@
 --   KEYS[1] R..':c', a hash: each live claim, owner -> "weight,token,since,
 --     deadline" (since the grant's time and deadline when it expires, in
 --     Unix ms by the server's clock, TIME), each waiter, ' w '..owner ->
---     its queue entry, and the fields
+--     its queue entry (as in KEYS[3]), and the fields
 --       ' limit' the name's limit,
 --       ' used' the weight its claims hold (as last written: a claim past
 --         its deadline counts until a call reaps it),
@@ -25,19 +25,24 @@
 --       ' tok' "last max step": the last fencing token the name granted,
 --         the last of the block it took from the counter and the block's
 --         size (see fresh),
---       ' hw' the weight of the queue's head, when a call knows it (absent
---         otherwise): a head that does not fit stops serving without a
---         look at the queue;
+--       ' hw' "weight deadline": the weight of the queue's head and when its
+--         entry runs out, when a call knows them (absent otherwise): a
+--         live head that does not fit stops serving without a look at the
+--         queue;
 --     a space, which no owner has, keeps them apart from the claims
 --   KEYS[2] the fencing counter of the slot (see token.lua)
 --   KEYS[3] R..':cq', the queue: a list of entries "owner weight ttl-ms
---     channel" in arrival order, at most one an owner, channel as in
---     record.lua's queue (see publish)
+--     channel deadline" in arrival order, at most one an owner, channel
+--     as in record.lua's queue (see publish), deadline when the entry runs
+--     out (Unix ms by the server's clock: its waiter's last look and the
+--     queue ttl it gave, ARGV[8])
 -- The two keys live and die together: both expire at ' until', no earlier
--- than the last deadline and a queue ttl (ARGV[8]) after the last look of
--- a waiter, and every call that leaves the name without claims and
+-- than the last deadline and a minute after the last look of a waiter
+-- (or its queue ttl, ARGV[8], if longer), and every call that leaves the name without claims and
 -- waiters deletes them. A call reaps (reads every claim, drops those past
--- their deadline) only when the server's time reached ' next'.
+-- their deadline) only when the server's time reached ' next'. A waiter's
+-- entry past its deadline is gone: serve passes it over (drops it) when it
+-- comes to the head, and the waiter's next look joins at the back.
 --
 -- ARGV has one layout; a script is passed the first positions it needs,
 -- with "" in those it skips:
@@ -48,10 +53,10 @@
 --   ARGV[5] weight: the caller's weight (the new weight, for lower)
 --   ARGV[6] limit: the caller's limit
 --   ARGV[7] entry: the caller's queue entry
---   ARGV[8] queue ttl: how long the queue outlives its last look, in ms
+--   ARGV[8] queue ttl: how long the caller's queue entry lasts, in ms
 --
 -- Every script but claiminspect.lua replies {code, limit, used, n, owner,
--- value, pttl}, decoded by decodeClaim in provider_redis_claims.go: limit
+-- value, pttl, head}, decoded by decodeClaim in provider_redis_claims.go: limit
 -- and used are the name's after the call (limit 0 when it holds nothing),
 -- and
 --   code 1 DONE: the call did what it was asked.
@@ -60,7 +65,8 @@
 --     expiry at the earliest (' next''s deadline); false, false, 0 when
 --     none is live.
 --   code 3 QUEUED: the caller is in the queue at place n (0 first); owner,
---     value and pttl as for VALUE.
+--     value and pttl as for VALUE; head the ms left to the head's entry
+--     when n > 0 and the call knows it (' hw'), else 0.
 --   code 4 HELD: the caller holds the claim value, with pttl ms left.
 --   code 5 LOST: the caller holds no live claim, and nothing changed.
 --   code 6 CORRUPT: value is a stored value that is not one of these
@@ -89,10 +95,11 @@ local untilms = 0 -- ' until' as read
 local reaped = false -- a claim expired
 local mine = nil -- the caller's live claim, as stored
 local waiting = nil -- the caller's queue entry, as stored
+local waitdl = nil -- and when it runs out
 local changed = {}
 local exp = 0 -- the keys live at least until then (ms)
 local relist = false -- the queue was made anew: give it the hash's expiry
-local headw = nil -- the weight of the queue's head, when known
+local headw, headdl = nil, nil -- the weight of the queue's head and its deadline, when known
 -- The claims' first deadline, as ' next': nextdl no live claim's deadline
 -- is earlier; nexto and nextv (the reply's value) a live claim, when one is
 -- known (the one that expires first when its deadline is nextdl).
@@ -114,7 +121,15 @@ local function short(v)
 end
 
 local function corrupt(v)
-  return {6, 0, 0, 0, false, v, 0}
+  return {6, 0, 0, 0, false, v, 0, 0}
+end
+
+-- entry returns the owner, weight, ttl, channel and deadline of a queue
+-- entry, or nil when e is not one.
+local function entry(e)
+  local o, w, ttl, ch, dl = string.match(e, '^(%S+) ([1-9]%d?%d?%d?) ([1-9]%d*) (%S+) ([1-9]%d*)$')
+  if not o or #dl > 15 then return nil end
+  return o, tonumber(w), ttl, ch, tonumber(dl)
 end
 
 -- scan reads every claim: those past their deadline are reaped (their
@@ -156,8 +171,9 @@ local function load()
   limit, used, qlen, untilms = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
   stored = {limit = st[1], used = used, qlen = qlen, next = st[5], hw = st[8]}
   if st[8] then
-    if not string.match(st[8], '^[1-9]%d?%d?%d?$') then return corrupt(st[8]) end
-    headw = tonumber(st[8])
+    local w, dl = string.match(st[8], '^([1-9]%d?%d?%d?) ([1-9]%d*)$')
+    if not w or #dl > 15 then return corrupt(st[8]) end
+    headw, headdl = tonumber(w), tonumber(dl)
   end
   if st[9] then
     -- A block below 2^53, which Lua numbers hold exactly, and no larger
@@ -181,7 +197,11 @@ local function load()
     if not w then return corrupt(st[6]) end
     mine, mydl = st[6], dl
   end
-  waiting = st[7] or nil
+  if st[7] then
+    local o, _, _, _, dl = entry(st[7])
+    if o ~= owner then return corrupt(st[7]) end
+    waiting, waitdl = st[7], dl
+  end
   if (nextdl and nextdl <= now) or (mydl and mydl <= now) then
     local err = scan()
     if err then return err end
@@ -270,28 +290,30 @@ end
 -- serve grants the head of the queue a claim of its weight and ttl while it
 -- fits, and publishes "owner,token,since ttl weight\nkey" on its channel,
 -- key ARGV[3]: the first head that does not fit stops it (it is put back),
--- so that nobody overtakes it. A waiter whose message nobody heard is
--- skipped (see publish), its claim taken back, unless it is the caller. An
--- owner is queued once and holds no claim while queued (see claimqueue.lua),
--- so a head is granted without looking for its claim; an entry that is not
--- one is dropped. At most 64 entries a call: the next call serves the
+-- so that nobody overtakes it. A head whose entry ran out (its deadline is
+-- past: its waiter stopped looking) is passed over, fit or not, and so is
+-- an entry that is not one. A waiter whose
+-- message nobody heard is skipped (see publish), its claim taken back,
+-- unless it is the caller. An owner is queued once and holds no claim
+-- while queued (see claimqueue.lua), so a head is granted without looking
+-- for its claim. At most 64 entries a call: the next call serves the
 -- rest. It returns nil, or the error to return.
 local function serve()
   for _ = 1, 64 do
-    if qlen <= 0 or used >= limit or (headw and used + headw > limit) then return nil end
+    if qlen <= 0 or used >= limit then return nil end
+    if headw and headdl > now and used + headw > limit then return nil end
     local e = redis.call('LPOP', KEYS[3])
-    headw = nil
+    headw, headdl = nil, nil
     if not e then
       qlen = 0
       return nil
     end
     qlen = qlen - 1
-    local o, w, ttl, ch = string.match(e, '^(%S+) ([1-9]%d?%d?%d?) ([1-9]%d*) (%S+)$')
-    w = tonumber(w)
-    if o and w <= limit then
+    local o, w, ttl, ch, dl = entry(e)
+    if o and dl > now and w <= limit then
       if used + w > limit then
         redis.call('LPUSH', KEYS[3], e)
-        headw = w
+        headw, headdl = w, dl
         if qlen == 0 then relist = true end
         qlen = qlen + 1
         return nil
@@ -300,6 +322,7 @@ local function serve()
       if not v then
         -- No token: o stays at the head, where it was.
         redis.call('LPUSH', KEYS[3], e)
+        headw, headdl = w, dl
         if qlen == 0 then relist = true end
         qlen = qlen + 1
         return token
@@ -310,6 +333,7 @@ local function serve()
       if publish(ch, msg) and o ~= owner then drop(o, changed[o]) end
     elseif o then
       changed[' w ' .. o] = false
+      if o == owner then waiting = nil end
     end
   end
   return nil
@@ -377,7 +401,7 @@ local function finish()
   end
   if nx and nx ~= stored.next then put(' next', nx) end
   if not nx and stored.next then hdel[#hdel + 1] = ' next' end
-  local hw = qlen > 0 and headw and string.format('%d', headw)
+  local hw = qlen > 0 and headw and string.format('%d %d', headw, headdl)
   if hw and hw ~= stored.hw then put(' hw', hw) end
   if not hw and stored.hw then hdel[#hdel + 1] = ' hw' end
   local l = string.format('%d', limit)
@@ -392,24 +416,27 @@ local function finish()
 end
 
 -- reply returns the reply code with n, and the live claim that expires
--- first (VALUE, QUEUED): it finishes the call.
+-- first (VALUE, QUEUED), and for a caller queued behind the head, the ms
+-- left to the head's entry when known: it finishes the call.
 local function reply(code, n)
   local o, v, pttl = first()
+  local head = 0
+  if code == 3 and n > 0 and headw and headdl > now then head = headdl - now end
   finish()
-  return {code, limit or 0, used, n, o, v, pttl}
+  return {code, limit or 0, used, n, o, v, pttl, head}
 end
 
 -- held finishes the call and returns the HELD reply of the caller's claim
 -- v (as a reply shows it), with pttl ms left.
 local function held(v, pttl)
   finish()
-  return {4, limit or 0, used, 0, owner, v, pttl}
+  return {4, limit or 0, used, 0, owner, v, pttl, 0}
 end
 
 -- done finishes the call and returns code, DONE or LOST.
 local function done(code)
   finish()
-  return {code, limit or 0, used, 0, false, false, 0}
+  return {code, limit or 0, used, 0, false, false, 0, 0}
 end
 
 -- failed finishes the call (what it did before a token could not be taken:

@@ -5,8 +5,10 @@
 -- owner, value, ms left for each live claim (value "weight,token,since",
 -- or the stored value as it is when it is not a claim), queue the entries
 -- (false with 'n'), qlen the queue's length; {0, {}, {}, 0} when the name
--- holds no live claim and no waiter. With 'n', a KEYS[1] that is not a
--- hash (a lock's record whose key ends with ':c') replies {-1}.
+-- holds no live claim and no waiter. A waiter whose entry ran out (its
+-- deadline is past) is not shown, nor counted. With 'n', a
+-- KEYS[1] that is not a hash (a lock's record whose key ends with ':c')
+-- replies {-1}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local h = redis.pcall('HGETALL', KEYS[1])
@@ -20,8 +22,9 @@ for i = 1, #h, 2 do
   local o, v = h[i], h[i + 1]
   if o == ' limit' then
     limit = v
-  elseif o == ' qlen' then
-    qlen = tonumber(v) or 0
+  elseif string.sub(o, 1, 3) == ' w ' then
+    local dl = tonumber(string.match(v, ' (%d+)$'))
+    if not dl or dl > now then qlen = qlen + 1 end
   elseif string.byte(o, 1) ~= 32 then
     local c, dl = string.match(v, '^(%d+,%d+,%d+),(%d+)$')
     if not c then
@@ -34,7 +37,11 @@ end
 if not limit or (#holders == 0 and qlen == 0) then return {0, {}, {}, 0} end
 local queue = false
 if ARGV[1] ~= 'n' and qlen > 0 then
-  queue = redis.call('LRANGE', KEYS[3], 0, -1)
+  queue = {}
+  for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    local dl = tonumber(string.match(e, '^%S+ %S+ %S+ %S+ (%d+)$'))
+    if not dl or dl > now then queue[#queue + 1] = e end -- one not an entry is shown, and reported
+  end
   qlen = #queue
 end
 return {limit, holders, queue, qlen}

@@ -7,7 +7,7 @@ if err then return err end
 if waiting then
   qlen = qlen - redis.call('LREM', KEYS[3], 1, waiting)
   changed[wfield] = false
-  headw = nil
+  headw, headdl = nil, nil
 end
 if mine then drop(owner, mine) end
 if limit then

@@ -8,12 +8,14 @@
 -- nothing but the reaping and serving).
 --
 -- An owner is queued once: its entry is kept in the hash (' w '..owner),
--- so a look finds its place with LPOS only when it is queued, and an entry
--- of other terms (weight, ttl, channel) replaces its own in place. A
--- caller that holds a claim leaves the queue: nobody queued holds one.
+-- so a look finds its place with LPOS only when it is queued. Each look
+-- writes its entry anew in place (LSET), with the terms it gives (weight,
+-- ttl, channel) and a deadline ARGV[8] ms from now; a look after its entry
+-- ran out joins at the back. A caller that holds a claim leaves the queue:
+-- nobody queued holds one.
 local err = start()
 if err then return err end
-local ttl, w, entry = tonumber(ARGV[2]), tonumber(ARGV[5]), ARGV[7]
+local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
 err = serve()
 if err then return failed(err) end
 if limit ~= want then return reply(2, 0) end
@@ -21,11 +23,17 @@ if changed[owner] then
   -- Granted from the queue, just now.
   return held(short(changed[owner]), ttl)
 end
+if waiting and waitdl <= now then
+  -- Its entry ran out (a look that came late): it is gone.
+  qlen = qlen - redis.call('LREM', KEYS[3], 1, waiting)
+  changed[wfield] = false
+  headw, headdl, waiting = nil, nil, nil
+end
 if mine or (qlen <= 0 and used + w <= limit) then
   if waiting then
     qlen = qlen - redis.call('LREM', KEYS[3], 1, waiting)
     changed[wfield] = false
-    headw = nil
+    headw, headdl = nil, nil
   end
   if mine then
     renew(ttl)
@@ -36,19 +44,20 @@ if mine or (qlen <= 0 and used + w <= limit) then
   return held(v, ttl)
 end
 local place = false
+local dl = now + tonumber(ARGV[8])
+local e = ARGV[7] .. ' ' .. string.format('%d', dl)
 if waiting then
   place = redis.call('LPOS', KEYS[3], waiting)
-  if place and waiting ~= entry then
-    redis.call('LSET', KEYS[3], place, entry)
-    changed[wfield] = entry
-    if place == 0 then headw = w end
-  end
+  if place then redis.call('LSET', KEYS[3], place, e) end
 end
 if not place then
-  qlen = redis.call('RPUSH', KEYS[3], entry)
+  qlen = redis.call('RPUSH', KEYS[3], e)
   place = qlen - 1
-  if qlen == 1 then relist, headw = true, w end
-  changed[wfield] = entry
+  if qlen == 1 then relist = true end
 end
-keep(now + tonumber(ARGV[8]))
+changed[wfield] = e
+if place == 0 then headw, headdl = w, dl end
+-- The keys outlive a look by a minute at least, so that the looks of a
+-- busy name seldom move their expiry (one PEXPIREAT in about 15 s).
+keep(math.max(dl, now + 60000))
 return reply(3, place)
