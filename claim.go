@@ -13,13 +13,14 @@ import (
 // are one code.
 type claim struct {
 	weight, limit int
+	kind          Kind // KindSemaphore or KindRWMutex
 }
 
 // counted reports whether cl is a claim on a counted name, not a lock.
 func (cl claim) counted() bool { return cl.weight > 0 }
 
 func (cl claim) of(owner string, ttl time.Duration) Claim {
-	return Claim{Owner: owner, Weight: cl.weight, Limit: cl.limit, TTL: ttl}
+	return Claim{Owner: owner, Weight: cl.weight, Limit: cl.limit, Kind: cl.kind, TTL: ttl}
 }
 
 // take asks for the lock or claim under key once ([Provider.Acquire],

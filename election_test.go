@@ -542,7 +542,7 @@ func TestRoleIsNotALock(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Campaign(ctx, "job", lock.ElectionOptions{})
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Campaign on a lock")
-	assert.ErrorContains(t, err, "held as a lock")
+	assert.ErrorContains(t, err, "in use as a lock")
 	assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not at a deadline")
 	st, err = c.Inspect(ctx, "job")
 	require.NoError(t, err)

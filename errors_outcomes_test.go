@@ -185,7 +185,67 @@ func TestErrorOutcomes(t *testing.T) {
 			require.NoError(t, err)
 			_, err = newClient(t, mem).Acquire(ctx, "job", lock.Options{Wait: true})
 			return err
-		}, [2]string{`lock: invalid argument: "lock:{job}" is an election role (Campaign, Lead): take it with Campaign, not as a lock`, "InvalidArgument"}},
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as an election role (Campaign, Lead), not a lock (Acquire, Do): a name is one kind at a time`, "InvalidArgument"}},
+		// One name, one kind (issue 38): a lock, a role, a Semaphore and
+		// an RWMutex of one name refuse each other, naming both kinds.
+		{"a lock taken as a Semaphore", func(t *testing.T, ctx context.Context) error {
+			c := newClient(t, lock.NewMemoryProvider())
+			_, err := c.Acquire(ctx, "job", lock.Options{})
+			require.NoError(t, err)
+			sem, err := c.Semaphore("job", 2)
+			require.NoError(t, err)
+			_, err = sem.Acquire(ctx, 1, lock.Options{})
+			return err
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as a lock (Acquire, Do), not a Semaphore: a name is one kind at a time`, "InvalidArgument"}},
+		{"a Semaphore taken as a lock", func(t *testing.T, ctx context.Context) error {
+			c := newClient(t, lock.NewMemoryProvider())
+			sem, err := c.Semaphore("job", 2)
+			require.NoError(t, err)
+			_, err = sem.Acquire(ctx, 1, lock.Options{})
+			require.NoError(t, err)
+			_, err = c.Acquire(ctx, "job", lock.Options{Wait: true})
+			return err
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as a Semaphore, not a lock (Acquire, Do): a name is one kind at a time`, "InvalidArgument"}},
+		{"a Semaphore taken as an RWMutex", func(t *testing.T, ctx context.Context) error {
+			c := newClient(t, lock.NewMemoryProvider())
+			sem, err := c.Semaphore("job", 2)
+			require.NoError(t, err)
+			_, err = sem.Acquire(ctx, 1, lock.Options{})
+			require.NoError(t, err)
+			m, err := c.RWMutex("job", 2)
+			require.NoError(t, err)
+			_, err = m.RLock(ctx, lock.Options{Wait: true})
+			return err
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as a Semaphore, not an RWMutex: a name is one kind at a time`, "InvalidArgument"}},
+		{"an RWMutex taken as a Semaphore", func(t *testing.T, ctx context.Context) error {
+			c := newClient(t, lock.NewMemoryProvider())
+			m, err := c.RWMutex("job", 2)
+			require.NoError(t, err)
+			_, err = m.Lock(ctx, lock.Options{})
+			require.NoError(t, err)
+			sem, err := c.Semaphore("job", 2)
+			require.NoError(t, err)
+			_, err = sem.Acquire(ctx, 1, lock.Options{})
+			return err
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as an RWMutex, not a Semaphore: a name is one kind at a time`, "InvalidArgument"}},
+		{"a role taken as an RWMutex", func(t *testing.T, ctx context.Context) error {
+			c := newClient(t, lock.NewMemoryProvider())
+			_, err := c.Campaign(ctx, "job", lock.ElectionOptions{})
+			require.NoError(t, err)
+			m, err := c.RWMutex("job", 2)
+			require.NoError(t, err)
+			_, err = m.Lock(ctx, lock.Options{})
+			return err
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as an election role (Campaign, Lead), not an RWMutex: a name is one kind at a time`, "InvalidArgument"}},
+		{"a Semaphore campaigned for", func(t *testing.T, ctx context.Context) error {
+			c := newClient(t, lock.NewMemoryProvider())
+			sem, err := c.Semaphore("job", 2)
+			require.NoError(t, err)
+			_, err = sem.Acquire(ctx, 1, lock.Options{})
+			require.NoError(t, err)
+			_, err = c.Campaign(ctx, "job", lock.ElectionOptions{})
+			return err
+		}, [2]string{`lock: invalid argument: "lock:{job}" is in use as a Semaphore, not an election role (Campaign, Lead): a name is one kind at a time`, "InvalidArgument"}},
 		{"corrupt record", func(t *testing.T, ctx context.Context) error {
 			p := &hookedProvider{Provider: lock.NewMemoryProvider(), OnAcquire: func(_ context.Context, key, _ string, _ time.Duration) (lock.Record, error) {
 				return lock.Record{}, &lock.RecordError{Key: key, Value: "xyz"}

@@ -417,7 +417,7 @@ func TestWaiterFarBackServesTheQueueWhenTheHeadIsGone(t *testing.T) {
 	require.NoError(t, err)
 	key := holder.Key("far")
 	for i := range 17 {
-		rec, err := mem.QueueClaim(ctx, key, lock.Claim{Owner: fmt.Sprintf("gone-%d", i), Weight: 1, Limit: 1, TTL: time.Minute, Inbox: "nobody-listens"})
+		rec, err := mem.QueueClaim(ctx, key, lock.Claim{Owner: fmt.Sprintf("gone-%d", i), Weight: 1, Limit: 1, Kind: lock.KindSemaphore, TTL: time.Minute, Inbox: "nobody-listens"})
 		require.NoError(t, err)
 		require.True(t, rec.Queued)
 	}

@@ -111,12 +111,16 @@ func countedStatus(name, key string, cs Claims, now time.Time) Status {
 		w.Weight = q.Weight
 		s.Queue = append(s.Queue, w)
 	}
+	s.Kind = string(cs.Kind)
 	for _, h := range append(s.Holders, s.Queue...) {
-		switch h.Kind {
-		case "permit":
-			s.Kind = "semaphore"
-		case "reader", "writer":
-			s.Kind = "rwmutex"
+		// A name stored without its kind (before kinds were): its
+		// holders' tags tell it.
+		switch {
+		case s.Kind != "":
+		case h.Kind == "permit":
+			s.Kind = string(KindSemaphore)
+		case h.Kind == "reader", h.Kind == "writer":
+			s.Kind = string(KindRWMutex)
 		}
 	}
 	return s
@@ -147,6 +151,9 @@ func (c *Client) List(ctx context.Context, limit int) (locks []Status, more bool
 		if err == nil {
 			s = status(name, key, rec, now)
 			s.Limit, s.Used, s.Waiters = max(s.Limit, rec.Limit), rec.Used, rec.Waiters
+			if rec.Kind.counted() {
+				s.Kind = string(rec.Kind)
+			}
 		}
 		locks = append(locks, s)
 		return true

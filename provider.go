@@ -16,8 +16,10 @@ import (
 // (AcquireClaim to InspectClaims). A wrapper that embeds a Provider (for
 // logging or metrics) passes every one on.
 //
-// A key holds at most one record. Every method is atomic with respect to the
-// others on the same key, on every process that shares the backend.
+// A key holds at most one record, and is one [Kind] at a time: a lock (an
+// election's role is one too) or a counted name, never both (see
+// [Kind]). Every method is atomic with respect to the others on the same
+// key, on every process that shares the backend.
 //
 // Every method returns once its ctx ends, with ctx's error when the store
 // had not answered, whatever the store does (refuses, never answers,
@@ -36,6 +38,10 @@ type Provider interface {
 	// was lost), its TTL is reset to ttl and it is returned. The caller holds the
 	// lock iff the returned record's Owner is owner and Finished is false.
 	//
+	// A key in use as a counted name (see [Kind]) is not a lock's to take:
+	// Acquire changes nothing then, and returns a Record whose Kind is the
+	// name's and whose Owner is empty.
+	//
 	// A stored value that is not a record yields a *RecordError.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error)
 
@@ -50,6 +56,11 @@ type Provider interface {
 	// record expired. A caller that takes it then with [LookFirst] or [LookJoin]
 	// may, on release, free it rather than hand it on; the waiters' next
 	// look, LookAgain, serves the first of them.)
+	//
+	// Nor does Queue take, or queue for, a key in use as a counted name: it
+	// returns the Record Acquire does then. (A LookJoin that joins the key's
+	// queue without reading the record may queue the caller; its next look
+	// is refused.)
 	Queue(ctx context.Context, key string, w Waiter) (Record, error)
 
 	// Leave takes owner out of key's wait queue. If the lock was handed to
@@ -102,8 +113,9 @@ type Provider interface {
 	// Inspect returns the record under key without changing anything: Owner
 	// is empty when the key is free. TTL is the time the record has left,
 	// Since when it was granted, and Waiters the number of callers in the
-	// key's wait queue. A stored value that is not a record yields a
-	// *RecordError.
+	// key's wait queue. A key in use as a counted name holds no record:
+	// Owner is empty (InspectClaims reads the name). A stored value that is
+	// not a record yields a *RecordError.
 	Inspect(ctx context.Context, key string) (Record, error)
 
 	// List calls fn, in no set order, with each key that starts with prefix
@@ -112,16 +124,16 @@ type Provider interface {
 	// whose value is not a record. The backend's own companion keys (the Redis
 	// provider's fencing counters and queues) are not keys of records. A
 	// counted name that holds claims or waiters is listed too, with a Record
-	// whose Limit is set (see [Record.Limit]; its TTL is the longest a live
-	// claim has left): a key that is both a lock and a counted name is seen
-	// twice. A key taken or freed while List runs may be seen or not. List
-	// returns the first error that stopped it.
+	// whose Limit and Kind are set (see [Record.Limit]; its TTL is the
+	// longest a live claim has left). A key taken or freed while List runs
+	// may be seen or not. List returns the first error that stopped it.
 	List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error
 
 	// ForceRelease deletes the record under key whoever holds it, held or in
 	// a grace period, as its owner's Release would: the first caller in the
 	// key's wait queue is handed the lock. It returns the record it removed,
-	// with an empty Owner when the key was free. The holder finds out at its
+	// with an empty Owner when the key was free, or in use as a counted name
+	// (which it leaves as it is). The holder finds out at its
 	// next renewal (a *LostError). A stored value that is not a record is left
 	// as it is and yields a *RecordError.
 	ForceRelease(ctx context.Context, key string) (Record, error)
@@ -129,11 +141,23 @@ type Provider interface {
 	// The counted names: a name with a limit, holding claims, each with its
 	// owner, weight, lease and fencing token, whose weights add up to at
 	// most the limit (a Semaphore's permits, an RWMutex's readers, a
-	// writer claiming them all). A counted name and a lock of the same key
-	// are two things: neither sees the other. Each call below is atomic,
-	// as the lock's are, and judges expiry by the store's clock: a claim
-	// whose TTL has run out is gone for every call, which frees its weight
-	// (see ClaimsQueue for what a freed weight does).
+	// writer claiming them all). A counted name has a kind (a Semaphore's
+	// or an RWMutex's: see [Kind]) and a limit, those of the call that made
+	// it: its first claim or waiter. It is in use from then until it holds
+	// no claim and no waiter; a provider may count it in use a while
+	// longer, until it notices that its last claims and waiters expired
+	// (the Redis provider: until its keys expire, up to a quarter of a
+	// claim's TTL after the last claim's deadline, and a minute after a
+	// waiter's last look). A key in use as a counted name holds no lock
+	// (see Acquire), and AcquireClaim and QueueClaim do not make a counted
+	// name of a key whose lock record exists, held or in a grace period:
+	// they change nothing then, and return a Record with Kind [KindLock],
+	// Owner the record's holder and Finished set in a grace period (Limit
+	// and Used 0). Each of these checks is atomic with the call's own
+	// work, so that two callers racing never make a key both kinds. Each
+	// call below is atomic, as the lock's are, and judges expiry by the
+	// store's clock: a claim whose TTL has run out is gone for every call,
+	// which frees its weight (see QueueClaim for what a freed weight does).
 
 	// AcquireClaim takes c for owner c.Owner when it fits: the weights of
 	// the live claims and c.Weight add up to at most c.Limit, and nobody
@@ -155,12 +179,12 @@ type Provider interface {
 	// tell which without reading every claim, as Redis may) and TTL is at
 	// most the time left to the live claim that expires first: a waiter
 	// that looks again then finds any weight its expiry freed (all empty
-	// when none is live). Limit is the
-	// name's limit and Used the weight its live claims hold. While a name
-	// holds a claim or a waiter, its limit is the one they gave; a call
-	// with another c.Limit changes nothing, and its Record has the stored
-	// Limit (the caller reports the mismatch). c.Inbox and c.Look are not
-	// read.
+	// when none is live). Limit and Kind are the name's, and Used the
+	// weight its live claims hold. While a name holds a claim or a waiter,
+	// its limit and kind are the ones they gave; a call with another
+	// c.Limit or c.Kind changes nothing (but the expiry and serving that
+	// every call does), and its Record has the stored Limit and Kind (the
+	// caller reports the mismatch). c.Inbox and c.Look are not read.
 	AcquireClaim(ctx context.Context, key string, c Claim) (Record, error)
 
 	// QueueClaim is AcquireClaim for a caller that waits: when c does not
@@ -214,7 +238,7 @@ type Provider interface {
 
 	// InspectClaims returns the live claims and the queue of the counted
 	// name key, without changing anything; a name that holds neither has
-	// Limit 0.
+	// Limit 0 and no Kind.
 	InspectClaims(ctx context.Context, key string) (Claims, error)
 }
 
@@ -227,6 +251,8 @@ type Claim struct {
 	Weight int
 	// Limit is the name's limit: 1 to [MaxPermits].
 	Limit int
+	// Kind is the name's kind: [KindSemaphore] or [KindRWMutex].
+	Kind Kind
 	// TTL is the claim's time to live.
 	TTL time.Duration
 	// Inbox and Look are a waiter's, as in Waiter.
@@ -246,15 +272,17 @@ const DefaultQueueTTL = time.Minute
 
 // Claims is a counted name as [Provider.InspectClaims] found it.
 type Claims struct {
-	// Limit is the name's limit; 0 when it holds no claim and no waiter.
+	// Limit and Kind are the name's; 0 and empty when it holds no claim
+	// and no waiter.
 	Limit int
+	Kind  Kind
 	// Holders are the live claims, in the order they were granted: Owner,
 	// Token, TTL (the time left) and Since of each in its Record, and its
 	// weight in Weights at the same index.
 	Holders []Record
 	Weights []int
-	// Queue is the waiters, in arrival order: Owner, Weight, Limit, TTL
-	// and Inbox as they asked.
+	// Queue is the waiters, in arrival order: Owner, Weight, Limit, Kind,
+	// TTL and Inbox as they asked.
 	Queue []Claim
 }
 
@@ -359,7 +387,33 @@ type Record struct {
 	// a counted name that holds claims or waiters with Limit set, and
 	// Owner, Token, Finished and Since empty); zero for a lock.
 	Limit, Used int
+	// Kind says what the key is in use as, in a Record of a counted name
+	// and in a refusal for the kind (see [Kind]): the name's kind in the
+	// Records of the claim methods and of List, beside Limit; [KindLock] in
+	// the Record of an AcquireClaim or QueueClaim refused because the key
+	// holds a lock's record; a counted name's kind in the Record of a
+	// lock's Acquire or Queue refused because the key is in use as one
+	// (Owner empty). Empty in every other Record of a lock.
+	Kind Kind
 }
+
+// Kind is what a key is in use as: a lock, or a counted name of one kind.
+// A key is one kind at a time: a lock's record and a counted name's claims
+// or waiters are never stored under one key together (see
+// [Provider.AcquireClaim]), and the Client refuses the mix with
+// [ErrInvalidArgument], naming both kinds. An election's role is a lock
+// (the Client tells it by its holder's owner).
+type Kind string
+
+// The kinds of [Kind].
+const (
+	KindLock      Kind = "lock"      // a lock's record: Acquire, Do, Campaign...
+	KindSemaphore Kind = "semaphore" // the counted name of a Semaphore
+	KindRWMutex   Kind = "rwmutex"   // the counted name of an RWMutex
+)
+
+// counted reports whether k is the kind of a counted name.
+func (k Kind) counted() bool { return k == KindSemaphore || k == KindRWMutex }
 
 // Limits on keys and owners, checked before anything is sent to a provider.
 const (
@@ -474,8 +528,9 @@ const MaxPermits = 1024
 
 // CheckClaim checks the arguments of AcquireClaim: [CheckKey], [CheckOwner]
 // and [CheckTTL] of c's, a Limit from 1 to [MaxPermits], a Weight from 1
-// to Limit, and a QueueTTL that is not negative. QueueClaim and LeaveClaim
-// check [CheckInbox] of c.Inbox too.
+// to Limit, a QueueTTL that is not negative, and a Kind of a counted name
+// ([KindSemaphore] or [KindRWMutex]). QueueClaim and LeaveClaim check
+// [CheckInbox] of c.Inbox too.
 func CheckClaim(key string, c Claim) error {
 	if err := checkArgs(key, c.Owner, c.TTL); err != nil {
 		return err
@@ -487,6 +542,8 @@ func CheckClaim(key string, c Claim) error {
 		return invalidf("weight %d, not between 1 and the limit %d", c.Weight, c.Limit)
 	case c.QueueTTL < 0:
 		return invalidf("queue ttl %v is negative", c.QueueTTL)
+	case !c.Kind.counted():
+		return invalidf("claim kind %q, not %q or %q", c.Kind, KindSemaphore, KindRWMutex)
 	}
 	return nil
 }

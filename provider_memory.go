@@ -141,6 +141,9 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 	if r, ok := m.records[key]; ok {
 		return m.held(r, owner, ttl, now), nil
 	}
+	if n := m.names[key]; n != nil {
+		return Record{Kind: n.kind}, nil // in use as a counted name
+	}
 	return m.grant(key, owner, ttl, now), nil
 }
 
@@ -151,6 +154,10 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 	}
 	m.mu.Lock()
 	now := m.expire()
+	if n := m.names[key]; n != nil {
+		m.mu.Unlock()
+		return Record{Kind: n.kind}, nil // in use as a counted name
+	}
 	var msgs []memMessage
 	r, ok := m.records[key]
 	if !ok && w.Look != LookFirst {

@@ -14,10 +14,11 @@ import (
 // so that expire drops what expired of names nobody calls any more; the
 // calls on a name serve its queue.
 
-// memName is a counted name: its limit, its live claims in the order they
-// were granted, and its queue in arrival order.
+// memName is a counted name: its kind and limit, its live claims in the
+// order they were granted, and its queue in arrival order.
 type memName struct {
 	key    string
+	kind   Kind
 	limit  int
 	used   int // the weight of the claims
 	claims []memClaim
@@ -76,13 +77,20 @@ func (m *MemoryProvider) claim(ctx context.Context, key string, c Claim, queue b
 	m.mu.Lock()
 	now := m.expire()
 	n := m.names[key]
-	if n != nil && n.limit != c.Limit {
+	if n != nil && (n.limit != c.Limit || n.kind != c.Kind) {
 		rec := n.record(now)
 		m.mu.Unlock()
 		return rec, nil
 	}
+	if r := m.records[key]; n == nil && r != nil {
+		// A lock's record: not a counted name's to make.
+		rec := r.record(now)
+		rec.Kind = KindLock
+		m.mu.Unlock()
+		return rec, nil
+	}
 	if n == nil {
-		n = &memName{key: key, limit: c.Limit}
+		n = &memName{key: key, kind: c.Kind, limit: c.Limit}
 		m.names[key] = n
 		heap.Push(&m.counted, n)
 	}
@@ -205,7 +213,7 @@ func (m *MemoryProvider) InspectClaims(ctx context.Context, key string) (Claims,
 		return Claims{}, nil
 	}
 	n.reap(now)
-	cs := Claims{Limit: n.limit}
+	cs := Claims{Limit: n.limit, Kind: n.kind}
 	for _, cl := range n.claims {
 		cs.Holders = append(cs.Holders, Record{Owner: cl.owner, Token: cl.token, TTL: cl.deadline.Sub(now), Since: cl.since})
 		cs.Weights = append(cs.Weights, cl.weight)
@@ -214,7 +222,7 @@ func (m *MemoryProvider) InspectClaims(ctx context.Context, key string) (Claims,
 		cs.Queue = append(cs.Queue, w.c)
 	}
 	if len(cs.Holders) == 0 && len(cs.Queue) == 0 {
-		cs.Limit = 0
+		cs.Limit, cs.Kind = 0, ""
 	}
 	return cs, nil
 }
@@ -335,11 +343,11 @@ func (n *memName) dequeue(owner string) {
 	}
 }
 
-// record returns n as the claim methods and List show it to a caller that
-// holds no claim: the claim that expires first, the limit, the weight held
-// and the length of the queue; TTL is that claim's time left.
+// record returns n as the claim methods show it to a caller that holds no
+// claim: the claim that expires first, the kind, the limit and the weight
+// held; TTL is that claim's time left.
 func (n *memName) record(now time.Time) Record {
-	rec := Record{Limit: n.limit, Used: n.used}
+	rec := Record{Limit: n.limit, Used: n.used, Kind: n.kind}
 	for _, cl := range n.claims {
 		if rec.Owner == "" || cl.deadline.Sub(now) < rec.TTL {
 			rec.Owner, rec.Token, rec.TTL = cl.owner, cl.token, cl.deadline.Sub(now)
@@ -348,10 +356,10 @@ func (n *memName) record(now time.Time) Record {
 	return rec
 }
 
-// listed returns n as List shows it: its limit, the weight held, the
-// length of its queue, and the longest a claim has left.
+// listed returns n as List shows it: its kind and limit, the weight held,
+// the length of its queue, and the longest a claim has left.
 func (n *memName) listed(now time.Time) Record {
-	rec := Record{Limit: n.limit, Used: n.used, Waiters: len(n.queue)}
+	rec := Record{Limit: n.limit, Used: n.used, Waiters: len(n.queue), Kind: n.kind}
 	for _, cl := range n.claims {
 		rec.TTL = max(rec.TTL, cl.deadline.Sub(now))
 	}

@@ -54,7 +54,7 @@ func (m *RWMutex) RLock(ctx context.Context, o Options) (*Hold, error) {
 	if err := m.notInChain(ctx, "read"); err != nil {
 		return nil, err
 	}
-	return m.c.acquireHold(ctx, m.key, ownerTag(tagReader, m.maxReaders), claim{weight: 1, limit: m.maxReaders}, o)
+	return m.c.acquireHold(ctx, m.key, ownerTag(tagReader, m.maxReaders), claim{weight: 1, limit: m.maxReaders, kind: KindRWMutex}, o)
 }
 
 // Lock takes the write hold: no reader and no other writer until it is
@@ -66,7 +66,7 @@ func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
 	if err := m.notInChain(ctx, "write"); err != nil {
 		return nil, err
 	}
-	h, err := m.c.acquireHold(ctx, m.key, ownerTag(tagWriter, m.maxReaders), claim{weight: m.maxReaders, limit: m.maxReaders}, o)
+	h, err := m.c.acquireHold(ctx, m.key, ownerTag(tagWriter, m.maxReaders), claim{weight: m.maxReaders, limit: m.maxReaders, kind: KindRWMutex}, o)
 	if err != nil {
 		return nil, err
 	}

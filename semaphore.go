@@ -59,7 +59,7 @@ func (s *Semaphore) Acquire(ctx context.Context, weight int, o Options) (*Hold, 
 	if weight < 1 || weight > s.n {
 		return nil, invalidf("semaphore %q: weight %d, not between 1 and its %d permits", s.name, weight, s.n)
 	}
-	return s.c.acquireHold(ctx, s.key, s.tag, claim{weight: weight, limit: s.n}, o)
+	return s.c.acquireHold(ctx, s.key, s.tag, claim{weight: weight, limit: s.n, kind: KindSemaphore}, o)
 }
 
 // Do takes weight permits as Acquire does, runs fn while holding them, and

@@ -147,7 +147,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		return nil, a.notAcquired(ctx, a.failed(ctx, "acquire", err), "", 0)
 	}
 	c.answered()
-	if err := a.limitMix(rec); err != nil {
+	if err := a.kindMix(rec); err != nil {
 		return nil, err
 	}
 	if rec.Owner == owner && !rec.Finished {
@@ -285,26 +285,51 @@ func (a *acquisition) hold(rec Record, sent time.Time) *Lock {
 // Lead) and the other is not: a role taken with Acquire, or a lock
 // campaigned for, would wait for a holder that never hands it over.
 func roleMix(key, owner, holder string) error {
-	if holder == "" {
+	if holder == "" || isRole(owner) == isRole(holder) {
 		return nil
 	}
-	switch mine, theirs := isRole(owner), isRole(holder); {
-	case mine && !theirs:
-		return invalidf("%q is held as a lock (Acquire, Do), not as an election role: Campaign and Lead cannot take it", key)
-	case !mine && theirs:
-		return invalidf("%q is an election role (Campaign, Lead): take it with Campaign, not as a lock", key)
+	return kindsMixed(key, kindSaid("", holder), kindSaid("", owner))
+}
+
+// kindMix returns an error when rec, the answer to the acquisition's
+// request, shows the key in use as another kind than the acquisition's
+// (see [Kind]: a counted name for a lock, a lock or a counted name of the
+// other kind for a claim), or its counted name with another limit: the
+// provider changed nothing then. A Record without a Kind (of a name
+// stored before kinds were) is checked for its limit alone.
+func (a *acquisition) kindMix(rec Record) error {
+	mine := a.claim.kind // empty for a lock
+	switch {
+	case !a.claim.counted() && rec.Kind.counted(),
+		a.claim.counted() && rec.Kind != "" && rec.Kind != mine:
+		return kindsMixed(a.key, kindSaid(rec.Kind, rec.Owner), kindSaid(mine, a.owner))
+	case a.claim.counted() && rec.Limit != a.claim.limit:
+		return invalidf("%q is in use with a limit of %d, not %d: every caller of a semaphore or read-write lock must give the same", a.key, rec.Limit, a.claim.limit)
 	}
 	return nil
 }
 
-// limitMix returns an error when rec, the answer to a claim's request,
-// shows the counted name held or waited for with another limit than the
-// acquisition's (the provider changed nothing then).
-func (a *acquisition) limitMix(rec Record) error {
-	if !a.claim.counted() || rec.Limit == a.claim.limit {
-		return nil
+// kindsMixed is the error of an acquisition of key as want, which is in
+// use as have.
+func kindsMixed(key, have, want string) error {
+	return invalidf("%q is in use as %s, not %s: a name is one kind at a time", key, have, want)
+}
+
+// kindSaid names kind for an error: a counted name's, or for a lock (kind
+// empty or KindLock) a lock's or, when owner is a role's candidate or
+// leader, an election role's.
+func kindSaid(kind Kind, owner string) string {
+	switch {
+	case kind == KindSemaphore:
+		return "a Semaphore"
+	case kind == KindRWMutex:
+		return "an RWMutex"
+	case kind != "" && kind != KindLock:
+		return "a " + string(kind) // of a provider that knows more kinds
+	case isRole(owner):
+		return "an election role (Campaign, Lead)"
 	}
-	return invalidf("%q is in use with a limit of %d, not %d: every caller of a semaphore or read-write lock must give the same", a.key, rec.Limit, a.claim.limit)
+	return "a lock (Acquire, Do)"
 }
 
 // isRole reports whether owner is a role's candidate or leader.

@@ -180,7 +180,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUpFailed(ctx, w.callFailed(ctx, "wait", err, sent))
 	}
 	w.c.answered()
-	if err := w.limitMix(rec); err != nil {
+	if err := w.kindMix(rec); err != nil {
 		return nil, w.giveUp(ctx, err)
 	}
 	switch {

@@ -28,15 +28,14 @@ func (s *suite) runClaims(t *testing.T) {
 	t.Run("ClaimWaiterThatStopsLookingIsPassedOver", s.claimEntryRunsOut)
 	t.Run("ClaimOfAWaiterThatAcquiresIsGrantedOnce", s.claimWaiterAcquires)
 	t.Run("ClaimTokensFollowTheLocksTokens", s.claimTokens)
-	t.Run("ClaimsAndLocksOfOneKeyAreApart", s.claimsApart)
 	t.Run("ClaimsListed", s.claimsListed)
 	t.Run("ClaimBadInput", s.claimBadInput)
 }
 
-// claimOf returns a claim of weight out of limit for a new owner, living a
-// minute, waiting on in when in is not nil.
+// claimOf returns a claim of weight out of limit on a Semaphore's name, for
+// a new owner, living a minute, waiting on in when in is not nil.
 func claimOf(weight, limit int, in *listener) lock.Claim {
-	c := lock.Claim{Owner: newOwner(), Weight: weight, Limit: limit, TTL: time.Minute}
+	c := lock.Claim{Owner: newOwner(), Weight: weight, Limit: limit, Kind: lock.KindSemaphore, TTL: time.Minute}
 	if in != nil {
 		c.Inbox = in.name
 	}
@@ -91,6 +90,7 @@ func (s *suite) claimsFit(t *testing.T) {
 	a, b, c := claimOf(2, 3, nil), claimOf(1, 3, nil), claimOf(1, 3, nil)
 	ra := s.take(t, key, a)
 	assert.Equal(t, []int{3, 2}, []int{ra.Limit, ra.Used})
+	assert.Equal(t, lock.KindSemaphore, ra.Kind, "the name's kind")
 	assertTTL(t, time.Minute, ra.TTL, "the claim's TTL")
 	rb := s.take(t, key, b)
 	assert.Greater(t, rb.Token, ra.Token, "tokens increase")
@@ -100,10 +100,12 @@ func (s *suite) claimsFit(t *testing.T) {
 	assert.NotEqual(t, c.Owner, rc.Owner, "a claim that does not fit is refused")
 	assert.Contains(t, []string{a.Owner, b.Owner}, rc.Owner, "the refusal names a holder")
 	assert.Equal(t, []int{3, 3}, []int{rc.Limit, rc.Used})
+	assert.Equal(t, lock.KindSemaphore, rc.Kind, "the name's kind")
 	assert.Positive(t, rc.TTL)
 	cs, err := s.p.InspectClaims(s.ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, 3, cs.Limit)
+	assert.Equal(t, lock.KindSemaphore, cs.Kind)
 	assert.Equal(t, []string{a.Owner, b.Owner}, owners(cs), "holders in grant order")
 	assert.Equal(t, []int{2, 1}, cs.Weights)
 	assert.Equal(t, []uint64{ra.Token, rb.Token}, []uint64{cs.Holders[0].Token, cs.Holders[1].Token})
@@ -407,30 +409,11 @@ func (s *suite) claimTokens(t *testing.T) {
 	c := claimOf(1, 1, nil)
 	rc := s.take(t, key, c)
 	assert.Greater(t, rc.Token, l1.Token, "the claim's token is above the lock's before it")
+	s.releaseClaims(t, key, c.Owner)
 	o2 := newOwner()
 	l2 := mustAcquire(t, s.p, key, o2, time.Minute)
 	assert.Greater(t, l2.Token, rc.Token, "the next lock's token is above the claim's")
 	require.NoError(t, s.p.Release(s.ctx, key, o2))
-	s.releaseClaims(t, key, c.Owner)
-}
-
-// claimsApart: a lock and a counted name under one key do not see each
-// other.
-func (s *suite) claimsApart(t *testing.T) {
-	key := uniqueName(t)
-	o := newOwner()
-	mustAcquire(t, s.p, key, o, time.Minute)
-	c := claimOf(1, 1, nil)
-	s.take(t, key, c)
-	rec, err := s.p.Inspect(s.ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, o, rec.Owner, "the lock is held by its owner")
-	assert.Zero(t, rec.Limit)
-	require.NoError(t, s.p.Release(s.ctx, key, o))
-	cs, err := s.p.InspectClaims(s.ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, []string{c.Owner}, owners(cs), "the claim outlives the lock's release")
-	s.releaseClaims(t, key, c.Owner)
 }
 
 // claimsListed: List reports a counted name with its limit, the weight
@@ -455,6 +438,7 @@ func (s *suite) claimsListed(t *testing.T) {
 	got := list()
 	if assert.Len(t, got, 1) {
 		assert.Equal(t, []int{3, 2, 1}, []int{got[0].Limit, got[0].Used, got[0].Waiters})
+		assert.Equal(t, lock.KindSemaphore, got[0].Kind, "the listed kind")
 		assert.Empty(t, got[0].Owner)
 		assertTTL(t, time.Minute, got[0].TTL, "the listed TTL")
 	}
@@ -467,7 +451,7 @@ func (s *suite) claimsListed(t *testing.T) {
 func (s *suite) claimBadInput(t *testing.T) {
 	key := uniqueName(t)
 	good := func() lock.Claim {
-		return lock.Claim{Owner: newOwner(), Weight: 1, Limit: 2, TTL: time.Minute, Inbox: "inbox:" + uniqueName(t)}
+		return lock.Claim{Owner: newOwner(), Weight: 1, Limit: 2, Kind: lock.KindRWMutex, TTL: time.Minute, Inbox: "inbox:" + uniqueName(t)}
 	}
 	for name, change := range map[string]func(*lock.Claim){
 		"zero weight":        func(c *lock.Claim) { c.Weight = 0 },
@@ -477,6 +461,8 @@ func (s *suite) claimBadInput(t *testing.T) {
 		"short ttl":          func(c *lock.Claim) { c.TTL = time.Microsecond },
 		"negative queue ttl": func(c *lock.Claim) { c.QueueTTL = -time.Second },
 		"empty owner":        func(c *lock.Claim) { c.Owner = "" },
+		"no kind":            func(c *lock.Claim) { c.Kind = "" },
+		"a lock's kind":      func(c *lock.Claim) { c.Kind = lock.KindLock },
 	} {
 		c := good()
 		change(&c)

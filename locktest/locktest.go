@@ -135,6 +135,7 @@ func Run(t *testing.T, b Backend) {
 	s.runElection(t)
 	s.runWatch(t)
 	s.runHolds(t)
+	s.runKinds(t)
 	s.runHistory(t)
 }
 
