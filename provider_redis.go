@@ -623,10 +623,10 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, err
 	}
-	switch r.code {
-	case replyEmpty:
+	switch {
+	case r.code == replyEmpty, r.code == replyValue && r.rec.Kind != "": // free, or a counted name's, left as it is
 		return Record{}, nil
-	case replyValue:
+	case r.code == replyValue:
 		return r.rec, nil // removed, or handed to a waiter
 	}
 	return Record{}, r.unexpected("force release", key)

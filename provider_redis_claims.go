@@ -11,24 +11,29 @@ import (
 )
 
 // The counted names on Redis: each method is one script (scripts/claim*.lua,
-// with scripts/claim.lua prepended to all but claiminspect.lua), on three
+// with scripts/claim.lua prepended to all but claiminspect.lua), on four
 // keys of the hash slot of the name's record key R (see RedisKeys): R+":c",
 // a hash of the live claims (owner -> "weight,token,since,deadline", the
 // deadline by the server's clock) and the waiters' queue entries, with the
 // name's limit, the weight used, the queue's length, when the keys expire
 // and a bound of the first deadline with a live claim; R+":cq", the queue,
-// a list of entries "owner weight ttl channel"; and the locks' fencing
+// a list of entries "owner weight ttl channel"; the locks' fencing
 // counter of the slot, from which a name takes its tokens in blocks (see
-// provider_redis_token.go). Every script reads the server's clock (TIME)
+// provider_redis_token.go); and R itself, which holds the name's mark,
+// "counted <kind>", while the name holds claims or waiters, so that a
+// lock's scripts find the key taken (one name, one kind: see countedMark).
+// Every script reads the server's clock (TIME)
 // and the name's fields (HMGET) first, and reaps the claims whose deadline passed
 // (HGETALL) when that clock reached the earliest deadline. What the scripts
 // take and reply is written once, at the top of scripts/claim.lua.
 //
-// An uncontended AcquireClaim and its ReleaseClaim are two calls of 5 and
-// 3 Redis commands (TIME, HMGET, INCRBY for a block of tokens, HSET,
-// PEXPIREAT; TIME, HMGET, DEL), or 3 and 4 when others hold claims of the
-// name (TIME, HMGET, HSET; TIME, HMGET, HDEL, HSET), whatever the limit: at
-// most 10 with the two EVALSHA. A hold served from the queue is 12: the
+// An uncontended AcquireClaim and its ReleaseClaim are two calls of 6 and
+// 3 Redis commands (TIME, HMGET, INCRBY for a block of tokens, the mark's
+// SET NX, HSET, PEXPIREAT; TIME, HMGET, DEL of the three keys), or 3 and 4
+// when others hold claims of the name (TIME, HMGET, HSET; TIME, HMGET,
+// HDEL, HSET), whatever the limit: at most 11 with the two EVALSHA. A
+// renewal that moves the keys' expiry moves the mark's too (a PEXPIREAT
+// each). A hold served from the queue is 12: the
 // join (TIME, HMGET, RPUSH, HSET) and the granting release (TIME, HMGET,
 // LPOP, PUBLISH, HDEL, HSET) with their EVALSHA. A waiter's look again is
 // 6 (TIME, HMGET, LPOS, and the LSET and HSET of its entry with its new
@@ -57,7 +62,7 @@ const (
 // claimKeys are the keys of a counted name's scripts, in the order of
 // scripts/claim.lua's KEYS, and how they publish (see scriptKeys).
 type claimKeys struct {
-	keys   [3]any // claims, fence, queue
+	keys   [4]any // claims, fence, queue, record (the mark)
 	pub    any
 	prefix string
 }
@@ -72,7 +77,7 @@ func (p *RedisProvider) countedKeys(ctx context.Context, key string, args error,
 	if err != nil {
 		return claimKeys{}, err
 	}
-	k := claimKeys{keys: [3]any{rk + claimsSuffix, fenceKey(key, rk), rk + claimQueueSuffix}}
+	k := claimKeys{keys: [4]any{rk + claimsSuffix, fenceKey(key, rk), rk + claimQueueSuffix, rk}}
 	if publishes {
 		k.pub, k.prefix, err = p.publishing(ctx, rk)
 	}
@@ -92,7 +97,25 @@ const (
 	claimHeld    = 4 // rec is the caller's claim
 	claimLost    = 5 // the caller holds no live claim; nothing changed
 	claimCorrupt = 6 // a stored value is not the scripts'
+	claimLocked  = 7 // the key holds a lock's record: rec is it, with Kind KindLock; nothing changed
 )
+
+// markPrefix starts the value of a counted name's record key while the
+// name is in use: "counted semaphore", "counted rwmutex" (see
+// scripts/claim.lua). It has a space, which no owner has, so that no
+// script reads it as a lock's record: a lock's Acquire finds the key
+// taken, and its Record says the name's kind (see decode).
+const markPrefix = "counted "
+
+// countedMark returns the kind of the counted name whose mark is v, and
+// whether v is one.
+func countedMark(v string) (Kind, bool) {
+	k, ok := strings.CutPrefix(v, markPrefix)
+	return Kind(k), ok && Kind(k).counted()
+}
+
+// kindArgs are the kinds of claims as the scripts' argument, boxed once.
+var kindArgs = map[Kind]any{KindSemaphore: string(KindSemaphore), KindRWMutex: string(KindRWMutex)}
 
 // claimReply is a claim script's reply, decoded.
 type claimReply struct {
@@ -122,11 +145,11 @@ func (p *RedisProvider) runClaim(ctx context.Context, op, key string, s *script,
 }
 
 // decodeClaim decodes a claim script's reply, {code, limit, used, n, owner,
-// value, pttl, head}.
+// value, pttl, head, kind}.
 func decodeClaim(op, key string, res any) (claimReply, error) {
 	r := claimReply{raw: res}
 	a, _ := res.([]any)
-	if len(a) != 8 {
+	if len(a) != 9 {
 		return r, r.unexpected(op, key)
 	}
 	code, ok1 := a[0].(int64)
@@ -135,13 +158,24 @@ func decodeClaim(op, key string, res any) (claimReply, error) {
 	n, ok4 := a[3].(int64)
 	pttl, ok5 := a[6].(int64)
 	head, ok6 := a[7].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || code < claimDone || code > claimCorrupt {
+	kind, _ := a[8].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || code < claimDone || code > claimLocked {
 		return r, r.unexpected(op, key)
 	}
 	r.code, r.n = code, n
 	v, _ := a[5].(string)
-	if code == claimCorrupt {
+	switch code {
+	case claimCorrupt:
 		return r, &RecordError{Key: key, Value: v}
+	case claimLocked:
+		rec, err := parseRecord(key, v)
+		if err != nil {
+			return r, err
+		}
+		rec.TTL = max(time.Duration(pttl)*time.Millisecond, time.Millisecond)
+		rec.Kind = KindLock
+		r.rec = rec
+		return r, nil
 	}
 	if o, ok := a[4].(string); ok {
 		_, token, since, err := parseClaim(key, v)
@@ -153,7 +187,7 @@ func decodeClaim(op, key string, res any) (claimReply, error) {
 			r.rec.Since = since
 		}
 	}
-	r.rec.Limit, r.rec.Used = int(limit), int(used)
+	r.rec.Limit, r.rec.Used, r.rec.Kind = int(limit), int(used), Kind(kind)
 	if code == claimQueued && head > 0 {
 		r.rec.HeadTTL = time.Duration(head) * time.Millisecond
 	}
@@ -213,14 +247,14 @@ func (p *RedisProvider) AcquireClaim(ctx context.Context, key string, c Claim) (
 		return Record{}, err
 	}
 	r, acked, err := p.runClaim(ctx, "acquire claim", key, claimAcquireScript, true, k,
-		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit)
+		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, skipArg, skipArg, kindArgs[c.Kind])
 	if err != nil {
 		return Record{}, err
 	}
 	switch r.code {
 	case claimHeld:
 		err = p.replicated(key, acked)
-	case claimValue:
+	case claimValue, claimLocked:
 	default:
 		return Record{}, r.unexpected("acquire claim", key)
 	}
@@ -247,7 +281,8 @@ func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Re
 		}
 	}
 	r, acked, err := p.runClaim(ctx, "queue claim", key, claimQueueScript, true, k,
-		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch), max(cmp.Or(c.QueueTTL, DefaultQueueTTL).Milliseconds(), 1))
+		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch), max(cmp.Or(c.QueueTTL, DefaultQueueTTL).Milliseconds(), 1),
+		kindArgs[c.Kind])
 	rec := r.rec
 	switch {
 	case err != nil:
@@ -255,7 +290,7 @@ func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Re
 		rec.Queued, rec.Position = true, int(r.n)
 	case r.code == claimHeld:
 		err = p.replicated(key, acked)
-	case r.code != claimValue:
+	case r.code != claimValue && r.code != claimLocked:
 		rec, err = Record{}, r.unexpected("queue claim", key)
 	}
 	if k.prefix != "" && err == nil && !rec.Queued {
@@ -336,7 +371,7 @@ func (p *RedisProvider) InspectClaims(ctx context.Context, key string) (Claims, 
 	if err != nil {
 		return Claims{}, err
 	}
-	res, err := p.batch.eval(ctx, claimInspectScript, len(k.keys), k.args(skipArg)...)
+	res, err := p.batch.eval(ctx, claimInspectScript, 3, k.keys[0], k.keys[1], k.keys[2], skipArg)
 	if err != nil {
 		return Claims{}, p.wrap(key, err)
 	}
@@ -359,16 +394,18 @@ func (p *RedisProvider) InspectClaims(ctx context.Context, key string) (Claims, 
 func decodeClaims(key string, res any) (Claims, int, error) {
 	bad := fmt.Errorf("lock: inspect claims %q: unexpected reply %v", key, res)
 	a, _ := res.([]any)
-	if len(a) != 4 {
+	if len(a) != 5 {
 		return Claims{}, 0, bad
 	}
 	var cs Claims
+	kind, _ := a[4].(string)
+	cs.Kind = Kind(kind)
 	switch l := a[0].(type) {
 	case int64:
 		if l != 0 {
 			return Claims{}, 0, bad
 		}
-		return Claims{}, 0, nil
+		return Claims{}, 0, nil // and no kind
 	case string:
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > MaxPermits {
@@ -412,7 +449,7 @@ func decodeClaims(key string, res any) (Claims, int, error) {
 		if !ok {
 			return Claims{}, 0, &RecordError{Key: key, Value: s}
 		}
-		c.Limit = cs.Limit
+		c.Limit, c.Kind = cs.Limit, cs.Kind
 		cs.Queue = append(cs.Queue, c)
 	}
 	return cs, int(qlen), nil
@@ -456,7 +493,7 @@ func listedClaims(key string, res any) (rec Record, ok, lock bool, err error) {
 	if err != nil || cs.Limit == 0 {
 		return Record{}, false, false, err
 	}
-	rec = Record{Limit: cs.Limit, Waiters: qlen}
+	rec = Record{Limit: cs.Limit, Waiters: qlen, Kind: cs.Kind}
 	for i, h := range cs.Holders {
 		rec.Used += cs.Weights[i]
 		rec.TTL = max(rec.TTL, h.TTL)

@@ -107,7 +107,7 @@ func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *red
 // array that every reply is (see scripts/record.lua).
 type evalCmd struct {
 	cmd  redis.Cmd
-	args [3 + 4 + 8]any // the command, digest and key count; up to 4 keys and 8 arguments (the claims')
+	args [3 + 4 + 9]any // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
 }
 
 // reply is a script's reply, {code, value, pttl, n}, decoded (see the
@@ -152,7 +152,9 @@ func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error
 	switch v := a[1].(type) {
 	case nil: // false
 	case string:
-		if r.rec, err = parseRecord(key, v); err != nil {
+		if kind, ok := countedMark(v); ok {
+			r.rec = Record{Kind: kind} // in use as a counted name: no lock's record
+		} else if r.rec, err = parseRecord(key, v); err != nil {
 			return reply{}, err
 		}
 	default:
@@ -198,6 +200,8 @@ func (r reply) inspected(key string, err error) (Record, error) {
 		return Record{}, err
 	case r.code == replyEmpty:
 		return Record{}, nil
+	case r.code == replyValue && r.rec.Kind != "":
+		return Record{}, nil // a counted name's mark: no lock's record
 	case r.code == replyValue:
 		rec := r.rec
 		rec.Waiters = int(r.n)

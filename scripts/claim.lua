@@ -29,6 +29,9 @@
 --         entry runs out, when a call knows them (absent otherwise): a
 --         live head that does not fit stops serving without a look at the
 --         queue;
+--       ' kind' the name's kind ('semaphore' or 'rwmutex'; absent in a
+--         name stored before kinds were, which takes a caller of either
+--         kind, and has no mark),
 --     a space, which no owner has, keeps them apart from the claims
 --   KEYS[2] the fencing counter of the slot (see token.lua)
 --   KEYS[3] R..':cq', the queue: a list of entries "owner weight ttl-ms
@@ -36,7 +39,14 @@
 --     as in record.lua's queue (see publish), deadline when the entry runs
 --     out (Unix ms by the server's clock: its waiter's last look and the
 --     queue ttl it gave, ARGV[8])
--- The two keys live and die together: both expire at ' until', no earlier
+--   KEYS[4] R, the record key of the same name: a lock's record (see
+--     record.lua), or, while the name holds claims or waiters, its mark
+--     "counted <kind>", which no record is, so that a lock's scripts find
+--     the key taken and no lock is granted beside the name (one name, one
+--     kind). The call that makes the name (its first claim or waiter)
+--     writes the mark, unless R holds a lock's record: then it changes
+--     nothing and replies LOCKED.
+-- The three keys live and die together: they expire at ' until', no earlier
 -- than the last deadline and a minute after the last look of a waiter
 -- (or its queue ttl, ARGV[8], if longer), and every call that leaves the name without claims and
 -- waiters deletes them. A call reaps (reads every claim, drops those past
@@ -54,11 +64,13 @@
 --   ARGV[6] limit: the caller's limit
 --   ARGV[7] entry: the caller's queue entry
 --   ARGV[8] queue ttl: how long the caller's queue entry lasts, in ms
+--   ARGV[9] kind: the caller's kind
 --
 -- Every script but claiminspect.lua replies {code, limit, used, n, owner,
--- value, pttl, head}, decoded by decodeClaim in provider_redis_claims.go: limit
--- and used are the name's after the call (limit 0 when it holds nothing),
--- and
+-- value, pttl, head, kind}, decoded by decodeClaim in
+-- provider_redis_claims.go: limit, used and kind are the name's after the
+-- call (0, 0, false when it holds nothing; kind false for a name stored
+-- without one), and
 --   code 1 DONE: the call did what it was asked.
 --   code 2 VALUE: the caller holds no claim; owner and value are those
 --     of a live claim (the one in ' next'), pttl the ms left to the first
@@ -71,6 +83,9 @@
 --   code 5 LOST: the caller holds no live claim, and nothing changed.
 --   code 6 CORRUPT: value is a stored value that is not one of these
 --     scripts'; nothing was written.
+--   code 7 LOCKED: the call would have made the name, and R holds a lock's
+--     record (or a value that is not a mark): value is that value, pttl
+--     its ms left; limit 0, kind 'lock'. Nothing was written to the name.
 -- A value in a reply is "weight,token,since" (the stored claim without its
 -- deadline): weight 1 to 4 digits, token 1 to 19 digits, since and
 -- deadline 1 to 15 digits, none with a leading zero but since.
@@ -82,15 +97,18 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local owner, want = ARGV[1], tonumber(ARGV[6])
+local owner, want, wantkind = ARGV[1], tonumber(ARGV[6]), ARGV[9]
 local wfield = ' w ' .. owner
+local markPrefix = 'counted ' -- of R's value while the name is in use
 
 -- The name as this call sees it. Writes wait in changed (field -> value,
 -- or false: deleted) until finish, which makes them; so a stored value
 -- found corrupt stops the call before it wrote anything.
 local limit, used, qlen = nil, 0, 0 -- limit nil: the name holds nothing
+local kind = nil -- the name's kind; nil when it holds nothing, or has none stored
+local made = false -- this call makes the name (start): it writes its kind and mark
 local existed = false -- the hash was there
-local stored = {} -- ' limit', ' used', ' qlen', ' next' as read
+local stored = {} -- ' limit', ' used', ' qlen', ' next', ' hw', ' kind' as read
 local untilms = 0 -- ' until' as read
 local reaped = false -- a claim expired
 local mine = nil -- the caller's live claim, as stored
@@ -121,7 +139,7 @@ local function short(v)
 end
 
 local function corrupt(v)
-  return {6, 0, 0, 0, false, v, 0, 0}
+  return {6, 0, 0, 0, false, v, 0, 0, false}
 end
 
 -- entry returns the owner, weight, ttl, channel and deadline of a queue
@@ -161,15 +179,17 @@ end
 -- reaps when a claim may have expired. A name left without claims and
 -- waiters holds nothing: limit is nil. It returns a CORRUPT reply, or nil.
 local function load()
-  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield, ' hw', ' tok')
+  local st = redis.call('HMGET', KEYS[1], ' limit', ' used', ' qlen', ' until', ' next', owner, wfield, ' hw', ' tok', ' kind')
   if not st[1] then return nil end
   existed = true
   if not string.match(st[1], '^[1-9]%d?%d?%d?$') then return corrupt(st[1]) end
+  if st[10] and not string.match(st[10], '^%l+$') then return corrupt(st[10]) end
   for i = 2, 4 do
     if not st[i] or not string.match(st[i], '^%d+$') or #st[i] > 15 then return corrupt(tostring(st[i])) end
   end
   limit, used, qlen, untilms = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
-  stored = {limit = st[1], used = used, qlen = qlen, next = st[5], hw = st[8]}
+  stored = {limit = st[1], used = used, qlen = qlen, next = st[5], hw = st[8], kind = st[10]}
+  kind = st[10]
   if st[8] then
     local w, dl = string.match(st[8], '^([1-9]%d?%d?%d?) ([1-9]%d*)$')
     if not w or #dl > 15 then return corrupt(st[8]) end
@@ -206,17 +226,24 @@ local function load()
     local err = scan()
     if err then return err end
   end
-  if used == 0 and qlen == 0 then limit = nil end
+  if used == 0 and qlen == 0 then limit, kind = nil, nil end
   return nil
 end
 
 -- start begins a call that may take a claim or join the queue: the
--- caller's limit becomes the name's when it holds nothing.
+-- caller's limit and kind become the name's when it holds nothing (the
+-- call makes the name).
 local function start()
   local err = load()
   if err then return err end
-  if not limit then limit = want end
+  if not limit then limit, kind, made = want, wantkind, true end
   return nil
+end
+
+-- other reports whether the caller's limit or kind is not the name's (a
+-- name stored without a kind takes either).
+local function other()
+  return limit ~= want or (kind ~= nil and kind ~= wantkind)
 end
 
 -- keep makes the keys live at least until ms.
@@ -375,18 +402,36 @@ local function first()
   return nexto, nextv, nextdl - now
 end
 
--- finish makes the call's writes: it deletes the name's keys when it holds
--- no claim and no waiter, and otherwise writes the fields changed, and
--- makes the keys live at least until exp (with a quarter more, so that the
--- calls that follow need not push it again).
+-- finish makes the call's writes: it deletes the name's keys (its mark
+-- too, when it has one) when it holds no claim and no waiter, and otherwise
+-- writes the fields changed, and makes the keys live at least until exp
+-- (with a quarter more, so that the calls that follow need not push it
+-- again). A call that makes the name writes its mark first, in R: when R
+-- holds a lock's record, finish writes nothing and returns that record
+-- (the call is refused: see locked). A call that makes the name wrote
+-- nothing else before (a grant of a name that holds nothing is written
+-- here, but for its token, which is used up).
 local function finish()
   if used <= 0 and qlen <= 0 then
-    if existed then redis.call('DEL', KEYS[1], KEYS[3]) end
-    limit = nil
-    return
+    if existed and stored.kind then
+      redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+    elseif existed then
+      redis.call('DEL', KEYS[1], KEYS[3])
+    end
+    limit, kind = nil, nil
+    return nil
   end
   local e = untilms
   if exp > e then e = exp + math.floor((exp - now) / 4) end
+  local es = string.format('%d', e)
+  if made then
+    local mark = markPrefix .. kind
+    if not redis.call('SET', KEYS[4], mark, 'NX', 'PXAT', es) then
+      local v = redis.call('GET', KEYS[4])
+      if string.sub(v, 1, #markPrefix) ~= markPrefix then return v end
+      redis.call('SET', KEYS[4], mark, 'PXAT', es) -- the mark of the name before, whose keys live on
+    end
+  end
   local hset, hdel = {}, {}
   local function put(f, v)
     hset[#hset + 1], hset[#hset + 2] = f, v
@@ -406,13 +451,22 @@ local function finish()
   if not hw and stored.hw then hdel[#hdel + 1] = ' hw' end
   local l = string.format('%d', limit)
   if l ~= stored.limit then put(' limit', l) end
+  if kind and kind ~= stored.kind then put(' kind', kind) end
   if used ~= stored.used then put(' used', string.format('%d', used)) end
   if qlen ~= stored.qlen then put(' qlen', string.format('%d', qlen)) end
   if e ~= untilms then put(' until', string.format('%d', e)) end
   if #hdel > 0 then redis.call('HDEL', KEYS[1], unpack(hdel)) end
   if #hset > 0 then redis.call('HSET', KEYS[1], unpack(hset)) end
-  if e ~= untilms then redis.call('PEXPIREAT', KEYS[1], string.format('%d', e)) end
-  if qlen > 0 and (e ~= untilms or relist) then redis.call('PEXPIREAT', KEYS[3], string.format('%d', e)) end
+  if e ~= untilms then redis.call('PEXPIREAT', KEYS[1], es) end
+  if qlen > 0 and (e ~= untilms or relist) then redis.call('PEXPIREAT', KEYS[3], es) end
+  if e ~= untilms and stored.kind and not made then redis.call('PEXPIREAT', KEYS[4], es) end
+  return nil
+end
+
+-- locked returns the LOCKED reply of v, the lock's record in R that
+-- refused a call that would have made the name.
+local function locked(v)
+  return {7, 0, 0, 0, false, v, redis.call('PTTL', KEYS[4]), 0, 'lock'}
 end
 
 -- reply returns the reply code with n, and the live claim that expires
@@ -422,21 +476,23 @@ local function reply(code, n)
   local o, v, pttl = first()
   local head = 0
   if code == 3 and n > 0 and headw and headdl > now then head = headdl - now end
-  finish()
-  return {code, limit or 0, used, n, o, v, pttl, head}
+  local lockv = finish()
+  if lockv then return locked(lockv) end
+  return {code, limit or 0, used, n, o, v, pttl, head, kind or false}
 end
 
 -- held finishes the call and returns the HELD reply of the caller's claim
 -- v (as a reply shows it), with pttl ms left.
 local function held(v, pttl)
-  finish()
-  return {4, limit or 0, used, 0, owner, v, pttl, 0}
+  local lockv = finish()
+  if lockv then return locked(lockv) end
+  return {4, limit or 0, used, 0, owner, v, pttl, 0, kind or false}
 end
 
 -- done finishes the call and returns code, DONE or LOST.
 local function done(code)
   finish()
-  return {code, limit or 0, used, 0, false, false, 0, 0}
+  return {code, limit or 0, used, 0, false, false, 0, 0, kind or false}
 end
 
 -- failed finishes the call (what it did before a token could not be taken:

@@ -1,15 +1,17 @@
 -- AcquireClaim: take a claim of ARGV weight for ARGV owner when it fits and
 -- nobody is queued, or renew the caller's own. Takes ARGV owner, ttl, key,
--- pub, weight, limit (see the layout and the replies at the top of this
--- script, claim.lua); serves the queue first when a waiter's head fits.
--- Replies HELD with the caller's claim, or VALUE. A limit that is not the
--- name's changes nothing (but the reaping and serving): VALUE.
+-- pub, weight, limit, "", "", kind (see the layout and the replies at the
+-- top of this script, claim.lua); serves the queue first when a waiter's
+-- head fits. Replies HELD with the caller's claim, or VALUE. A limit or a
+-- kind that is not the name's changes nothing (but the reaping and
+-- serving): VALUE. A claim that would make the name of a key that holds a
+-- lock's record changes nothing: LOCKED.
 local err = start()
 if err then return err end
 local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
 err = serve()
 if err then return failed(err) end
-if limit ~= want then return reply(2, 0) end
+if other() then return reply(2, 0) end
 if changed[owner] then
   -- The caller was queued, and granted from the queue just now.
   return held(short(changed[owner]), ttl)

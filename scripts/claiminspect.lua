@@ -1,12 +1,13 @@
 -- InspectClaims and List: read a counted name's live claims and queue,
--- changing nothing. Takes the KEYS of claim.lua (not prepended here) and
--- ARGV[1]: 'n' to read the queue's length only (List), else '' for its
--- entries. Replies {limit, holders, queue, qlen}: holders a flat array of
--- owner, value, ms left for each live claim (value "weight,token,since",
--- or the stored value as it is when it is not a claim), queue the entries
--- (false with 'n'), qlen the queue's length; {0, {}, {}, 0} when the name
--- holds no live claim and no waiter. A waiter whose entry ran out (its
--- deadline is past) is not shown, nor counted. With 'n', a
+-- changing nothing. Takes the first three KEYS of claim.lua (which is not
+-- prepended here) and ARGV[1]: 'n' to read the queue's length only
+-- (List), else '' for its entries. Replies {limit, holders, queue, qlen,
+-- kind}: holders a flat array of owner, value, ms left for each live claim
+-- (value "weight,token,since", or the stored value as it is when it is not
+-- a claim), queue the entries (false with 'n'), qlen the queue's length,
+-- kind the name's (false when it has none stored); {0, {}, {}, 0, false}
+-- when the name holds no live claim and no waiter. A waiter whose entry
+-- ran out (its deadline is past) is not shown, nor counted. With 'n', a
 -- KEYS[1] that is not a hash (a lock's record whose key ends with ':c')
 -- replies {-1}.
 local t = redis.call('TIME')
@@ -16,12 +17,14 @@ if h.err then
   if ARGV[1] == 'n' then return {-1} end
   return h
 end
-local limit, qlen = false, 0
+local limit, kind, qlen = false, false, 0
 local holders = {}
 for i = 1, #h, 2 do
   local o, v = h[i], h[i + 1]
   if o == ' limit' then
     limit = v
+  elseif o == ' kind' then
+    kind = v
   elseif string.sub(o, 1, 3) == ' w ' then
     local dl = tonumber(string.match(v, ' (%d+)$'))
     if not dl or dl > now then qlen = qlen + 1 end
@@ -34,7 +37,7 @@ for i = 1, #h, 2 do
     end
   end
 end
-if not limit or (#holders == 0 and qlen == 0) then return {0, {}, {}, 0} end
+if not limit or (#holders == 0 and qlen == 0) then return {0, {}, {}, 0, false} end
 local queue = false
 if ARGV[1] ~= 'n' and qlen > 0 then
   queue = {}
@@ -44,4 +47,4 @@ if ARGV[1] ~= 'n' and qlen > 0 then
   end
   qlen = #queue
 end
-return {limit, holders, queue, qlen}
+return {limit, holders, queue, qlen, kind}

@@ -1,11 +1,13 @@
 -- QueueClaim: serve the queue, then take a claim for ARGV owner as
 -- claimacquire.lua does, or put the caller at the back of the queue, or
 -- keep its place there. Takes ARGV owner, ttl, key, pub, weight, limit,
--- entry, queue ttl (see the layout and the replies at the top of this
--- script, claim.lua). Replies HELD with the caller's claim (granted from
--- the queue too: the caller is told with a message as well), QUEUED with
--- its place, or VALUE when its limit is not the name's (which changes
--- nothing but the reaping and serving).
+-- entry, queue ttl, kind (see the layout and the replies at the top of
+-- this script, claim.lua). Replies HELD with the caller's claim (granted
+-- from the queue too: the caller is told with a message as well), QUEUED
+-- with its place, VALUE when its limit or kind is not the name's (which
+-- changes nothing but the reaping and serving), or LOCKED when it would
+-- make the name of a key that holds a lock's record (which changes
+-- nothing).
 --
 -- An owner is queued once: its entry is kept in the hash (' w '..owner),
 -- so a look finds its place with LPOS only when it is queued. Each look
@@ -18,7 +20,7 @@ if err then return err end
 local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
 err = serve()
 if err then return failed(err) end
-if limit ~= want then return reply(2, 0) end
+if other() then return reply(2, 0) end
 if changed[owner] then
   -- Granted from the queue, just now.
   return held(short(changed[owner]), ttl)

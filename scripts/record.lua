@@ -33,7 +33,9 @@
 --   code 2 VALUE: value is what the key holds (after the call; for
 --     forcerelease, what it held), pttl its remaining TTL in ms (0 when not
 --     read), n the length of the queue for inspect, else 0. A value that is
---     not a record is returned as it is: the caller reports it. For release,
+--     not a record is returned as it is: the caller reports it, but for a
+--     counted name's mark, "counted <kind>" (see claim.lua), which says
+--     that the key is in use as that name: no lock's record. For release,
 --     renew and finish, VALUE means the caller does not hold the key.
 --   code 3 QUEUED: the caller is in the queue (queue.lua); value is the
 --     record that holds the key with its pttl, or false and 0 when it was
