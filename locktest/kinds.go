@@ -252,15 +252,22 @@ func (s *suite) kindOtherCountedKind(t *testing.T) {
 
 // kindRace: a lock's Acquire and a claim's AcquireClaim of one free key,
 // sent at once from two providers (two processes), never both succeed:
-// exactly one kind is made, every time.
+// exactly one kind is made, every time. One of the two is sent up to a
+// millisecond after the other (a step of 100µs each round, the lock first
+// in odd rounds), so that the two calls overlap in every way a backend's
+// steps allow, not only in the order one of them always wins.
 func (s *suite) kindRace(t *testing.T) {
-	rounds := 60
+	rounds := 80
 	if s.b.Remote {
-		rounds = 30
+		rounds = 40
 	}
 	p1, p2 := s.b.New(t), s.b.New(t)
 	locks, claims := 0, 0
-	for range rounds {
+	for i := range rounds {
+		lockAfter, claimAfter := time.Duration(i/2%11)*100*time.Microsecond, time.Duration(0)
+		if i%2 == 1 {
+			lockAfter, claimAfter = claimAfter, lockAfter
+		}
 		key := uniqueName(t)
 		o, c := newOwner(), claimOf(1, 1, nil)
 		var lrec, crec lock.Record
@@ -271,11 +278,13 @@ func (s *suite) kindRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
+			time.Sleep(lockAfter)
 			lrec, lerr = p1.Acquire(s.ctx, key, o, time.Minute)
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
+			time.Sleep(claimAfter)
 			crec, cerr = p2.AcquireClaim(s.ctx, key, c)
 		}()
 		close(start)

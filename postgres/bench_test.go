@@ -78,13 +78,13 @@ func BenchmarkClaimAcquireRelease(b *testing.B) {
 			key := "bench:" + randomHex(4)
 			if limit > 1 {
 				for i := range 8 {
-					c := lock.Claim{Owner: "other-" + strconv.Itoa(i), Weight: 1, Limit: limit, TTL: time.Hour}
+					c := lock.Claim{Owner: "other-" + strconv.Itoa(i), Weight: 1, Limit: limit, Kind: lock.KindSemaphore, TTL: time.Hour}
 					if _, err := p.AcquireClaim(ctx, key, c); err != nil {
 						b.Fatal(err)
 					}
 				}
 			}
-			c := lock.Claim{Owner: "o-1", Weight: 1, Limit: limit, TTL: 10 * time.Second}
+			c := lock.Claim{Owner: "o-1", Weight: 1, Limit: limit, Kind: lock.KindSemaphore, TTL: 10 * time.Second}
 			b.ResetTimer()
 			for range b.N {
 				if r, err := p.AcquireClaim(ctx, key, c); err != nil || r.Owner != c.Owner {

@@ -37,7 +37,7 @@ func newClaimer(t *testing.T, p *postgres.Provider, limit int) *claimer {
 }
 
 func (c *claimer) claim(owner string, weight int) lock.Claim {
-	return lock.Claim{Owner: owner, Weight: weight, Limit: c.limit, TTL: 10 * time.Second, Inbox: c.inbox}
+	return lock.Claim{Owner: owner, Weight: weight, Limit: c.limit, Kind: lock.KindSemaphore, TTL: 10 * time.Second, Inbox: c.inbox}
 }
 
 func (c *claimer) acquire(owner string, weight int) lock.Record {
@@ -147,7 +147,7 @@ func TestClaimsFIFO(t *testing.T) {
 
 	cs := c.inspect()
 	require.Len(t, cs.Queue, 2)
-	assert.Equal(t, lock.Claim{Owner: "b", Weight: 2, Limit: 3, TTL: 10 * time.Second, Inbox: c.inbox}, cs.Queue[0])
+	assert.Equal(t, lock.Claim{Owner: "b", Weight: 2, Limit: 3, Kind: lock.KindSemaphore, TTL: 10 * time.Second, Inbox: c.inbox}, cs.Queue[0])
 	assert.Equal(t, "c", cs.Queue[1].Owner)
 
 	require.NoError(t, c.p.ReleaseClaim(context.Background(), c.key, "a"))
@@ -248,8 +248,10 @@ func TestClaimsLimitMismatchChangesNothing(t *testing.T) {
 	assert.Equal(t, []string{"a"}, c.holders())
 }
 
-// Claim tokens come from the locks' sequence; a lock and a counted name of
-// one key do not see each other.
+// Claim tokens come from the locks' sequence; a key is one kind at a time
+// (issue 38): a claim is refused while the key's lock is held, a lock
+// while its counted name holds a claim, and each is granted once the other
+// is released.
 func TestClaimsTokensAndLocks(t *testing.T) {
 	p := newProvider(t, testPrefix(t))
 	c := newClaimer(t, p, 2)
@@ -257,19 +259,25 @@ func TestClaimsTokensAndLocks(t *testing.T) {
 	l, err := p.Acquire(ctx, c.key, "locker", 10*time.Second)
 	require.NoError(t, err)
 	r := c.acquire("a", 2)
-	assert.Equal(t, "a", r.Owner, "a held lock of the key does not stop a claim")
-	assert.Greater(t, r.Token, l.Token)
-	rec, err := p.Inspect(ctx, c.key)
-	require.NoError(t, err)
-	assert.Equal(t, "locker", rec.Owner)
+	assert.Equal(t, lock.KindLock, r.Kind, "a held lock of the key refuses a claim: %+v", r)
+	assert.Equal(t, "locker", r.Owner)
+	assert.Empty(t, c.holders())
 	require.NoError(t, p.Release(ctx, c.key, "locker"))
+	r = c.acquire("a", 2)
+	assert.Equal(t, "a", r.Owner)
+	assert.Greater(t, r.Token, l.Token)
+	rec, err := p.Acquire(ctx, c.key, "locker2", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, lock.Record{Kind: lock.KindSemaphore}, rec, "a claim of the key refuses a lock")
+	assert.Empty(t, mustInspect(t, p, c.key).Owner)
+	require.NoError(t, p.ReleaseClaim(ctx, c.key, "a"))
 	l2, err := p.Acquire(ctx, c.key, "locker2", 10*time.Second)
 	require.NoError(t, err)
+	assert.Equal(t, "locker2", l2.Owner)
 	assert.Greater(t, l2.Token, r.Token)
-	require.NoError(t, p.ReleaseClaim(ctx, c.key, "a"))
+	require.NoError(t, p.Release(ctx, c.key, "locker2"))
 	r = c.acquire("b", 1)
 	assert.Greater(t, r.Token, l2.Token)
-	assert.Equal(t, "locker2", mustInspect(t, p, c.key).Owner, "releasing a claim leaves the lock alone")
 }
 
 func mustInspect(t *testing.T, p lock.Provider, key string) lock.Record {
@@ -296,12 +304,13 @@ func TestClaimsStrangerIsLost(t *testing.T) {
 func TestClaimsBadInput(t *testing.T) {
 	p := newProvider(t, testPrefix(t))
 	ctx := context.Background()
-	good := lock.Claim{Owner: "o", Weight: 1, Limit: 2, TTL: time.Second, Inbox: "i"}
+	good := lock.Claim{Owner: "o", Weight: 1, Limit: 2, Kind: lock.KindSemaphore, TTL: time.Second, Inbox: "i"}
 	for _, bad := range []lock.Claim{
-		{Owner: "o", Weight: 3, Limit: 2, TTL: time.Second, Inbox: "i"},
-		{Owner: "o", Weight: 1, Limit: 0, TTL: time.Second, Inbox: "i"},
-		{Owner: "o", Weight: 1, Limit: 2, TTL: 0, Inbox: "i"},
-		{Owner: "o\x00", Weight: 1, Limit: 2, TTL: time.Second, Inbox: "i"},
+		{Owner: "o", Weight: 3, Limit: 2, Kind: lock.KindSemaphore, TTL: time.Second, Inbox: "i"},
+		{Owner: "o", Weight: 1, Limit: 0, Kind: lock.KindSemaphore, TTL: time.Second, Inbox: "i"},
+		{Owner: "o", Weight: 1, Limit: 2, Kind: lock.KindSemaphore, TTL: 0, Inbox: "i"},
+		{Owner: "o\x00", Weight: 1, Limit: 2, Kind: lock.KindSemaphore, TTL: time.Second, Inbox: "i"},
+		{Owner: "o", Weight: 1, Limit: 2, TTL: time.Second, Inbox: "i"},
 	} {
 		_, err := p.AcquireClaim(ctx, "k", bad)
 		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "%+v", bad)
@@ -349,22 +358,26 @@ func TestClaimsList(t *testing.T) {
 	p := newProvider(t, testPrefix(t))
 	c := newClaimer(t, p, 3)
 	ctx := context.Background()
-	_, err := p.Acquire(ctx, c.key, "locker", time.Minute)
+	_, err := p.Acquire(ctx, c.key+":lock", "locker", time.Minute)
 	require.NoError(t, err)
 	c.acquire("a", 2)
 	c.queue("b", 2)
 	c.queue("c", 1)
 	var got []lock.Record
+	var keys []string
 	require.NoError(t, p.List(ctx, c.key, func(key string, r lock.Record, err error) bool {
 		require.NoError(t, err)
-		assert.Equal(t, c.key, key)
+		keys = append(keys, key)
 		got = append(got, r)
 		return true
 	}))
 	require.Len(t, got, 2, "the lock and the counted name")
+	assert.Equal(t, []string{c.key + ":lock", c.key}, keys, "the records first, then the counted names")
 	assert.Equal(t, "locker", got[0].Owner)
 	assert.Zero(t, got[0].Limit)
+	assert.Empty(t, got[0].Kind)
 	counted := got[1]
+	assert.Equal(t, lock.KindSemaphore, counted.Kind)
 	assert.Equal(t, 3, counted.Limit)
 	assert.Equal(t, 2, counted.Used)
 	assert.Equal(t, 2, counted.Waiters)
@@ -374,7 +387,7 @@ func TestClaimsList(t *testing.T) {
 
 	// A name with waiters only is listed too, and List stops when fn says so.
 	require.NoError(t, p.ReleaseClaim(ctx, c.key, "a"))
-	require.NoError(t, p.Release(ctx, c.key, "locker"))
+	require.NoError(t, p.Release(ctx, c.key+":lock", "locker"))
 	seen := 0
 	require.NoError(t, p.List(ctx, c.key, func(string, lock.Record, error) bool { seen++; return false }))
 	assert.Equal(t, 1, seen)
@@ -400,7 +413,7 @@ func TestClaimsConcurrent(t *testing.T) {
 			ctx := ctxTimeout(t, time.Minute)
 			for i := range rounds {
 				owner := "w" + randomHex(4)
-				c := lock.Claim{Owner: owner, Weight: weight, Limit: limit, TTL: 10 * time.Second, Inbox: "i" + randomHex(4)}
+				c := lock.Claim{Owner: owner, Weight: weight, Limit: limit, Kind: lock.KindSemaphore, TTL: 10 * time.Second, Inbox: "i" + randomHex(4)}
 				for {
 					r, err := p.QueueClaim(ctx, key, c)
 					if err != nil {
@@ -448,10 +461,10 @@ func TestClaimsTablesAdded(t *testing.T) {
 	_, err = newPool(t).Exec(ctx, "DROP TABLE "+pgx.Identifier{prefix + "claims"}.Sanitize()+", "+
 		pgx.Identifier{prefix + "claim_queue"}.Sanitize())
 	require.NoError(t, err)
-	_, err = p.AcquireClaim(ctx, "k", lock.Claim{Owner: "o", Weight: 1, Limit: 1, TTL: time.Second})
+	_, err = p.AcquireClaim(ctx, "k", lock.Claim{Owner: "o", Weight: 1, Limit: 1, Kind: lock.KindSemaphore, TTL: time.Second})
 	require.Error(t, err, "no tables yet")
 	p = newProvider(t, prefix)
-	r, err := p.AcquireClaim(ctx, "k", lock.Claim{Owner: "o", Weight: 1, Limit: 1, TTL: time.Second})
+	r, err := p.AcquireClaim(ctx, "k", lock.Claim{Owner: "o", Weight: 1, Limit: 1, Kind: lock.KindSemaphore, TTL: time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, "o", r.Owner)
 	assert.Equal(t, "o", mustInspect(t, p, "kept").Owner)

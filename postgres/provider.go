@@ -18,10 +18,11 @@
 //	                  owner text, ttl_ms bigint, channel text, expires_at timestamptz
 //	lock_tokens       a sequence: the fencing tokens
 //	lock_claims       key text, owner text (primary key: key, owner), weight int,
-//	                  lim int, token bigint, since timestamptz, expires_at timestamptz
+//	                  lim int, kind text, token bigint, since timestamptz,
+//	                  expires_at timestamptz
 //	lock_claim_queue  position bigserial (primary key: arrival order), key text,
-//	                  owner text, weight int, lim int, ttl_ms bigint, inbox text,
-//	                  channel text, expires_at timestamptz
+//	                  owner text, weight int, lim int, kind text, ttl_ms bigint,
+//	                  inbox text, channel text, expires_at timestamptz
 //
 // and PL/pgSQL functions (lock_acquire, lock_wait, lock_release, ...; the
 // text is schema.sql in this package). Each method of the provider is one
@@ -36,12 +37,16 @@
 // # Counted names
 //
 // The claims of counted names (Semaphore, RWMutex) live in lock_claims,
-// one row per claim, and their waiters in lock_claim_queue; the limit is in
-// every row (all rows of a name have the same). A name holds no row once
-// it holds no claim and no waiter. Each claim method is one call of one
+// one row per claim, and their waiters in lock_claim_queue; the limit and
+// the kind are in every row (all rows of a name have the same). A name
+// holds no row once it holds no claim and no waiter. A key is one kind at a
+// time (lock.Kind): a lock's acquire and wait do not take a free key whose
+// name holds a live claim or waiter, and the call that makes a name takes
+// the key's lock too, after the name's, and does not make it while the
+// key's record lives. Each claim method is one call of one
 // function (claim_acquire or claim_change), one transaction that takes the
-// name's advisory lock (of a class of its own, so that a lock and a
-// counted name of one key do not wait for each other), deletes the name's
+// name's advisory lock (of a class of its own, so that the calls on a lock
+// and on a counted name of one key do not wait for each other), deletes the name's
 // expired claims, serves its queue, and then does its work; InspectClaims
 // and the counted part of List are plain reads. Serving the queue grants
 // the first waiters while they fit, up to 64 a call, each told with NOTIFY
@@ -238,9 +243,13 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 		return lock.Record{}, err
 	}
 	var r row
-	err := p.pool.QueryRow(ctx, p.sql.acquire, key, owner, ttl.Milliseconds()).Scan(r.fields()...)
+	var kind string
+	err := p.pool.QueryRow(ctx, p.sql.acquire, key, owner, ttl.Milliseconds()).Scan(append(r.fields(), &kind)...)
 	if err != nil {
 		return lock.Record{}, fail(err)
+	}
+	if kind != "" {
+		return lock.Record{Kind: lock.Kind(kind)}, nil // in use as a counted name
 	}
 	return r.record(), nil
 }
@@ -254,10 +263,14 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 	var r row
 	var queued bool
 	var place int64
+	var kind string
 	err := p.pool.QueryRow(ctx, p.sql.wait, key, w.Owner, w.TTL.Milliseconds(), channel(w.Inbox), w.Look == lock.LookFair || w.Look == lock.LookJoin, w.Look == lock.LookAgain).
-		Scan(append(r.fields(), &queued, &place)...)
+		Scan(append(r.fields(), &queued, &place, &kind)...)
 	if err != nil {
 		return lock.Record{}, fail(err)
+	}
+	if kind != "" {
+		return lock.Record{Kind: lock.Kind(kind)}, nil // in use as a counted name
 	}
 	rec := r.record()
 	if queued {

@@ -39,7 +39,7 @@ type objects struct {
 
 // functions lists the functions of schema.sql, in an order that drops them.
 var functions = []string{"acquire", "wait", "leave", "release", "update", "force_release", "free", "serve", "grant", "enter",
-	"claim_acquire", "claim_change", "claim_view", "claim_grant", "claim_open", "claim_serve", "claim_limit", "claim_enter",
+	"claim_acquire", "claim_change", "claim_view", "claim_grant", "claim_open", "claim_serve", "claim_limit", "claim_kind", "claim_enter",
 	"enter_class"}
 
 func newObjects(schema, prefix string) objects {
@@ -87,7 +87,7 @@ func (o objects) ddl() string {
 		pairs = append(pairs, "{{"+i[0]+"}}", i[1])
 	}
 	for _, f := range functions {
-		pairs = append(pairs, "{{"+f+"}}", o.funcs[f])
+		pairs = append(pairs, "{{"+f+"}}", o.funcs[f], "{{"+f+"_literal}}", literal(o.funcs[f]))
 	}
 	return strings.NewReplacer(pairs...).Replace(schemaSQL)
 }

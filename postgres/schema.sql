@@ -141,18 +141,44 @@ BEGIN
 	RETURN 1;
 END $$;
 
+-- acquire and wait of a version before kinds (issue 38) return no o_kind:
+-- they are dropped, and defined anew below (CREATE OR REPLACE cannot
+-- change what a function returns). Once they have o_kind, nothing is
+-- dropped.
+DO $do$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_proc
+		WHERE oid = to_regprocedure({{acquire_literal}} || '(text, text, bigint)') AND 'o_kind' = ANY(proargnames)) THEN
+		DROP FUNCTION IF EXISTS {{acquire}}(text, text, bigint);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_proc
+		WHERE oid = to_regprocedure({{wait_literal}} || '(text, text, bigint, text, boolean, boolean)') AND 'o_kind' = ANY(proargnames)) THEN
+		DROP FUNCTION IF EXISTS {{wait}}(text, text, bigint, text, boolean, boolean);
+	END IF;
+END $do$;
+
 -- acquire is Provider.Acquire: it returns the record that holds the key
--- after the call, and the server's time (for the TTL left).
+-- after the call, and the server's time (for the TTL left). A free key in
+-- use as a counted name (claim_kind) is not a lock's to take: o_kind is
+-- the name's kind then, o_owner '' and nothing changes; o_kind is ''
+-- otherwise.
 CREATE OR REPLACE FUNCTION {{acquire}}(p_key text, p_owner text, p_ttl bigint,
 	OUT o_owner text, OUT o_token bigint, OUT o_ended boolean,
-	OUT o_expires timestamptz, OUT o_since timestamptz, OUT o_now timestamptz)
+	OUT o_expires timestamptz, OUT o_since timestamptz, OUT o_now timestamptz, OUT o_kind text)
 LANGUAGE plpgsql AS $$
 DECLARE
 	r {{records}};
 BEGIN
 	o_now := {{enter}}(p_key);
+	o_kind := '';
 	SELECT * INTO r FROM {{records}} WHERE key = p_key AND expires_at > o_now;
 	IF r.key IS NULL THEN
+		o_kind := coalesce({{claim_kind}}(p_key, o_now), '');
+	END IF;
+	IF o_kind <> '' THEN
+		o_owner := ''; o_token := 0; o_ended := false; o_expires := o_now; o_since := o_now;
+		RETURN;
+	ELSIF r.key IS NULL THEN
 		r := {{grant}}(p_key, p_owner, p_ttl, o_now);
 	ELSIF r.owner = p_owner AND NOT r.ended THEN
 		-- An earlier attempt whose reply was lost: reset its TTL.
@@ -166,11 +192,13 @@ END $$;
 -- wait is Provider.Queue: acquire for a waiter, or put it in the key's
 -- queue (keeping its place when it is there). o_queued and o_place say
 -- whether the caller is queued and how many live entries are before it.
+-- A free key in use as a counted name is neither taken nor queued for:
+-- o_kind is the name's kind then, as in acquire.
 CREATE OR REPLACE FUNCTION {{wait}}(p_key text, p_owner text, p_ttl bigint,
 	p_channel text, p_fair boolean, p_again boolean,
 	OUT o_owner text, OUT o_token bigint, OUT o_ended boolean,
 	OUT o_expires timestamptz, OUT o_since timestamptz, OUT o_now timestamptz,
-	OUT o_queued boolean, OUT o_place bigint)
+	OUT o_queued boolean, OUT o_place bigint, OUT o_kind text)
 LANGUAGE plpgsql AS $$
 DECLARE
 	r {{records}};
@@ -179,7 +207,15 @@ BEGIN
 	o_now := {{enter}}(p_key);
 	o_queued := false;
 	o_place := 0;
+	o_kind := '';
 	SELECT * INTO r FROM {{records}} WHERE key = p_key AND expires_at > o_now;
+	IF r.key IS NULL THEN
+		o_kind := coalesce({{claim_kind}}(p_key, o_now), '');
+		IF o_kind <> '' THEN
+			o_owner := ''; o_token := 0; o_ended := false; o_expires := o_now; o_since := o_now;
+			RETURN;
+		END IF;
+	END IF;
 	IF r.key IS NULL AND (p_fair OR p_again) THEN
 		-- Free: the first waiter goes first; it may be the caller.
 		r := {{serve}}(p_key, o_now, p_owner);
@@ -306,23 +342,27 @@ BEGIN
 END $$;
 
 -- The counted names (Provider.AcquireClaim and the other claim methods): a
--- name with a limit, holding claims whose weights add up to at most the
--- limit, and a queue of waiters. They live in tables of their own, apart
--- from the records and queue of the locks: a counted name and a lock of the
--- same key never see each other. The tables are made when they do not
--- exist, so that a database made by an earlier version gains them.
+-- name with a kind and a limit, holding claims whose weights add up to at
+-- most the limit, and a queue of waiters. They live in tables of their
+-- own, beside the records and queue of the locks; a key is one kind at a
+-- time (issue 38): a lock's acquire and wait do not take a key whose
+-- counted name holds claims or waiters (claim_kind), and claim_acquire
+-- does not make a counted name of a key whose record exists. The tables
+-- are made when they do not exist, so that a database made by an earlier
+-- version gains them.
 DO $do$
 BEGIN
 	IF to_regclass({{claims_literal}}) IS NULL THEN
 		-- A claim on the counted name key: its holder (owner), its weight,
-		-- the name's limit, the fencing token of the grant (from the
-		-- locks' sequence: the order of the grants), when it was granted,
-		-- and when it expires.
+		-- the name's limit and kind, the fencing token of the grant (from
+		-- the locks' sequence: the order of the grants), when it was
+		-- granted, and when it expires.
 		CREATE TABLE {{claims}} (
 			key        text COLLATE "C" NOT NULL,
 			owner      text NOT NULL,
 			weight     int NOT NULL,
 			lim        int NOT NULL,
+			kind       text NOT NULL,
 			token      bigint NOT NULL,
 			since      timestamptz NOT NULL,
 			expires_at timestamptz NOT NULL,
@@ -332,15 +372,17 @@ BEGIN
 	END IF;
 	IF to_regclass({{claim_queue_literal}}) IS NULL THEN
 		-- A counted name's queue, in arrival order (position): each
-		-- waiter's owner, weight and limit, the TTL of the claim it is to
-		-- be granted (ms), its inbox and that inbox's NOTIFY channel, and
-		-- when the entry ages out (a while after the waiter's last look).
+		-- waiter's owner, weight, and the name's limit and kind, the TTL
+		-- of the claim it is to be granted (ms), its inbox and that
+		-- inbox's NOTIFY channel, and when the entry ages out (a while
+		-- after the waiter's last look).
 		CREATE TABLE {{claim_queue}} (
 			position   bigserial PRIMARY KEY,
 			key        text COLLATE "C" NOT NULL,
 			owner      text NOT NULL,
 			weight     int NOT NULL,
 			lim        int NOT NULL,
+			kind       text NOT NULL,
 			ttl_ms     bigint NOT NULL,
 			inbox      text NOT NULL,
 			channel    text NOT NULL,
@@ -349,6 +391,17 @@ BEGIN
 		);
 		CREATE INDEX {{claim_queue_order}} ON {{claim_queue}} (key, position);
 		CREATE INDEX {{claim_queue_expiry}} ON {{claim_queue}} (expires_at);
+	END IF;
+	-- The tables of a version before kinds gain the column (its rows have
+	-- none: '', a name that takes claims of either kind and that a lock's
+	-- calls do not see, as before, until it empties).
+	IF NOT EXISTS (SELECT FROM pg_attribute
+		WHERE attrelid = to_regclass({{claims_literal}}) AND attname = 'kind' AND NOT attisdropped) THEN
+		ALTER TABLE {{claims}} ADD COLUMN kind text NOT NULL DEFAULT '';
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_attribute
+		WHERE attrelid = to_regclass({{claim_queue_literal}}) AND attname = 'kind' AND NOT attisdropped) THEN
+		ALTER TABLE {{claim_queue}} ADD COLUMN kind text NOT NULL DEFAULT '';
 	END IF;
 END $do$;
 
@@ -361,6 +414,19 @@ END $do$;
 -- first committed, so two calls never both see the same room.
 CREATE OR REPLACE FUNCTION {{claim_enter}}(p_key text) RETURNS timestamptz
 LANGUAGE sql AS $$ SELECT {{enter_class}}({{claims_class}}, p_key) $$;
+
+-- claim_kind returns the kind of the name p_key: that of its live claims,
+-- or of its first live waiter; NULL when it holds neither (or only rows of
+-- a version before kinds). A lock's acquire and wait call it under the
+-- key's lock alone: a call that makes a name takes that lock too (see
+-- claim_acquire), so the two never both find the key free.
+CREATE OR REPLACE FUNCTION {{claim_kind}}(p_key text, p_now timestamptz) RETURNS text
+LANGUAGE sql AS $$
+	SELECT coalesce(
+		(SELECT x.kind FROM {{claims}} x WHERE x.key = p_key AND x.expires_at > p_now AND x.kind <> '' LIMIT 1),
+		(SELECT q.kind FROM {{claim_queue}} q WHERE q.key = p_key AND q.expires_at > p_now AND q.kind <> ''
+			ORDER BY q.position LIMIT 1))
+$$;
 
 -- claim_limit returns the limit of the name p_key: that of its claims, or
 -- of its first live waiter; NULL when it holds neither.
@@ -402,8 +468,8 @@ BEGIN
 		END IF;
 		DELETE FROM {{claim_queue}} WHERE position = w.position;
 		CONTINUE WHEN w.expires_at <= p_now;
-		INSERT INTO {{claims}} AS x (key, owner, weight, lim, token, since, expires_at)
-		VALUES (p_key, w.owner, w.weight, w.lim, nextval({{tokens_literal}}),
+		INSERT INTO {{claims}} AS x (key, owner, weight, lim, kind, token, since, expires_at)
+		VALUES (p_key, w.owner, w.weight, w.lim, w.kind, nextval({{tokens_literal}}),
 			date_trunc('milliseconds', p_now), p_now + w.ttl_ms * interval '1 millisecond')
 		ON CONFLICT (key, owner) DO NOTHING
 		RETURNING x.* INTO c;
@@ -436,8 +502,10 @@ END $$;
 -- token. First it opens (claim_open) up to two other names that hold
 -- expired claims, when their advisory locks are free, so that the claims
 -- of names never used again do not pile up, and their waiters are served.
+-- (The version before kinds is dropped first.)
+DROP FUNCTION IF EXISTS {{claim_grant}}(text, text, int, int, bigint, timestamptz);
 CREATE OR REPLACE FUNCTION {{claim_grant}}(p_key text, p_owner text, p_weight int, p_limit int,
-	p_ttl bigint, p_now timestamptz) RETURNS void
+	p_kind text, p_ttl bigint, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	k text;
@@ -450,8 +518,8 @@ BEGIN
 	LOOP
 		PERFORM {{claim_open}}(k, p_now);
 	END LOOP;
-	INSERT INTO {{claims}} (key, owner, weight, lim, token, since, expires_at)
-	VALUES (p_key, p_owner, p_weight, p_limit, nextval({{tokens_literal}}),
+	INSERT INTO {{claims}} (key, owner, weight, lim, kind, token, since, expires_at)
+	VALUES (p_key, p_owner, p_weight, p_limit, p_kind, nextval({{tokens_literal}}),
 		date_trunc('milliseconds', p_now), p_now + p_ttl * interval '1 millisecond');
 END $$;
 
@@ -477,29 +545,53 @@ END $$;
 
 -- claim_acquire is Provider.AcquireClaim, and, with p_wait, QueueClaim
 -- (p_inbox, p_channel and p_queue_ttl, the ms its entry lasts, are then the
--- waiter's). It returns the view of claim_view, the name's limit (its own
--- when it has one: a p_limit that differs changes nothing), the server's
--- time (for the TTL left), o_queued and o_place: whether the caller is
--- queued and how many live entries are before it, and o_head: when the
--- head's entry runs out, when the caller is queued behind it (else NULL).
--- (The version before p_queue_ttl is dropped first.)
+-- waiter's). It returns the view of claim_view, the name's limit and kind
+-- (its own when it has them: a p_limit or p_kind that differs changes
+-- nothing), the server's time (for the TTL left), o_queued and o_place:
+-- whether the caller is queued and how many live entries are before it,
+-- and o_head: when the head's entry runs out, when the caller is queued
+-- behind it (else NULL). A call that would make the name (it holds no
+-- claim and no waiter) of a key whose lock record exists, held or ended,
+-- changes nothing: o_kind is 'lock', o_limit 0, and o_owner, o_token,
+-- o_ended, o_expires and o_since are the record's. (The versions before
+-- p_queue_ttl and before p_kind are dropped first.)
 DROP FUNCTION IF EXISTS {{claim_acquire}}(text, text, int, int, bigint, boolean, text, text);
+DROP FUNCTION IF EXISTS {{claim_acquire}}(text, text, int, int, bigint, boolean, text, text, bigint);
 CREATE OR REPLACE FUNCTION {{claim_acquire}}(p_key text, p_owner text, p_weight int, p_limit int,
-	p_ttl bigint, p_wait boolean, p_inbox text, p_channel text, p_queue_ttl bigint,
+	p_kind text, p_ttl bigint, p_wait boolean, p_inbox text, p_channel text, p_queue_ttl bigint,
 	OUT o_owner text, OUT o_token bigint, OUT o_expires timestamptz, OUT o_since timestamptz,
 	OUT o_now timestamptz, OUT o_limit int, OUT o_used int, OUT o_queued boolean, OUT o_place bigint,
-	OUT o_head timestamptz)
+	OUT o_head timestamptz, OUT o_kind text, OUT o_ended boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
 	pos bigint;
 	used bigint;
+	r {{records}};
+	t timestamptz;
 BEGIN
 	o_now := {{claim_enter}}(p_key);
 	o_queued := false;
 	o_place := 0;
+	o_ended := false;
 	PERFORM {{claim_open}}(p_key, o_now);
-	o_limit := coalesce({{claim_limit}}(p_key, o_now), p_limit);
-	IF o_limit = p_limit THEN
+	o_limit := {{claim_limit}}(p_key, o_now);
+	IF o_limit IS NULL THEN
+		-- The call makes the name: not of a key whose lock record exists.
+		-- The key's lock (the locks' advisory lock), taken after the
+		-- name's (a lock's calls never take a name's), orders this look
+		-- and the grant below against a lock's grant of the key.
+		t := {{enter}}(p_key);
+		SELECT * INTO r FROM {{records}} WHERE key = p_key AND expires_at > t;
+		IF r.key IS NOT NULL THEN
+			o_kind := 'lock'; o_limit := 0; o_used := 0; o_now := t;
+			o_owner := r.owner; o_token := r.token; o_ended := r.ended;
+			o_expires := r.expires_at; o_since := r.since;
+			RETURN;
+		END IF;
+		o_limit := p_limit;
+	END IF;
+	o_kind := coalesce({{claim_kind}}(p_key, o_now), p_kind);
+	IF o_limit = p_limit AND o_kind = p_kind THEN
 		-- The caller's claim (granted by an attempt whose reply was lost,
 		-- or from the queue): it is the caller's, for its TTL from now.
 		UPDATE {{claims}} SET expires_at = o_now + p_ttl * interval '1 millisecond'
@@ -511,7 +603,7 @@ BEGIN
 			IF used + p_weight <= p_limit AND NOT EXISTS (
 				SELECT FROM {{claim_queue}} q WHERE q.key = p_key AND q.expires_at > o_now) THEN
 				DELETE FROM {{claim_queue}} WHERE key = p_key AND owner = p_owner;
-				PERFORM {{claim_grant}}(p_key, p_owner, p_weight, p_limit, p_ttl, o_now);
+				PERFORM {{claim_grant}}(p_key, p_owner, p_weight, p_limit, p_kind, p_ttl, o_now);
 			ELSIF p_wait THEN
 				-- Age out a couple of entries that nobody looks after any more.
 				DELETE FROM {{claim_queue}} WHERE expires_at <= o_now AND position IN (
@@ -521,8 +613,8 @@ BEGIN
 					WHERE pg_try_advisory_xact_lock({{claims_class}}, hashtext(c.key)));
 				-- Join the queue, or keep its place there (an entry that ran
 				-- out goes to the back); the entry lasts p_queue_ttl.
-				INSERT INTO {{claim_queue}} AS q (key, owner, weight, lim, ttl_ms, inbox, channel, expires_at)
-				VALUES (p_key, p_owner, p_weight, p_limit, p_ttl, p_inbox, p_channel,
+				INSERT INTO {{claim_queue}} AS q (key, owner, weight, lim, kind, ttl_ms, inbox, channel, expires_at)
+				VALUES (p_key, p_owner, p_weight, p_limit, p_kind, p_ttl, p_inbox, p_channel,
 					o_now + p_queue_ttl * interval '1 millisecond')
 				ON CONFLICT (key, owner) DO UPDATE SET
 					position = CASE WHEN q.expires_at <= o_now THEN excluded.position ELSE q.position END,
@@ -539,9 +631,10 @@ BEGIN
 			END IF;
 		END IF;
 	END IF;
-	-- A caller whose limit differs is shown the name as a stranger is.
+	-- A caller whose limit or kind differs is shown the name as a
+	-- stranger is.
 	SELECT * INTO o_owner, o_token, o_expires, o_since, o_used
-	FROM {{claim_view}}(p_key, CASE WHEN o_limit = p_limit THEN p_owner ELSE '' END, o_now);
+	FROM {{claim_view}}(p_key, CASE WHEN o_limit = p_limit AND o_kind = p_kind THEN p_owner ELSE '' END, o_now);
 END $$;
 
 -- claim_change is Provider.LeaveClaim, ReleaseClaim, RenewClaim and

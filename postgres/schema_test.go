@@ -52,7 +52,7 @@ func TestFunctionsRedefined(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	_, err := p.Acquire(ctx, "kept", "o", time.Minute)
 	require.NoError(t, err)
-	_, err = p.AcquireClaim(ctx, "kept", lock.Claim{Owner: "c", Weight: 1, Limit: 2, TTL: time.Minute})
+	_, err = p.AcquireClaim(ctx, "kept-claims", lock.Claim{Owner: "c", Weight: 1, Limit: 2, Kind: lock.KindSemaphore, TTL: time.Minute})
 	require.NoError(t, err)
 
 	pool := newPool(t)
@@ -70,13 +70,72 @@ END $$`)
 	p = newProvider(t, prefix)
 	refusedOutsideReadCommitted(t, pool, prefix) // enter and claim_enter call enter_class again
 	assert.Equal(t, "o", mustInspect(t, p, "kept").Owner)
-	cs, err := p.InspectClaims(ctx, "kept")
+	cs, err := p.InspectClaims(ctx, "kept-claims")
 	require.NoError(t, err)
 	require.Len(t, cs.Holders, 1)
 	assert.Equal(t, "c", cs.Holders[0].Owner)
-	rec, err := p.AcquireClaim(ctx, "kept", lock.Claim{Owner: "d", Weight: 1, Limit: 2, TTL: time.Minute})
+	rec, err := p.AcquireClaim(ctx, "kept-claims", lock.Claim{Owner: "d", Weight: 1, Limit: 2, Kind: lock.KindSemaphore, TTL: time.Minute})
 	require.NoError(t, err)
 	assert.Equal(t, "d", rec.Owner)
 	_, err = p.Acquire(ctx, "other", "o", time.Minute)
 	require.NoError(t, err)
+}
+
+// A database of a version before kinds (issue 38: no kind column in the
+// claims' tables, an acquire and a wait that return no o_kind) is brought
+// up to date by the next NewProvider: the columns are added, the two
+// functions defined anew, and the rows kept. A name stored then has no
+// kind: it takes a claim of either kind, which stores its kind from then
+// on, and a lock's calls do not see it until then, as before.
+func TestKindsAdded(t *testing.T) {
+	prefix := testPrefix(t)
+	p := newProvider(t, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	pool := newPool(t)
+	claims, queue := pgx.Identifier{prefix + "claims"}.Sanitize(), pgx.Identifier{prefix + "claim_queue"}.Sanitize()
+	for _, stmt := range []string{
+		"ALTER TABLE " + claims + " DROP COLUMN kind",
+		"ALTER TABLE " + queue + " DROP COLUMN kind",
+		"DROP FUNCTION " + fn(prefix, "acquire"),
+		"DROP FUNCTION " + fn(prefix, "wait"),
+		// The shapes of an earlier version's acquire and wait.
+		"CREATE FUNCTION " + fn(prefix, "acquire") + `(p_key text, p_owner text, p_ttl bigint,
+	OUT o_owner text, OUT o_token bigint, OUT o_ended boolean,
+	OUT o_expires timestamptz, OUT o_since timestamptz, OUT o_now timestamptz)
+LANGUAGE sql AS $$ SELECT 'old', 1::bigint, false, now(), now(), now() $$`,
+		"CREATE FUNCTION " + fn(prefix, "wait") + `(p_key text, p_owner text, p_ttl bigint,
+	p_channel text, p_fair boolean, p_again boolean,
+	OUT o_owner text, OUT o_token bigint, OUT o_ended boolean,
+	OUT o_expires timestamptz, OUT o_since timestamptz, OUT o_now timestamptz,
+	OUT o_queued boolean, OUT o_place bigint)
+LANGUAGE sql AS $$ SELECT 'old', 1::bigint, false, now(), now(), now(), false, 0::bigint $$`,
+		"INSERT INTO " + claims + " (key, owner, weight, lim, token, since, expires_at) VALUES " +
+			"('legacy', 'c', 1, 2, nextval('" + pgx.Identifier{prefix + "tokens"}.Sanitize() + "'), now(), now() + interval '1 minute')",
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+
+	p = newProvider(t, prefix)
+	rec, err := p.Acquire(ctx, "other", "o", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, "o", rec.Owner, "acquire defined anew")
+	rec, err = p.Queue(ctx, "other", lock.Waiter{Owner: "w", TTL: time.Minute, Inbox: "i"})
+	require.NoError(t, err)
+	assert.True(t, rec.Queued, "wait defined anew")
+	cs, err := p.InspectClaims(ctx, "legacy")
+	require.NoError(t, err)
+	require.Len(t, cs.Holders, 1, "the rows are kept")
+	assert.Empty(t, cs.Kind, "stored without a kind")
+	rec, err = p.Acquire(ctx, "legacy", "o", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, "o", rec.Owner, "a lock's call does not see a name without a kind")
+	require.NoError(t, p.Release(ctx, "legacy", "o"))
+	rec, err = p.AcquireClaim(ctx, "legacy", lock.Claim{Owner: "d", Weight: 1, Limit: 2, Kind: lock.KindRWMutex, TTL: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, "d", rec.Owner, "a name without a kind takes either")
+	assert.Equal(t, lock.KindRWMutex, rec.Kind)
+	rec, err = p.Acquire(ctx, "legacy", "o", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, lock.Record{Kind: lock.KindRWMutex}, rec, "its kind is stored now")
 }
