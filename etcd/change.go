@@ -110,6 +110,14 @@ func (ch *change) listened(inbox string, deaf bool) {
 	ch.heard = append(ch.heard, inbox)
 }
 
+// noCounted makes the change, a grant of the free key, depend on the key's
+// counted name holding no claim and no waiter (no key under its prefix):
+// a key is one kind at a time. When it does, the transaction fails and
+// its reads (reads.counted) say so.
+func (ch *change) noCounted() {
+	ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.CreateRevision(ch.p.namePrefix(ch.key)), "=", 0).WithPrefix())
+}
+
 // noNewEntries makes the change depend on the queue having no entry that
 // st did not see: none created after st was read (none at all, for a guessed
 // state).

@@ -36,15 +36,17 @@ func (p *Provider) AcquireClaim(ctx context.Context, key string, c lock.Claim) (
 		return lock.Record{}, err
 	}
 	var ch *claimChange
+	var refused *lock.Record
 	rev, err := p.updateClaims(ctx, key, claimReads{}, nil, true, func(st *counted, ls *leases) (*claimChange, error) {
 		if st.bad != nil {
 			return nil, st.bad
 		}
 		ch = p.newClaimChange(key, st)
-		if ch.limit != 0 && ch.limit != c.Limit {
-			return nil, nil // another limit: the caller reports it
+		var ok bool
+		var err error
+		if refused, ok, err = ch.accept(c); !ok {
+			return nil, err
 		}
-		ch.limit = c.Limit
 		held := ch.holds(c.Owner) >= 0
 		if _, err := ch.serve(ctx, ls, nil); err != nil {
 			return nil, err
@@ -72,6 +74,9 @@ func (p *Provider) AcquireClaim(ctx context.Context, key string, c lock.Claim) (
 	if err != nil {
 		return lock.Record{}, err
 	}
+	if refused != nil {
+		return *refused, nil
+	}
 	return ch.record(c.Owner, rev), nil
 }
 
@@ -90,16 +95,18 @@ func (p *Provider) QueueClaim(ctx context.Context, key string, c lock.Claim) (lo
 		return lock.Record{}, err
 	}
 	var ch *claimChange
+	var refused *lock.Record
 	var told int64 // the revision of the grant message the caller was sent; -1 for this call's
 	rev, err := p.updateClaims(ctx, key, claimReads{owner: c.Owner, inbox: c.Inbox}, nil, true, func(st *counted, ls *leases) (*claimChange, error) {
 		if st.bad != nil {
 			return nil, st.bad
 		}
 		ch, told = p.newClaimChange(key, st), 0
-		if ch.limit != 0 && ch.limit != c.Limit {
-			return nil, nil // another limit: the caller reports it
+		var ok bool
+		var err error
+		if refused, ok, err = ch.accept(c); !ok {
+			return nil, err
 		}
-		ch.limit = c.Limit
 		self, err := ch.serve(ctx, ls, &c)
 		if err != nil {
 			return nil, err
@@ -131,6 +138,9 @@ func (p *Provider) QueueClaim(ctx context.Context, key string, c lock.Claim) (lo
 	})
 	if err != nil {
 		return lock.Record{}, err
+	}
+	if refused != nil {
+		return *refused, nil
 	}
 	rec := ch.record(c.Owner, rev)
 	if i := ch.waits(c.Owner); i >= 0 && ch.holds(c.Owner) < 0 {
@@ -269,14 +279,14 @@ func (p *Provider) InspectClaims(ctx context.Context, key string) (lock.Claims, 
 	if st.bad != nil {
 		return lock.Claims{}, st.bad
 	}
-	cs := lock.Claims{Limit: st.limit}
+	cs := lock.Claims{Limit: st.limit, Kind: st.kind}
 	now := time.Now()
 	for _, c := range st.holders {
 		cs.Holders = append(cs.Holders, c.record(now, p.minTTL))
 		cs.Weights = append(cs.Weights, c.weight)
 	}
 	for _, w := range st.queue {
-		cs.Queue = append(cs.Queue, lock.Claim{Owner: w.owner, Weight: w.weight, Limit: w.limit, TTL: w.ttl, Inbox: w.inbox})
+		cs.Queue = append(cs.Queue, lock.Claim{Owner: w.owner, Weight: w.weight, Limit: w.limit, Kind: cmp.Or(w.kind, st.kind), TTL: w.ttl, Inbox: w.inbox})
 	}
 	return cs, nil
 }
@@ -301,7 +311,7 @@ func (p *Provider) listCounted(ctx context.Context, prefix string, fn func(key s
 			case st.limit == 0:
 				return true // its last claim expired a moment ago
 			default:
-				rec = lock.Record{Limit: st.limit, Used: weightOf(st.holders), Waiters: len(st.queue)}
+				rec = lock.Record{Limit: st.limit, Used: weightOf(st.holders), Waiters: len(st.queue), Kind: st.kind}
 				for _, c := range st.holders {
 					rec.TTL = max(rec.TTL, c.record(now, p.minTTL).TTL)
 				}

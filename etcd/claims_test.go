@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func newClaimsEnv(t *testing.T) *claimsEnv {
 
 // claim returns a claim of a new owner on the env's name.
 func (e *claimsEnv) claim(weight, limit int) lock.Claim {
-	return lock.Claim{Owner: newOwner(), Weight: weight, Limit: limit, TTL: time.Minute, Inbox: "inbox:" + randomHex(8)}
+	return lock.Claim{Owner: newOwner(), Weight: weight, Limit: limit, Kind: lock.KindSemaphore, TTL: time.Minute, Inbox: "inbox:" + randomHex(8)}
 }
 
 // listen listens to c's inbox and returns the channel of its grants.
@@ -258,22 +259,61 @@ func TestClaimSkipsUnlistened(t *testing.T) {
 	e.held(c.Owner)
 }
 
-// A claim's token comes from the same counter as the lock's of its key.
+// A claim's token comes from the same counter as the lock's of its key;
+// a key is one kind at a time (issue 38): a claim is refused while the
+// key's lock is held, a lock while the name holds a claim.
 func TestClaimTokensAboveLockTokens(t *testing.T) {
 	e := newClaimsEnv(t)
 	l, err := e.p.Acquire(e.ctx, e.key, newOwner(), time.Minute)
 	require.NoError(t, err)
-	rc := e.acquire(e.claim(1, 2))
+	c := e.claim(1, 2)
+	refused, err := e.p.AcquireClaim(e.ctx, e.key, c)
+	require.NoError(t, err)
+	assert.Equal(t, lock.KindLock, refused.Kind, "refused for the lock: %+v", refused)
+	assert.Equal(t, l.Owner, refused.Owner)
+	require.NoError(t, e.p.Release(e.ctx, e.key, l.Owner))
+	rc := e.acquire(c)
 	assert.Greater(t, rc.Token, l.Token)
 	l2, err := e.p.Acquire(e.ctx, e.key+"x", newOwner(), time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, e.p.Release(e.ctx, e.key, l.Owner))
+	rec, err := e.p.Acquire(e.ctx, e.key, newOwner(), time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, lock.Record{Kind: lock.KindSemaphore}, rec, "refused for the counted name")
+	require.NoError(t, e.p.ReleaseClaim(e.ctx, e.key, c.Owner))
 	l3, err := e.p.Acquire(e.ctx, e.key, newOwner(), time.Minute)
 	require.NoError(t, err)
 	assert.Greater(t, l3.Token, rc.Token)
 	assert.Greater(t, l3.Token, l2.Token)
+	assert.Equal(t, lock.Claims{}, e.inspect())
+}
+
+// A claim and a waiter stored before kinds (values without one) are read
+// as a name without a kind: it takes a claim of either kind, which stores
+// that kind.
+func TestClaimStoredWithoutKind(t *testing.T) {
+	e := newClaimsEnv(t)
+	prefix := e.ns + "c/" + strconv.Itoa(len(e.key)) + "/" + e.key + "/"
+	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	_, err := e.cli.Put(e.ctx, prefix+"h/old", "1 1 3 "+ms+" 60000 "+ms+" 0")
+	require.NoError(t, err)
+	_, err = e.cli.Put(e.ctx, prefix+"w/waiting", "3 3 60000 "+strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)+" inbox:old")
+	require.NoError(t, err)
 	cs := e.inspect()
-	assert.Len(t, cs.Holders, 1, "the lock and the counted name of one key are apart")
+	require.Len(t, cs.Holders, 1)
+	require.Len(t, cs.Queue, 1)
+	assert.Equal(t, 3, cs.Limit)
+	assert.Empty(t, cs.Kind, "stored without a kind")
+	c := e.claim(1, 3)
+	c.Kind = lock.KindRWMutex
+	rec, err := e.p.QueueClaim(e.ctx, e.key, c)
+	require.NoError(t, err)
+	assert.True(t, rec.Queued, "behind the waiter: %+v", rec)
+	assert.Equal(t, lock.KindRWMutex, rec.Kind)
+	cs = e.inspect()
+	assert.Equal(t, lock.KindRWMutex, cs.Kind, "the kind of its first waiter that has one")
+	assert.Equal(t, lock.KindRWMutex, cs.Queue[1].Kind)
+	_, err = e.cli.Delete(e.ctx, prefix, clientv3.WithPrefix())
+	require.NoError(t, err)
 }
 
 // Renewing, releasing or lowering a claim one does not hold is a loss, and
@@ -346,12 +386,12 @@ func TestClaimNothingLeftBehind(t *testing.T) {
 	assert.Zero(t, e.keys())
 }
 
-// List reports a counted name beside the lock of the same key.
+// List reports a counted name, with its kind, beside a lock.
 func TestClaimList(t *testing.T) {
 	e := newClaimsEnv(t)
 	prefix := e.key + "/"
 	e.key = prefix + "sem"
-	_, err := e.p.Acquire(e.ctx, e.key, newOwner(), time.Minute)
+	_, err := e.p.Acquire(e.ctx, prefix+"lock", newOwner(), time.Minute)
 	require.NoError(t, err)
 	a, b := e.claim(2, 4), e.claim(3, 4)
 	e.acquire(a)
@@ -359,10 +399,11 @@ func TestClaimList(t *testing.T) {
 	var counted, locks []lock.Record
 	require.NoError(t, e.p.List(e.ctx, prefix, func(key string, r lock.Record, err error) bool {
 		assert.NoError(t, err)
-		assert.Equal(t, e.key, key)
 		if r.Limit != 0 {
+			assert.Equal(t, e.key, key)
 			counted = append(counted, r)
 		} else {
+			assert.Equal(t, prefix+"lock", key)
 			locks = append(locks, r)
 		}
 		return true
@@ -370,6 +411,7 @@ func TestClaimList(t *testing.T) {
 	require.Len(t, locks, 1)
 	require.Len(t, counted, 1)
 	r := counted[0]
+	assert.Equal(t, lock.KindSemaphore, r.Kind)
 	assert.Equal(t, 4, r.Limit)
 	assert.Equal(t, 2, r.Used)
 	assert.Equal(t, 1, r.Waiters)
@@ -395,7 +437,7 @@ func TestClaimConcurrentFit(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range workers {
 		p := newProvider(t, ns)
-		c := lock.Claim{Weight: 1 + i%limit, Limit: limit, TTL: time.Minute, Inbox: "inbox:" + randomHex(8)}
+		c := lock.Claim{Weight: 1 + i%limit, Limit: limit, Kind: lock.KindSemaphore, TTL: time.Minute, Inbox: "inbox:" + randomHex(8)}
 		wake := make(chan struct{}, 1)
 		stop, err := p.Listen(ctx, c.Inbox, func(lock.Notice) {
 			select {

@@ -37,6 +37,13 @@ import (
 // that lasts longest (on the session lease when only waiters are left), so
 // that the name leaves no key behind when its claims expire; List finds
 // the counted names by it.
+//
+// A key is one kind at a time (lock.Kind): each claim and waiter stores the
+// name's kind, beside its limit; a lock's grant of a free key is made only
+// if no key is under the name's prefix (change.noCounted), and the change
+// that makes a name (its first claim or waiter) only if the key holds no
+// lock's record (claimChange.made): each transaction's compares cover the
+// other's keys, so two callers racing never make both.
 
 func (p *Provider) namePrefix(key string) string {
 	return p.ns + "c/" + strconv.Itoa(len(key)) + "/" + key + "/"
@@ -54,16 +61,18 @@ func (p *Provider) claimMail(inbox, owner, key string) string {
 
 // claim is a claim as the provider keeps it: the value
 //
-//	"1 <weight> <limit> <since ms> <ttl ms> <written ms> <order>"
+//	"1 <weight> <limit> <since ms> <ttl ms> <written ms> <order> <kind>"
 //
 // since and written are Unix milliseconds by the clock of the process that
 // wrote them; ttl is the TTL asked for, which the claim's lease (whole
 // seconds) is at least; order is its place among the claims granted by the
-// same transaction, which share their create revision.
+// same transaction, which share their create revision; kind is the name's
+// (absent in a claim stored before kinds).
 type claim struct {
 	owner   string
 	weight  int
 	limit   int
+	kind    lock.Kind
 	since   int64
 	ttl     int64
 	written int64
@@ -76,13 +85,17 @@ type claim struct {
 
 func (c *claim) value() string {
 	return "1 " + strconv.Itoa(c.weight) + " " + strconv.Itoa(c.limit) + " " + strconv.FormatInt(c.since, 10) + " " +
-		strconv.FormatInt(c.ttl, 10) + " " + strconv.FormatInt(c.written, 10) + " " + strconv.Itoa(c.order)
+		strconv.FormatInt(c.ttl, 10) + " " + strconv.FormatInt(c.written, 10) + " " + strconv.Itoa(c.order) + " " + string(c.kind)
 }
 
 // parseClaim decodes owner's claim at kv; ok is false for a value that is
 // not a claim.
 func parseClaim(owner string, kv *mvccKV) (c claim, ok bool) {
 	f := strings.Split(string(kv.Value), " ")
+	if len(f) == 8 && f[7] != "" {
+		c.kind = lock.Kind(f[7])
+		f = f[:7]
+	}
 	if len(f) != 7 || f[0] != "1" || lock.CheckOwner(owner) != nil {
 		return claim{}, false
 	}
@@ -118,14 +131,16 @@ func (c *claim) record(now time.Time, minTTL time.Duration) lock.Record {
 }
 
 // claimWaiter is a waiter in a counted name's queue: the value
-// "<weight> <limit> <ttl ms> <ends ms> <inbox>", ends when its queue lease
-// runs out, in Unix milliseconds by the clock of the process that wrote it
-// (etcd deletes it then, by the leader's; see queueLeases).
+// "<weight> <limit> <ttl ms> <ends ms> <kind> <inbox>", ends when its
+// queue lease runs out, in Unix milliseconds by the clock of the process
+// that wrote it (etcd deletes it then, by the leader's; see queueLeases),
+// kind the name's (absent in an entry stored before kinds).
 type claimWaiter struct {
 	owner  string
 	inbox  string
 	weight int
 	limit  int
+	kind   lock.Kind
 	ttl    time.Duration
 	ends   int64
 	mod    int64 // 0 for an entry the change makes
@@ -133,13 +148,18 @@ type claimWaiter struct {
 
 func (w *claimWaiter) value() string {
 	return strconv.Itoa(w.weight) + " " + strconv.Itoa(w.limit) + " " +
-		strconv.FormatInt(max(w.ttl.Milliseconds(), 1), 10) + " " + strconv.FormatInt(w.ends, 10) + " " + w.inbox
+		strconv.FormatInt(max(w.ttl.Milliseconds(), 1), 10) + " " + strconv.FormatInt(w.ends, 10) + " " + string(w.kind) + " " + w.inbox
 }
 
 // parseClaimWaiter decodes owner's entry at kv; ok is false for a value
-// that is not an entry.
+// that is not an entry. (An inbox has no white space: a value of six
+// fields has a kind.)
 func parseClaimWaiter(owner string, kv *mvccKV) (w claimWaiter, ok bool) {
-	f := strings.SplitN(string(kv.Value), " ", 5)
+	f := strings.Split(string(kv.Value), " ")
+	if len(f) == 6 && f[4] != "" {
+		w.kind = lock.Kind(f[4])
+		f = []string{f[0], f[1], f[2], f[3], f[5]}
+	}
 	if len(f) != 5 || lock.CheckOwner(owner) != nil || lock.CheckInbox(f[4]) != nil {
 		return claimWaiter{}, false
 	}
@@ -175,14 +195,19 @@ func (w *claimWaiter) left(now time.Time) time.Duration {
 // counted is what one call knows about a counted name, read at one
 // revision.
 type counted struct {
-	rev     int64 // the revision it was read at; 0 for a guess
-	limit   int   // 0 when the name holds no claim and no waiter
+	rev     int64     // the revision it was read at; 0 for a guess
+	limit   int       // 0 when the name holds no claim and no waiter
+	kind    lock.Kind // the name's; empty when it holds nothing, or has none stored
 	holders []claim
 	queue   []claimWaiter
 	version int64             // the version key's ModRevision; 0 when there is none
 	bad     *lock.RecordError // the first value of the name that is not what the provider writes
 	mail    int64             // the revision of the grant message sent to the caller, when asked for and present
 	deaf    map[string]bool   // inboxes nobody listens to (true) or someone does (false), when asked
+	// lock is the key's lock record, when there is one (lockBad, when
+	// the value there is not a record): a name is not made beside it.
+	lock    *stored
+	lockBad string
 }
 
 // claimReads says what a counted state is read with: with inbox, the
@@ -197,6 +222,7 @@ func (p *Provider) claimOps(key string, r claimReads, heard []string) []clientv3
 	ops := []clientv3.Op{
 		clientv3.OpGet(p.namePrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 		clientv3.OpGet(p.versionKey(key), clientv3.WithKeysOnly()),
+		clientv3.OpGet(p.recordKey(key)),
 	}
 	if r.inbox != "" {
 		ops = append(ops, clientv3.OpGet(p.claimMail(r.inbox, r.owner, key), clientv3.WithKeysOnly()))
@@ -210,10 +236,17 @@ func (p *Provider) parseCounted(key string, rev int64, r claimReads, heard []str
 	st := p.parseName(key, res[0].GetResponseRange().Kvs)
 	st.rev = rev
 	st.version = firstMod(res[1])
-	i := 2
+	if kvs := res[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		if s, ok := parseStored(kvs[0]); ok {
+			st.lock = &s
+		} else {
+			st.lockBad = string(kvs[0].Value)
+		}
+	}
+	i := 3
 	if r.inbox != "" {
-		st.mail = firstMod(res[2])
-		i = 3
+		st.mail = firstMod(res[3])
+		i = 4
 	}
 	st.deaf = deafOf(heard, res[i:])
 	return st
@@ -233,12 +266,14 @@ func (p *Provider) parseName(key string, kvs []*mvccKV) *counted {
 			if c, ok = parseClaim(owner, kv); ok {
 				st.holders = append(st.holders, c)
 				st.limit = firstLimit(st.limit, c.limit)
+				st.kind = cmp.Or(st.kind, c.kind)
 			}
 		case "w":
 			var w claimWaiter
 			if w, ok = parseClaimWaiter(owner, kv); ok {
 				st.queue = append(st.queue, w)
 				st.limit = firstLimit(st.limit, w.limit)
+				st.kind = cmp.Or(st.kind, w.kind)
 			}
 		}
 		if !ok && st.bad == nil {
@@ -250,6 +285,12 @@ func (p *Provider) parseName(key string, kvs []*mvccKV) *counted {
 		return cmp.Or(cmp.Compare(a.token, b.token), cmp.Compare(a.order, b.order))
 	})
 	return st
+}
+
+// kindOf returns the kind of the counted name of key whose first key is
+// kv (a claim or a waiter), empty when it has none or is not one.
+func (p *Provider) kindOf(key string, kv *mvccKV) lock.Kind {
+	return p.parseName(key, []*mvccKV{kv}).kind
 }
 
 // firstLimit returns the limit already found, or limit when there is none.
@@ -285,6 +326,8 @@ type claimChange struct {
 	st      *counted
 	now     time.Time
 	limit   int
+	kind    lock.Kind     // the name's, which its new claims and waiters store
+	made    bool          // it makes the name: it depends on the key holding no lock's record
 	holders []claim       // the claims once it commits, in grant order
 	queue   []claimWaiter // the waiters once it commits, in arrival order
 	used    int
@@ -303,6 +346,7 @@ func (p *Provider) newClaimChange(key string, st *counted) *claimChange {
 		st:      st,
 		now:     time.Now(),
 		limit:   st.limit,
+		kind:    st.kind,
 		holders: slices.Clone(st.holders),
 		queue:   slices.Clone(st.queue),
 		used:    weightOf(st.holders),
@@ -356,7 +400,7 @@ func (ch *claimChange) put(c claim, lease clientv3.LeaseID) {
 // take grants owner a new claim of weight, for ttl on lease.
 func (ch *claimChange) take(owner string, weight int, ttl time.Duration, lease clientv3.LeaseID) {
 	ms := ch.now.UnixMilli()
-	ch.put(claim{owner: owner, weight: weight, limit: ch.limit, since: ms, ttl: ttl.Milliseconds(), written: ms}, lease)
+	ch.put(claim{owner: owner, weight: weight, limit: ch.limit, kind: ch.kind, since: ms, ttl: ttl.Milliseconds(), written: ms}, lease)
 }
 
 // renew stores the claim at i again for ttl, on lease.
@@ -397,7 +441,7 @@ func (ch *claimChange) leave(i int) {
 // either way.
 func (ch *claimChange) enqueue(c lock.Claim, q queueLease) {
 	k := ch.p.claimWaiterKey(ch.key, c.Owner)
-	w := claimWaiter{owner: c.Owner, inbox: c.Inbox, weight: c.Weight, limit: ch.limit, ttl: c.TTL, ends: q.ends.UnixMilli()}
+	w := claimWaiter{owner: c.Owner, inbox: c.Inbox, weight: c.Weight, limit: ch.limit, kind: ch.kind, ttl: c.TTL, ends: q.ends.UnixMilli()}
 	ch.ops = append(ch.ops, clientv3.OpPut(k, w.value(), clientv3.WithLease(q.id)))
 	if i := ch.waits(c.Owner); i >= 0 {
 		ch.guard(k, ch.queue[i].mod)
@@ -504,6 +548,9 @@ func (ch *claimChange) commit(ctx context.Context) (*claimChange, error) {
 		return ch, nil
 	}
 	prefix, vk := ch.p.namePrefix(ch.key), ch.p.versionKey(ch.key)
+	if ch.made {
+		ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.CreateRevision(ch.p.recordKey(ch.key)), "=", 0))
+	}
 	ch.cmps = append(ch.cmps,
 		clientv3.Compare(clientv3.ModRevision(prefix+"h/"), "<", ch.st.rev+1).WithPrefix(),
 		clientv3.Compare(clientv3.CreateRevision(prefix+"w/"), "<", ch.st.rev+1).WithPrefix())
@@ -558,6 +605,32 @@ func (ch *claimChange) record(owner string, rev int64) lock.Record {
 	if rec.Owner != "" && rec.Token == 0 {
 		rec.Token = uint64(rev)
 	}
-	rec.Limit, rec.Used = ch.limit, ch.used
+	rec.Limit, rec.Used, rec.Kind = ch.limit, ch.used, ch.kind
 	return rec
+}
+
+// accept starts a change of AcquireClaim or QueueClaim for c: it reports
+// whether c is the name's limit and kind (a name that holds nothing takes
+// c's, and one stored without a kind c's kind), and, when the change would
+// make the name of a key that holds a lock's record, returns that record
+// (Kind lock.KindLock) and false. It marks a change that makes the name
+// (made), whose commit depends on the key holding no record.
+func (ch *claimChange) accept(c lock.Claim) (refused *lock.Record, ok bool, err error) {
+	st := ch.st
+	if ch.limit == 0 {
+		switch {
+		case st.lockBad != "":
+			return nil, false, &lock.RecordError{Key: ch.key, Value: st.lockBad}
+		case st.lock != nil:
+			rec := st.lock.record(ch.now, ch.p.minTTL)
+			rec.Kind = lock.KindLock
+			return &rec, false, nil
+		}
+		ch.limit, ch.kind, ch.made = c.Limit, c.Kind, true
+	}
+	if ch.limit != c.Limit || ch.kind != "" && ch.kind != c.Kind {
+		return nil, false, nil // another limit or kind: the caller reports it
+	}
+	ch.kind = c.Kind
+	return nil, true, nil
 }

@@ -44,11 +44,17 @@
 //
 // # Counted names
 //
-// A counted name (a Semaphore's, an RWMutex's) is kept apart from the lock
-// of the same key: its claims are keys ns+"c/"+len(key)+"/"+key+"/h/"+owner,
+// A counted name (a Semaphore's, an RWMutex's) is kept beside the lock of
+// the same key: its claims are keys ns+"c/"+len(key)+"/"+key+"/h/"+owner,
 // each on a lease of its own, its waiters keys beside them, each on a lease
 // that lasts its QueueTTL from its last look (shared by the looks of a
-// second: see queueLeases), and its version key ns+"n/"+key. Each claim method is one range
+// second: see queueLeases), and its version key ns+"n/"+key; each claim
+// and waiter stores the name's limit and kind. A key is one kind at a time
+// (lock.Kind): a lock's grant of a free key is made only if no key is
+// under the name's prefix, and the transaction that makes a name (its
+// first claim or waiter) only if the key holds no record, so that two
+// callers racing never make both (a compare each, in the transaction that
+// writes: no round trip more). Each claim method is one range
 // read and one transaction, whose compares guard all it read, plus a lease
 // grant for a claim it stores; a claim's token is the revision of the
 // transaction that granted it, as a lock's is, so claims granted together
@@ -233,7 +239,7 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 		return lock.Record{}, err
 	}
 	var rec lock.Record
-	rev, err := p.update(ctx, key, reads{}, &state{}, true, func(st *state, ls *leases) (*change, error) {
+	rev, err := p.update(ctx, key, reads{counted: true}, &state{}, true, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
@@ -242,11 +248,18 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 			rec = r.record(now, p.minTTL)
 			return nil, nil
 		}
+		if st.rec == nil && st.counted {
+			rec = lock.Record{Kind: st.kind} // in use as a counted name
+			return nil, nil
+		}
 		lease, err := ls.own(ctx, ttl)
 		if err != nil {
 			return nil, err
 		}
 		ch := p.newChange(key, st)
+		if st.rec == nil {
+			ch.noCounted()
+		}
 		rec = ch.take(owner, ttl, lease, now)
 		return ch, nil
 	})
@@ -289,12 +302,19 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 	var rec lock.Record
 	var own int64  // the create revision of the caller's entry, when its place must be counted
 	var told int64 // the revision of the message of a grant the caller finds in the reply
-	rev, err := p.update(ctx, key, reads{owner: w.Owner, inbox: w.Inbox}, nil, true, func(st *state, ls *leases) (*change, error) {
+	rev, err := p.update(ctx, key, reads{owner: w.Owner, inbox: w.Inbox, counted: true}, nil, true, func(st *state, ls *leases) (*change, error) {
 		if st.bad != "" {
 			return nil, &lock.RecordError{Key: key, Value: st.bad}
 		}
 		ch, now, r := p.newChange(key, st), time.Now(), st.rec
 		rec, own, told = lock.Record{}, 0, 0
+		if r == nil && st.counted {
+			rec = lock.Record{Kind: st.kind} // in use as a counted name: neither taken nor queued for
+			return nil, nil
+		}
+		if r == nil {
+			ch.noCounted() // whatever the change grants, or queues for
+		}
 		if r == nil && w.Look != lock.LookFirst {
 			// Free: the first waiter goes first; it may be the caller.
 			e, dropped := ch.serve(w.Owner, true)

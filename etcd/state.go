@@ -192,13 +192,20 @@ type state struct {
 	own    *entry  // the caller's own entry, when asked for and present
 	mail   int64   // the revision of the grant message sent to the caller, when asked for and present
 	deaf   map[string]bool
+	// counted says, when asked for, that the key's counted name holds a
+	// claim or a waiter (any key under its prefix), of kind (empty for a
+	// name stored before kinds): a lock's grant of the free key is refused
+	// then (see change.noCounted).
+	counted bool
+	kind    lock.Kind
 }
 
 // reads says what a state is read with.
 type reads struct {
-	owner string // the caller whose own entry is read; none when empty
-	inbox string // with owner: the caller's inbox, whose grant message is read
-	full  bool   // the whole queue rather than its front
+	owner   string // the caller whose own entry is read; none when empty
+	inbox   string // with owner: the caller's inbox, whose grant message is read
+	full    bool   // the whole queue rather than its front
+	counted bool   // the first key of the key's counted name (see state.counted)
 }
 
 // ops returns the reads of st's parts for key, then one count of the
@@ -214,6 +221,9 @@ func (p *Provider) ops(key string, r reads, heard []string) []clientv3.Op {
 		if r.inbox != "" {
 			ops = append(ops, clientv3.OpGet(p.grantMail(r.inbox, r.owner, key), clientv3.WithKeysOnly()))
 		}
+	}
+	if r.counted {
+		ops = append(ops, clientv3.OpGet(p.namePrefix(key), clientv3.WithPrefix(), clientv3.WithLimit(1)))
 	}
 	return append(ops, p.listenCounts(heard)...)
 }
@@ -250,6 +260,12 @@ func (p *Provider) parse(key string, rev int64, r reads, heard []string, res []*
 			st.mail = firstMod(res[3])
 			i = 4
 		}
+	}
+	if r.counted {
+		if kvs := res[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			st.counted, st.kind = true, p.kindOf(key, kvs[0])
+		}
+		i++
 	}
 	st.deaf = deafOf(heard, res[i:])
 	return st
