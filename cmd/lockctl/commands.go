@@ -114,9 +114,7 @@ func (c command) show(ctx context.Context, name string) error {
 	fmt.Fprintf(tw, "until:\t%s\n", timestamp(s.Until))
 	fmt.Fprintf(tw, "time left:\t%s\n", left(s.Until, now))
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
-	if s.Kind != "" {
-		fmt.Fprintf(tw, "kind:\t%s\n", kindOf(s))
-	}
+	fmt.Fprintf(tw, "kind:\t%s\n", kindOf(s))
 	return tw.Flush()
 }
 
@@ -254,7 +252,7 @@ func (c command) printJSON(v any) error {
 type lockJSON struct {
 	Name        string     `json:"name"`
 	Key         string     `json:"key"`
-	State       string     `json:"state"` // held, grace period, free or corrupt
+	State       string     `json:"state"` // held, grace period, waited for (a semaphore's or read-write lock's waiters alone), free or corrupt
 	Owner       string     `json:"owner,omitempty"`
 	Identity    string     `json:"identity,omitempty"`
 	Token       uint64     `json:"token,omitempty"`
@@ -288,8 +286,9 @@ type holdJSON struct {
 // kindOf says what s is, for ls's KIND column and show's kind line:
 // "semaphore 2/3 permits", "rwmutex 3/16 readers", "rwmutex 16/16 writer",
 // "election role"; for a hold of one, "permit of pool (3 permits)",
-// "reader of doc (at most 16 readers)", "writer of doc"; "-" for a plain
-// lock.
+// "reader of doc (at most 16 readers)", "writer of doc"; "lock" for a
+// plain lock. A name is one kind at a time (lock.Kind): the kind is the
+// one its store keeps.
 func kindOf(s lock.Status) string {
 	if counted(s) {
 		switch s.Kind {
@@ -305,7 +304,7 @@ func kindOf(s lock.Status) string {
 	}
 	switch s.Kind {
 	case "":
-		return "-"
+		return "lock"
 	case "permit":
 		return fmt.Sprintf("permit of %s (%d permits)", s.Of, s.Limit)
 	case "reader":
@@ -406,6 +405,8 @@ func toJSON(s lock.Status, withWaiters bool) lockJSON {
 		out.State = "grace period"
 	case !s.Free():
 		out.State = "held"
+	case counted(s):
+		out.State = "waited for"
 	}
 	if withWaiters && s.Err == nil {
 		n := s.Waiters
@@ -421,7 +422,9 @@ func jsonTime(t time.Time) string {
 	return t.Format(time.RFC3339Nano)
 }
 
-// state says whether s is held, in a grace period, free or corrupt.
+// state says whether s is held, in a grace period, waited for (a
+// semaphore or read-write lock that holds only waiters: in use all the
+// same, no lock can take its name), free or corrupt.
 func state(s lock.Status) string {
 	switch {
 	case s.Err != nil:
@@ -434,6 +437,8 @@ func state(s lock.Status) string {
 		return "grace period"
 	case !s.Free():
 		return "held"
+	case counted(s):
+		return "waited for"
 	}
 	return "free"
 }

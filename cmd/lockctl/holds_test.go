@@ -110,7 +110,7 @@ func testCounted(t *testing.T, f *fixture) {
 		assert.Equal(t, "1 holder", byName["log"]["OWNER"])
 		assert.Equal(t, "rwmutex 4/4 writer", byName["log"]["KIND"])
 		assert.Equal(t, "host-a:1", byName["job"]["OWNER"])
-		assert.Equal(t, "-", byName["job"]["KIND"], "a plain lock")
+		assert.Equal(t, "lock", byName["job"]["KIND"], "a plain lock")
 	})
 
 	t.Run("ls -json", func(t *testing.T) {
@@ -296,7 +296,7 @@ func showTables(t *testing.T, out string) (holders, queue [][]string) {
 }
 
 // TestRoleShownAsRole (issue 31, item 7): an election's role is shown as
-// one in ls (KIND), show and -json, not as a plain lock ("-").
+// one in ls (KIND), show and -json, not as a plain lock ("lock").
 func TestRoleShownAsRole(t *testing.T) {
 	forEachStore(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
@@ -323,4 +323,15 @@ func TestRoleShownAsRole(t *testing.T) {
 		decode(t, stdout, &got)
 		assert.Equal(t, "role", got["kind"])
 	})
+}
+
+// TestStateOfAWaitedForName: a semaphore or read-write lock that holds
+// waiters alone is in use (no lock can take its name: issue 38), and ls,
+// show and -json say "waited for", not "free".
+func TestStateOfAWaitedForName(t *testing.T) {
+	s := lock.Status{Name: "pool", Key: "lock:{pool}", Kind: "semaphore", Limit: 3, Waiters: 2,
+		Queue: []lock.Status{{Owner: "o~n3", Kind: "permit", Weight: 2}, {Owner: "p~n3", Kind: "permit", Weight: 1}}}
+	assert.Equal(t, "waited for", state(s))
+	assert.Equal(t, "waited for", toJSON(s, true).State)
+	assert.Equal(t, "free", state(lock.Status{Name: "job", Key: "lock:{job}"}), "a name nobody uses")
 }

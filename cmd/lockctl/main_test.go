@@ -546,6 +546,7 @@ func testCommands(t *testing.T, f *fixture) {
 		assert.Contains(t, got["since"], "ago")
 		assert.NotEmpty(t, got["until"])
 		assert.NotEmpty(t, got["time left"])
+		assert.Equal(t, "lock", got["kind"], "a plain lock says its kind too (issue 38)")
 
 		stdout, _, code = f.lockctl("show", "window")
 		require.Equal(t, exitOK, code)
