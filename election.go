@@ -71,7 +71,8 @@ type Term struct {
 // the role under it ([Status.Kind] "role"). A role is not a lock: Campaign on a
 // name held with Acquire or Do, and Acquire or Do on a role held by a
 // Campaign, fail with [ErrInvalidArgument] as soon as they see the other
-// holding it.
+// holding it; so do Campaign on a name in use as a Semaphore or an
+// [RWMutex], and they on a role (see [Kind]).
 //
 // ctx bounds the wait only: the Term outlives it (its Context keeps ctx's
 // values, not its cancellation), until Resign or a loss. A campaign that

@@ -70,7 +70,10 @@ var (
 	ErrUnavailable = errors.New("lock: provider unavailable")
 
 	// ErrInvalidArgument reports bad input: an empty or oversized name or owner,
-	// a negative duration, a nil handler or provider. Nothing was changed.
+	// a negative duration, a nil handler or provider; or a name taken as
+	// another kind than it is in use as (a lock, an election's role, a
+	// Semaphore, an [RWMutex]: see [Kind]), or with another limit. Nothing
+	// was changed.
 	ErrInvalidArgument = errors.New("lock: invalid argument")
 
 	// ErrCorruptRecord reports a stored value that is not a record this library

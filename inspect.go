@@ -61,9 +61,10 @@ type Status struct {
 func (s Status) Free() bool { return s.Owner == "" && s.Used == 0 }
 
 // Inspect returns who holds the lock called name, since when and until
-// when, without changing anything. A free lock has an empty Owner. When no
-// lock of that name is held, a Semaphore or an [RWMutex] of that name that
-// is held or waited for is returned (Kind "semaphore" or "rwmutex").
+// when, without changing anything. A free lock has an empty Owner. A name
+// in use as a Semaphore or an [RWMutex] (held or waited for: a name is one
+// [Kind] at a time) is returned as one, with the kind its store keeps
+// (Kind "semaphore" or "rwmutex"), its holds and its queue.
 func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
 	key, err := c.checkName(name)
 	if err != nil {

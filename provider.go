@@ -147,8 +147,9 @@ type Provider interface {
 	// no claim and no waiter; a provider may count it in use a while
 	// longer, until it notices that its last claims and waiters expired
 	// (the Redis provider: until its keys expire, up to a quarter of a
-	// claim's TTL after the last claim's deadline, and a minute after a
-	// waiter's last look). A key in use as a counted name holds no lock
+	// claim's TTL after the last claim's deadline, and 75 s after a
+	// waiter's last look, or a quarter more than its QueueTTL when that is
+	// longer than a minute). A key in use as a counted name holds no lock
 	// (see Acquire), and AcquireClaim and QueueClaim do not make a counted
 	// name of a key whose lock record exists, held or in a grace period:
 	// they change nothing then, and return a Record with Kind [KindLock],
@@ -163,12 +164,12 @@ type Provider interface {
 	// the live claims and c.Weight add up to at most c.Limit, and nobody
 	// is queued for key. A taken claim gets a fresh fencing token (from
 	// the counters of the locks: strictly greater than every earlier
-	// claim's of key, and than every lock's of key released before the
-	// name's claims began; the claims that one call grants from the queue
-	// may share one, as on etcd, whose token is the revision of the
-	// granting transaction; a provider may take tokens in blocks, as the
-	// Redis one does, so a lock of key granted while the name holds claims
-	// may have a greater token than the name's next) and lives c.TTL. When c.Owner holds
+	// claim's of key, and than every earlier lock's of key, which ended
+	// before the name began; a lock's granted after the name ended is
+	// greater than its claims'; the claims that one call grants from the
+	// queue may share one, as on etcd, whose token is the revision of the
+	// granting transaction; a provider may take tokens in blocks while the
+	// name lives, as the Redis one does) and lives c.TTL. When c.Owner holds
 	// a live claim already (an earlier attempt whose reply was lost), its
 	// TTL is reset to c.TTL and it is returned as it is.
 	//

@@ -22,9 +22,10 @@ import (
 // block, up to 1,024: one INCRBY each) and grants them in turn, keeping its
 // place in the block in its hash (see fresh in scripts/claim.lua): its
 // tokens strictly increase like a lock's, and are above every token the
-// counter gave before the block was taken; a lock of the same key granted
-// while a block lasts may hold a greater token than the name's next claims
-// (the two are apart: neither sees the other). The unused rest of a block
+// counter gave before the block was taken, every lock's of the same key
+// before the name included; no lock of the key is granted while the block
+// lasts (it lasts as long as the name's keys, and so its mark: see
+// countedMark), and a lock's after it is above the block. The unused rest of a block
 // is skipped when the name's keys go, so a name takes at most twice the
 // tokens it grants: the counter stays behind the clock (see below) as long
 // as the slot grants fewer than half a million tokens a second.

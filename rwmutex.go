@@ -33,7 +33,10 @@ type RWMutex struct {
 // RWMutex returns the read-write lock called name, for at most maxReaders
 // readers at once (1 to [MaxPermits]; a reader beyond them waits). Like a
 // Semaphore's N, maxReaders is a property of the name: every caller must
-// give the same one. It stores nothing until a hold is taken.
+// give the same one. So is its kind: a name held or waited for as an
+// RWMutex is not a lock's, an election role's or a Semaphore's, and the
+// other way round (see [Kind]): the other fails at once with
+// [ErrInvalidArgument]. It stores nothing until a hold is taken.
 func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
 	if maxReaders < 1 || maxReaders > MaxPermits {
 		return nil, invalidf("read-write lock %q: %d readers, not between 1 and %d", name, maxReaders, MaxPermits)

@@ -25,8 +25,11 @@ import (
 //
 // N is a property of the name: every caller must give the same N. A
 // caller that gives another N while the name is held or waited for fails
-// with [ErrInvalidArgument]. A Semaphore and a lock of the same name are two
-// things: neither sees the other.
+// with [ErrInvalidArgument]. So is its kind (see [Kind]): while a
+// Semaphore holds or waits for a name, a lock, an election's role or an
+// [RWMutex] of that name fails at once with ErrInvalidArgument, naming
+// both kinds, and so does the Semaphore while one of those holds it (a
+// lock in its grace period too).
 type Semaphore struct {
 	c    *Client
 	name string

@@ -32,7 +32,9 @@ import (
 // returns a *NotAcquiredError that says so; with Wait, the waiter renews
 // such a grant before it relies on it, or looks again. Acquiring, with
 // Wait, a lock that ctx's call chain already holds (see [FromContext]) would
-// wait for itself: it fails at once with [ErrInvalidArgument].
+// wait for itself: it fails at once with [ErrInvalidArgument]. So does
+// Acquire, waiting or not, of a name in use as a Semaphore or an [RWMutex]
+// (held or waited for; see [Kind]), or held as an election's role.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
 	key, err := c.checkName(name)
 	if err != nil {

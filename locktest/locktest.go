@@ -19,7 +19,10 @@
 // The suite works through the lock.Provider interface only. It checks
 // records, fencing tokens, renewals and grace periods (Acquire, Release,
 // Renew, Finish), bad input, the wait queue (Queue, Leave, Listen, and how
-// Release and Finish serve a queue), and what operators use (Inspect, List,
+// Release and Finish serve a queue), the counted names (the claim methods),
+// one kind a key (a lock's record and a counted name's claims, or counted
+// names of two kinds, refuse each other, also when two callers race), and
+// what operators use (Inspect, List,
 // ForceRelease), and what a lock.Client on the provider promises where it
 // rests on the provider's answers (a lock found lost is reported, with why,
 // before Done is closed); each check is a subtest named after the

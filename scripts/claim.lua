@@ -274,8 +274,8 @@ end
 -- not outpace the server's clock in microseconds: see token.lua), and a
 -- busy name one INCRBY every 1,024 grants. Every token is strictly greater
 -- than the name's earlier ones, and than every token the counter gave
--- before the block was taken (a lock's of the same key granted since may
--- be greater: a lock and a counted name are two things).
+-- before the block was taken: every lock's of the same key before the name
+-- (no lock's is granted while the name's keys, and so its mark, live).
 local function fresh()
   if toklast and toklast < tokmax then
     toklast = toklast + 1
