@@ -89,7 +89,7 @@ END $$`)
 // on, and a lock's calls do not see it until then, as before.
 func TestKindsAdded(t *testing.T) {
 	prefix := testPrefix(t)
-	p := newProvider(t, prefix)
+	newProvider(t, prefix) // the objects of this version, then made older below
 	ctx := ctxTimeout(t, 30*time.Second)
 	pool := newPool(t)
 	claims, queue := pgx.Identifier{prefix + "claims"}.Sanitize(), pgx.Identifier{prefix + "claim_queue"}.Sanitize()
@@ -116,7 +116,7 @@ LANGUAGE sql AS $$ SELECT 'old', 1::bigint, false, now(), now(), now(), false, 0
 		require.NoError(t, err, stmt)
 	}
 
-	p = newProvider(t, prefix)
+	p := newProvider(t, prefix)
 	rec, err := p.Acquire(ctx, "other", "o", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, "o", rec.Owner, "acquire defined anew")
