@@ -215,3 +215,48 @@ func drainKind(r *recorder, kind lock.EventKind) []lock.Event {
 	}
 	return es
 }
+
+// TestInspectShowsTheStoredKind: Inspect and List show a counted name with
+// the kind its store keeps (issue 38), not one guessed from its holders'
+// owners: a name claimed through the provider by owners that carry no
+// Semaphore's or RWMutex's tag is still shown as the RWMutex it is, and a
+// lock of its name is refused.
+func TestInspectShowsTheStoredKind(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 30*time.Second)
+		p := b.replica(t)
+		c := newClient(t, p)
+		name := uniqueName(t)
+		key := c.Key(name)
+		for _, owner := range []string{"plain-1", "plain-2"} {
+			rec, err := p.AcquireClaim(ctx, key, lock.Claim{Owner: owner, Weight: 1, Limit: 4, Kind: lock.KindRWMutex, TTL: time.Minute})
+			require.NoError(t, err)
+			require.Equal(t, owner, rec.Owner)
+		}
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, "rwmutex", st.Kind, "Inspect: %+v", st)
+		assert.Equal(t, []int{4, 2}, []int{st.Limit, st.Used})
+		assert.False(t, st.Free())
+		all, _, err := c.List(ctx, 100)
+		require.NoError(t, err)
+		var listed []lock.Status
+		for _, s := range all {
+			if s.Name == name {
+				listed = append(listed, s)
+			}
+		}
+		if assert.Len(t, listed, 1, "one entry: the name is one kind") {
+			assert.Equal(t, "rwmutex", listed[0].Kind, "List: %+v", listed[0])
+		}
+		_, err = c.Acquire(ctx, name, lock.Options{})
+		assert.ErrorIs(t, err, lock.ErrInvalidArgument)
+		assert.ErrorContains(t, err, "is in use as an RWMutex, not a lock")
+		for _, owner := range []string{"plain-1", "plain-2"} {
+			require.NoError(t, p.ReleaseClaim(ctx, key, owner))
+		}
+		st, err = c.Inspect(ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, lock.Status{Name: name, Key: key}, st, "free once it holds nothing")
+	})
+}
