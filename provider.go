@@ -17,9 +17,9 @@ import (
 // logging or metrics) passes every one on.
 //
 // A key holds at most one record, and is one [Kind] at a time: a lock (an
-// election's role is one too) or a counted name, never both (see
-// [Kind]). Every method is atomic with respect to the others on the same
-// key, on every process that shares the backend.
+// election's role is one too) or a counted name, never both. Every method
+// is atomic with respect to the others on the same key, on every process
+// that shares the backend.
 //
 // Every method returns once its ctx ends, with ctx's error when the store
 // had not answered, whatever the store does (refuses, never answers,
