@@ -17,22 +17,23 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 // The helpers of the root package's tests, in one place: the backends every
 // behaviour runs against, events, and providers that fail as a network or a
-// server would. The servers, names, contexts and Clients come from the test
-// environment (internal/testenv), shared with faults, locktest and the
-// modules.
+// server would. The servers (internal/testenv/servers), names, contexts and
+// Clients come from the test environment (internal/testenv), shared with
+// faults, locktest and the modules.
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(servers.Main(m)) // stops the Redis the tests started
 }
 
 // The test environment's helpers, under the short names the tests use.
 var (
-	realRedis   = testenv.Redis       // the shared Redis; skips, or fails in CI, without it
-	redisAddr   = testenv.RedisAddr   // its address
+	realRedis   = servers.Redis       // the tests' Redis; skips, or fails in CI, without it
+	redisAddr   = servers.RedisAddr   // its address
 	uniqueName  = testenv.Name        // a name no other test uses
 	ctxTimeout  = testenv.Context     // a context that ends after d, or with the test
 	newClient   = testenv.NewClient   // a Client closed with the test
@@ -81,7 +82,7 @@ func backends(t *testing.T) []backend {
 		}
 	})
 	bs = append(bs, backend{name: "redis", raw: real, replica: func(t testing.TB) lock.Provider {
-		rc := redis.NewClient(&redis.Options{Addr: redisAddr()})
+		rc := redis.NewClient(&redis.Options{Addr: redisAddr(t)})
 		t.Cleanup(func() { _ = rc.Close() })
 		return lock.NewRedisProvider(rc)
 	}})

@@ -89,7 +89,7 @@ func gatedProviders(t *testing.T) map[string]func(t *testing.T) (*lock.RedisProv
 	realRedis(t) // fails in CI, skips elsewhere, without a Redis
 	return map[string]func(t *testing.T) (*lock.RedisProvider, *gate, *redis.Client){
 		"miniredis": mk(mr.Addr()),
-		"redis":     mk(redisAddr()),
+		"redis":     mk(redisAddr(t)),
 	}
 }
 

@@ -2,12 +2,13 @@ package lock
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 // TestWrappedClusterClientIsACluster: a type that embeds a
@@ -54,15 +55,7 @@ func (f *flakyShards) SSubscribe(ctx context.Context, channels ...string) *redis
 // Before, a first round of tries that failed left it deaf for good
 // (follow returned nil after one call here).
 func TestWatchFollowKeepsTrying(t *testing.T) {
-	live := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer live.Close()
-	if err := live.Ping(context.Background()).Err(); err != nil {
-		// (internal/testenv imports this package: its rule, written out.)
-		if os.Getenv("CI") != "" || os.Getenv("LOCK_REQUIRE_REDIS") != "" {
-			t.Fatalf("real Redis on 127.0.0.1:6379 is required: %v", err)
-		}
-		t.Skipf("no Redis on 127.0.0.1:6379: %v", err)
-	}
+	live := servers.Redis(t)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer dead.Close()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})

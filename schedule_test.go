@@ -279,7 +279,7 @@ func TestScheduleHelperProcess(t *testing.T) {
 	require.NoError(t, err)
 	logKey := os.Getenv("LOCK_SCHEDULE_LOG")
 
-	rc := redis.NewClient(&redis.Options{Addr: redisAddr(), ContextTimeoutEnabled: true})
+	rc := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true}) // the parent's, named in the environment
 	defer rc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ticks)*every+10*time.Second)
 	defer cancel()

@@ -10,18 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/etcd"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 	"github.com/seed05627090/lock/locktest"
 )
 
 // The benchmarks run each measurement on etcd with 1 and 3 members
 // started in this process (default 100ms heartbeat and 1s election, fsync
 // on, as in production; etcd-1-nofsync without fsync), and beside them
-// on Redis at LOCK_REDIS_ADDR (127.0.0.1:6379 by default; skipped when it
-// does not answer), through the same lock.Provider calls:
+// on Redis (the test binary's own redis-server, or LOCK_REDIS_ADDR; skipped
+// without a redis-server), through the same lock.Provider calls:
 //
 //	go test -run '^$' -bench . -benchtime 3s .
 
@@ -123,20 +122,11 @@ func benchBackends(b *testing.B, fn func(b *testing.B, p lock.Provider)) {
 	}
 }
 
-// redisProvider returns the Redis provider at LOCK_REDIS_ADDR, or skips.
+// redisProvider returns the Redis provider on the tests' Redis
+// (servers.Redis: LOCK_REDIS_ADDR, or a server of the test binary's own),
+// or skips without one.
 func redisProvider(b *testing.B) lock.Provider {
-	addr := os.Getenv("LOCK_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	b.Cleanup(func() { _ = rdb.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		b.Skipf("no Redis at %s: %v", addr, err)
-	}
-	return lock.NewRedisProvider(rdb)
+	return lock.NewRedisProvider(servers.Redis(b))
 }
 
 // BenchmarkAcquireRelease measures one uncontended Acquire and its Release

@@ -18,6 +18,7 @@ import (
 	"github.com/seed05627090/lock/etcd"
 	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 func TestMain(m *testing.M) {
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(clientEnv); spec != "" {
 		os.Exit(runClient(spec)) // a client process of the fault test
 	}
-	code := m.Run()
+	code := servers.Main(m).Run() // stops the Redis the benchmarks started
 	shared.stop()
 	stopBenchClusters()
 	if code == 0 {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 // redisCLI is the redis-cli used to create the cluster; without it the test
@@ -295,12 +297,10 @@ func newClusterLockClient(t testing.TB, addrs []string, opts ...lock.ClientOptio
 	return newClient(t, newClusterRedis(t, addrs), opts...)
 }
 
-// clusterNode is one redis-server process of the test cluster.
+// clusterNode is one Redis server process of the test cluster.
 type clusterNode struct {
-	addr   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *lockedLog
+	addr string
+	proc *servers.Proc
 }
 
 // startCluster starts a Redis Cluster of three masters without replicas on
@@ -319,7 +319,7 @@ func startCluster(t *testing.T) []string {
 	logs := func() string {
 		var b strings.Builder
 		for _, n := range nodes {
-			fmt.Fprintf(&b, "--- %s:\n%s\n", n.addr, n.log.String())
+			fmt.Fprintf(&b, "--- %s:\n%s\n", n.addr, n.proc.Log())
 		}
 		return b.String()
 	}
@@ -389,7 +389,7 @@ func clusterBusPort(t *testing.T, ctx context.Context, addr string) string {
 	return m["cluster-port"]
 }
 
-// startClusterNode starts one cluster-enabled redis-server on free loopback
+// startClusterNode starts one cluster-enabled Redis server on free loopback
 // ports (client and bus) and waits until it answers PING.
 func startClusterNode(t *testing.T, bin string, i int) *clusterNode {
 	t.Helper()
@@ -403,64 +403,16 @@ func startClusterNode(t *testing.T, bin string, i int) *clusterNode {
 		if busPort == port {
 			continue
 		}
-		n := &clusterNode{
-			addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			exited: make(chan struct{}),
-			log:    &lockedLog{},
-		}
-		n.cmd = exec.Command(bin,
-			"--port", strconv.Itoa(port),
+		p, err := servers.StartRedis(bin, port, dir,
 			"--cluster-port", strconv.Itoa(busPort),
-			"--bind", "127.0.0.1",
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", fmt.Sprintf("%s/nodes-%d.conf", dir, i),
-			"--cluster-node-timeout", "5000",
-			"--save", "",
-			"--appendonly", "no",
-			"--daemonize", "no",
-			"--dir", dir,
-			"--loglevel", "warning",
-		)
-		n.cmd.Stdout = n.log
-		n.cmd.Stderr = n.log
-		require.NoError(t, n.cmd.Start(), "start %s", bin)
-		go func() {
-			_ = n.cmd.Wait()
-			close(n.exited)
-		}()
-		t.Cleanup(func() {
-			_ = n.cmd.Process.Kill()
-			<-n.exited
-		})
-		if lastErr = waitPing(n); lastErr == nil {
-			return n
+			"--cluster-node-timeout", "5000")
+		if lastErr = err; err == nil {
+			t.Cleanup(func() { p.Stop(syscall.SIGKILL, time.Minute) })
+			return &clusterNode{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), proc: p}
 		}
-		_ = n.cmd.Process.Kill()
-		<-n.exited
 	}
 	t.Fatalf("start cluster node %d: %v", i, lastErr)
 	return nil
-}
-
-// waitPing waits up to ten seconds for the node to answer PING.
-func waitPing(n *clusterNode) error {
-	rc := redis.NewClient(&redis.Options{Addr: n.addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1})
-	defer rc.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rc.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-n.exited:
-			return fmt.Errorf("redis-server %s exited: %s", n.addr, strings.TrimSpace(n.log.String()))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server %s did not answer PING within 10s: %v", n.addr, err)
-		}
-	}
 }

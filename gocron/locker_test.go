@@ -19,10 +19,11 @@ import (
 	"github.com/seed05627090/lock"
 	gocronlock "github.com/seed05627090/lock/gocron"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(servers.Main(m)) // stops the Redis the tests started
 }
 
 func TestLockerInvalid(t *testing.T) {
@@ -124,7 +125,7 @@ func TestLockerReplicas(t *testing.T) {
 			}
 		})
 		testReplicas(t, 500*time.Millisecond, 20, func(t *testing.T) *lock.Client {
-			replica := redis.NewClient(&redis.Options{Addr: redisAddr(), ContextTimeoutEnabled: true})
+			replica := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = replica.Close() })
 			return newClient(t, lock.NewRedisProvider(replica), lock.WithPrefix("lock-test:"+run+":"))
 		})
@@ -245,7 +246,7 @@ func (c skewedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 // which this module may import: Go's internal rule goes by import path), under
 // the short names the tests use.
 var (
-	realRedis = testenv.Redis     // the shared Redis; skips, or fails in CI, without it
-	redisAddr = testenv.RedisAddr // its address
+	realRedis = servers.Redis     // the tests' Redis; skips, or fails in CI, without it
+	redisAddr = servers.RedisAddr // its address
 	newClient = testenv.NewClient // a Client closed with the test
 )

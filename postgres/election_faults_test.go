@@ -53,7 +53,7 @@ const (
 // the server ends that session instead, and the transaction is rolled back.
 func TestElectionStoppedLeaders(t *testing.T) {
 	if name := os.Getenv(electionChildEnv); name != "" {
-		os.Exit(electionWriter(name))
+		os.Exit(electionWriter(t, name))
 	}
 	testenv.SkipShort(t, "a fault test of ~20 s (leaders stopped and continued)")
 	const (
@@ -168,7 +168,7 @@ func TestElectionStoppedLeaders(t *testing.T) {
 // error (its session ended by the server while it was stopped) the writes
 // go on, up to 100 in a row. A line on its stdin ("quit"), or its end, ends
 // its Lead. It returns the process's exit status.
-func electionWriter(name string) int {
+func electionWriter(t testing.TB, name string) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 1
@@ -184,12 +184,12 @@ func electionWriter(name string) int {
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // "quit", or EOF
 		quit()
 	}()
-	lockPool, err := pgxpool.New(ctx, dsn())
+	lockPool, err := pgxpool.New(ctx, dsn(t)) // the parent's server, named in the environment
 	if err != nil {
 		return fail(err)
 	}
 	defer lockPool.Close()
-	cfg, err := pgxpool.ParseConfig(dsn())
+	cfg, err := pgxpool.ParseConfig(dsn(t))
 	if err != nil {
 		return fail(err)
 	}

@@ -93,7 +93,7 @@ func (x *sqlFenceTx) rollback()     { _ = x.tx.Rollback() }
 // of the test.
 func sqlDB(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", dsn())
+	db, err := sql.Open("pgx", dsn(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	return db
@@ -117,7 +117,7 @@ func fenceTables(t *testing.T) (fences, data, log string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		pool, err := pgxpool.New(ctx, dsn())
+		pool, err := pgxpool.New(ctx, dsn(t))
 		if err == nil {
 			_, err = pool.Exec(ctx, `DROP TABLE IF EXISTS `+fences+`, `+data+`, `+log)
 			pool.Close()

@@ -5,24 +5,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 	"github.com/seed05627090/lock/postgres"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(servers.Main(m)) // stops the PostgreSQL the tests started
 }
 
 // The test environment's helpers (internal/testenv of the root module,
 // which this module may import: Go's internal rule goes by import path), under
 // the short names the tests use.
 var (
-	dsn        = testenv.PostgresDSN // LOCK_POSTGRES_DSN, or the local server
+	dsn        = servers.PostgresDSN // LOCK_POSTGRES_DSN, or a server of the test binary's own
 	randomHex  = testenv.RandomHex   // n random bytes in hex
 	uniqueName = testenv.Name        // a lock name no other test uses
 	ctxTimeout = testenv.Context     // a context that ends after d, or with the test
@@ -30,17 +30,12 @@ var (
 	notices    = testenv.Notices     // the channel of the notices of an inbox, until the test ends
 )
 
-// needServer skips the test when the server does not answer, or fails it
-// in CI and when LOCK_REQUIRE_POSTGRES is set.
+// needServer skips the test when there is no server (no PostgreSQL
+// binaries, and no LOCK_POSTGRES_DSN), or fails it in CI and when
+// LOCK_REQUIRE_POSTGRES is set.
 func needServer(t testing.TB) {
 	t.Helper()
-	testenv.Postgres(t, func(ctx context.Context, dsn string) error {
-		conn, err := pgx.Connect(ctx, dsn)
-		if err == nil {
-			_ = conn.Close(ctx)
-		}
-		return err
-	})
+	dsn(t)
 }
 
 // testPrefix returns a table prefix of the test's own, whose objects are
@@ -53,7 +48,7 @@ func testPrefix(t testing.TB) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		pool, err := pgxpool.New(ctx, dsn())
+		pool, err := pgxpool.New(ctx, dsn(t))
 		if err != nil {
 			t.Errorf("dropping %s*: %v", prefix, err)
 			return
@@ -76,7 +71,7 @@ func newPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dsn())
+	pool, err := pgxpool.New(ctx, dsn(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool

@@ -26,11 +26,12 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 	"github.com/seed05627090/lock/postgres"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := servers.Main(m).Run() // stops the Redis and PostgreSQL the tests started
 	stopEtcd()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start")); err != nil {
@@ -45,30 +46,24 @@ func TestMain(m *testing.M) {
 // which this module may import: Go's internal rule goes by import path), under
 // the short names the tests use.
 var (
-	realRedis   = testenv.Redis       // the shared Redis; skips, or fails in CI, without it
-	redisAddr   = testenv.RedisAddr   // its address
-	postgresDSN = testenv.PostgresDSN // the shared PostgreSQL
+	realRedis   = servers.Redis       // the tests' Redis; skips, or fails in CI, without it
+	redisAddr   = servers.RedisAddr   // its address
+	postgresDSN = servers.PostgresDSN // the tests' PostgreSQL; skips, or fails in CI, without it
 	randomHex   = testenv.RandomHex   // n random bytes in hex
 )
 
-// realPostgres returns a pool of the real PostgreSQL, closed at the end of
-// the test. Without a server it skips the test, or fails it in CI and when
-// LOCK_REQUIRE_POSTGRES is set.
+// realPostgres returns a pool of the tests' PostgreSQL, closed at the end
+// of the test. Without a server it skips the test, or fails it in CI and
+// when LOCK_REQUIRE_POSTGRES is set.
 func realPostgres(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	var pool *pgxpool.Pool
-	testenv.Postgres(t, func(ctx context.Context, dsn string) error {
-		p, err := pgxpool.New(ctx, dsn)
-		if err == nil {
-			if err = p.Ping(ctx); err != nil {
-				p.Close()
-				return err
-			}
-			pool = p
-		}
-		return err
-	})
+	dsn := postgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	require.NoError(t, pool.Ping(ctx), "the tests' PostgreSQL at %s", dsn)
 	return pool
 }
 
@@ -116,10 +111,10 @@ func forEachStore(t *testing.T, fn func(t *testing.T, f *fixture)) {
 func newRedisFixture(t *testing.T) *fixture {
 	rc := realRedis(t)
 	ctx := context.Background()
-	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-redis", "redis://" + redisAddr() + "/0"}, where: "in Redis",
+	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-redis", "redis://" + redisAddr(t) + "/0"}, where: "in Redis",
 		hint: "lockctl -prefix <prefix> ls"}
 	f.provider = func() lock.Provider {
-		c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+		c := redis.NewClient(&redis.Options{Addr: redisAddr(t)})
 		t.Cleanup(func() { _ = c.Close() })
 		return lock.NewRedisProvider(c)
 	}
@@ -170,12 +165,12 @@ func newPostgresFixture(t *testing.T) *fixture {
 			t.Errorf("dropping %s*: %v", tables, err)
 		}
 	})
-	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-postgres", postgresDSN(), "-table-prefix", tables}, where: "in the tables ",
+	f := &fixture{t: t, prefix: "lockctl-test:" + randomHex(6) + ":", flags: []string{"-postgres", postgresDSN(t), "-table-prefix", tables}, where: "in the tables ",
 		hint: "lockctl -prefix <prefix> ls"}
 	f.provider = func() lock.Provider {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		pool, err := pgxpool.New(ctx, postgresDSN())
+		pool, err := pgxpool.New(ctx, postgresDSN(t))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		p, err := postgres.NewProvider(ctx, pool, postgres.WithTablePrefix(tables))
@@ -783,7 +778,7 @@ func TestPostgresNoTables(t *testing.T) {
 	ctx := context.Background()
 	tables := "lockctl_none" + randomHex(4) + "_"
 	for _, cmd := range [][]string{{"ls"}, {"show", "x"}, {"-yes", "release", "x"}} {
-		stdout, stderr, code := runArgs(append([]string{"-postgres", postgresDSN(), "-table-prefix", tables}, cmd...)...)
+		stdout, stderr, code := runArgs(append([]string{"-postgres", postgresDSN(t), "-table-prefix", tables}, cmd...)...)
 		assert.Equal(t, exitError, code, "lockctl %q", cmd)
 		assert.Empty(t, stdout)
 		assert.Contains(t, stderr, "no lock tables "+tables+"*")

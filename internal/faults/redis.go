@@ -1,6 +1,6 @@
 // Package faults holds the helpers of the lock library's fault-injection
 // tests (the faults directory of the repository, and the fault tests of the
-// provider modules): a launcher for throwaway redis-server processes
+// provider modules): a launcher for throwaway Redis server processes
 // (Redis), a Sentinel deployment of them (Sentinel), a TCP proxy that can
 // delay, pause and cut the traffic between a client and Redis (Proxy), the
 // test binary run again as a child process (Child), and the board that
@@ -12,36 +12,34 @@
 package faults
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
-	"os/exec"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
-// RequireRedis returns the path of redis-server. Without one it skips the
-// test, or fails it in CI and when LOCK_REQUIRE_REDIS is set (the test
-// environment's rule, testenv.RedisServer).
+// RequireRedis returns the Redis server binary that the tests start (the
+// LOCK_REDIS_SERVER setting: redis-server by default, valkey-server for
+// Valkey). Without it it skips the test, or fails it in CI and when
+// LOCK_REQUIRE_REDIS is set (the test environment's rule,
+// servers.RedisServer).
 func RequireRedis(t testing.TB) string {
 	t.Helper()
-	return testenv.RedisServer(t)
+	return servers.RedisServer(t)
 }
 
-// Redis is one redis-server process of a test, on a loopback port of its own,
-// without persistence: a restart starts it empty. Kill and Start may be called
-// in turn to crash and restart it on the same port. It is stopped when the
-// test ends.
+// Redis is one Redis server process of a test (the RequireRedis binary), on
+// a loopback port of its own, without persistence: a restart starts it
+// empty. Kill and Start may be called in turn to crash and restart it on
+// the same port. It is stopped when the test ends, and, on Linux, when the
+// test binary ends (servers.Start).
 type Redis struct {
 	// Addr is the server's address, 127.0.0.1:port; it stays the same across
 	// restarts.
@@ -53,17 +51,16 @@ type Redis struct {
 	dir  string
 	args []string // of StartRedis, given at every start
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has been waited for
-	log    *boundedBuffer
+	mu   sync.Mutex
+	proc *servers.Proc // nil when not running
+	last *servers.Proc // the running or last process, for Log
 }
 
-// StartRedis starts a redis-server on a free loopback port, with the extra
+// StartRedis starts a Redis server on a free loopback port, with the extra
 // command-line arguments args (given again at every restart by Start, after
 // its defaults, which they override), and waits until it answers PING. It
-// skips or fails the test as RequireRedis does when there is no
-// redis-server, and stops the server at the end of the test.
+// skips or fails the test as RequireRedis does when there is no server
+// binary, and stops the server at the end of the test.
 func StartRedis(t testing.TB, args ...string) *Redis {
 	t.Helper()
 	r := &Redis{t: t, bin: RequireRedis(t), dir: t.TempDir(), args: args}
@@ -81,72 +78,26 @@ func StartRedis(t testing.TB, args ...string) *Redis {
 			return r
 		}
 	}
-	t.Fatalf("start redis-server: %v", err)
+	t.Fatalf("start %s: %v", r.bin, err)
 	return nil
 }
 
 // Start starts the server on its port (again, after Kill), with StartRedis's
 // arguments and then the extra command-line arguments, and waits until it
-// answers PING. It returns an
-// error when the server is already running or does not come up within ten
-// seconds.
+// answers PING. It returns an error when the server is already running or
+// does not come up within ten seconds.
 func (r *Redis) Start(extra ...string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cmd != nil {
-		return errors.New("redis-server is already running")
+	if r.proc != nil {
+		return errors.New("the Redis server is already running")
 	}
-	log := &boundedBuffer{max: 64 << 10}
-	args := []string{
-		"--port", strconv.Itoa(r.port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--daemonize", "no",
-		"--dir", r.dir,
-		"--loglevel", "warning",
-	}
-	args = append(append(args, r.args...), extra...)
-	cmd := exec.Command(r.bin, args...)
-	cmd.Stdout = log
-	cmd.Stderr = log
-	if err := cmd.Start(); err != nil {
+	p, err := servers.StartRedis(r.bin, r.port, r.dir, append(slices.Clip(r.args), extra...)...)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	r.cmd, r.exited, r.log = cmd, exited, log
-	if err := waitPing("redis-server", r.Addr, exited, log); err != nil {
-		_ = cmd.Process.Kill() // when it did not answer in time
-		<-exited
-		r.cmd = nil
-		return err
-	}
+	r.proc, r.last = p, p
 	return nil
-}
-
-// waitPing waits up to ten seconds for the server a process started on addr
-// to answer PING. It fails, with what the process printed, when the process
-// exits first or does not answer in time.
-func waitPing(what, addr string, exited <-chan struct{}, log *boundedBuffer) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := ping(addr)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s %s exited: %s", what, addr, strings.TrimSpace(log.String()))
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %s did not answer PING within 10s (%v): %s", what, addr, err, strings.TrimSpace(log.String()))
-		}
-	}
 }
 
 // Kill kills the server with SIGKILL, as a crash would, and waits until it is
@@ -155,59 +106,26 @@ func waitPing(what, addr string, exited <-chan struct{}, log *boundedBuffer) err
 func (r *Redis) Kill() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cmd == nil {
+	if r.proc == nil {
 		return nil
 	}
-	err := r.cmd.Process.Signal(syscall.SIGKILL)
-	<-r.exited
-	r.cmd = nil
-	if errors.Is(err, os.ErrProcessDone) {
-		err = nil
-	}
-	return err
+	r.proc.Stop(syscall.SIGKILL, time.Minute)
+	r.proc = nil
+	return nil
 }
 
 // Log returns what the running (or last) server printed.
 func (r *Redis) Log() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.log == nil {
+	if r.last == nil {
 		return ""
 	}
-	return r.log.String()
-}
-
-// ping sends one PING in the inline protocol and wants +PONG.
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
+	return r.last.Log()
 }
 
 // FreePort returns a loopback TCP port that nothing listened on a moment ago.
-func FreePort() (int, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+func FreePort() (int, error) { return servers.FreePort() }
 
 // boundedBuffer keeps the first max bytes written to it; it is safe for
 // concurrent use.

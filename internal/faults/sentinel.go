@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 // SentinelOptions configure StartSentinel. The zero value of each field means
@@ -60,12 +62,10 @@ type Sentinel struct {
 	nodeClients     clients[*redis.Client]
 }
 
-// sentinelProc is one redis-server running in sentinel mode.
+// sentinelProc is one Redis server running in sentinel mode.
 type sentinelProc struct {
-	addr   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *boundedBuffer
+	addr string
+	proc *servers.Proc
 }
 
 // StartSentinel starts a master, its replicas and the sentinels that watch
@@ -166,26 +166,16 @@ func (s *Sentinel) startSentinels(bin string, o SentinelOptions) ([]*sentinelPro
 		if err := os.WriteFile(conf, []byte(s.sentinelConfig(dir, ports, i, o)), 0o600); err != nil {
 			return nil, err
 		}
-		sp := &sentinelProc{
-			addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(p)),
-			exited: make(chan struct{}),
-			log:    &boundedBuffer{max: 256 << 10},
-		}
-		sp.cmd = exec.Command(bin, conf, "--sentinel")
-		sp.cmd.Stdout = sp.log
-		sp.cmd.Stderr = sp.log
-		if err := sp.cmd.Start(); err != nil {
+		proc, err := servers.Start(exec.Command(bin, conf, "--sentinel"), syscall.SIGKILL)
+		if err != nil {
 			return nil, err
 		}
-		go func() {
-			_ = sp.cmd.Wait()
-			close(sp.exited)
-		}()
+		sp := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), proc: proc}
 		s.t.Cleanup(sp.kill)
 		procs = append(procs, sp)
 	}
 	for _, sp := range procs {
-		if err := waitPing("sentinel", sp.addr, sp.exited, sp.log); err != nil {
+		if err := servers.WaitPing(sp.addr, sp.proc); err != nil {
 			for _, sp := range procs {
 				sp.kill()
 			}
@@ -240,10 +230,7 @@ func (s *Sentinel) shortenPeriods(ctx context.Context, addr string) error {
 // sentinelID is the run id (40 hex digits) of the sentinel on port.
 func sentinelID(port int) string { return fmt.Sprintf("%040x", port) }
 
-func (p *sentinelProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
+func (p *sentinelProc) kill() { p.proc.Stop(syscall.SIGKILL, time.Minute) }
 
 // Node returns the data node at addr, or nil.
 func (s *Sentinel) Node(addr string) *Redis {
@@ -461,7 +448,7 @@ func (s *Sentinel) replicate(ctx context.Context, r *Redis, master string) error
 func (s *Sentinel) Logs() string {
 	var b strings.Builder
 	for _, p := range s.sentinels {
-		fmt.Fprintf(&b, "--- sentinel %s:\n%s\n", p.addr, p.log.String())
+		fmt.Fprintf(&b, "--- sentinel %s:\n%s\n", p.addr, p.proc.Log())
 	}
 	return b.String()
 }

@@ -1,17 +1,11 @@
 // Package testenv is the test environment of the lock library's tests, in one
 // place for the root package, faults, locktest and the modules (postgres,
-// otel, gocron, cmd/lockctl): the servers the tests share (the real Redis and
-// PostgreSQL, found through environment variables, required in CI), names and
-// contexts of a test's own, a fake clock, and Clients and provider probes
-// that end with the test. It is internal: not part of the library's API.
-//
-// The environment:
-//   - LOCK_REDIS_ADDR: the shared Redis (default 127.0.0.1:6379).
-//   - LOCK_POSTGRES_DSN: the shared PostgreSQL (default
-//     postgres://postgres@127.0.0.1:5432/test?sslmode=disable).
-//   - CI, LOCK_REQUIRE_REDIS, LOCK_REQUIRE_POSTGRES: a missing server (or
-//     redis-server binary) fails the test instead of skipping it; CI
-//     requires both servers.
+// otel, gocron, etcd, cmd/lockctl): names and contexts of a test's own, a
+// fake clock, and Clients and provider probes that end with the test. The
+// servers the tests use (a Redis and a PostgreSQL of each test binary's own,
+// or those that environment variables name) are in its package servers,
+// which the root package's internal tests import too. It is internal: not
+// part of the library's API.
 //
 // The helpers take a testing.TB and end the test when they cannot work.
 package testenv
@@ -21,111 +15,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
 )
-
-// The environment variables the tests read.
-const (
-	EnvRedisAddr       = "LOCK_REDIS_ADDR"
-	EnvRequireRedis    = "LOCK_REQUIRE_REDIS"
-	EnvPostgresDSN     = "LOCK_POSTGRES_DSN"
-	EnvRequirePostgres = "LOCK_REQUIRE_POSTGRES"
-)
-
-// RedisAddr is the shared Redis: LOCK_REDIS_ADDR, or the local one.
-func RedisAddr() string {
-	if a := os.Getenv(EnvRedisAddr); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// PostgresDSN is the shared PostgreSQL: LOCK_POSTGRES_DSN, or the local one.
-func PostgresDSN() string {
-	if d := os.Getenv(EnvPostgresDSN); d != "" {
-		return d
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// RequireRedis reports whether a missing Redis (or redis-server) must fail a
-// test instead of skipping it: in CI, or when LOCK_REQUIRE_REDIS is set.
-func RequireRedis() bool {
-	return os.Getenv("CI") != "" || os.Getenv(EnvRequireRedis) != ""
-}
-
-// RequirePostgres reports whether a missing PostgreSQL must fail a test
-// instead of skipping it: in CI, or when LOCK_REQUIRE_POSTGRES is set.
-func RequirePostgres() bool {
-	return os.Getenv("CI") != "" || os.Getenv(EnvRequirePostgres) != ""
-}
-
-// Redis returns a client of the shared Redis, closed at the end of the test.
-// Without a server it skips the test, or fails it when RequireRedis says so.
-func Redis(t testing.TB) *redis.Client {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", RedisAddr(), time.Second)
-	if err != nil {
-		if RequireRedis() {
-			t.Fatalf("real Redis at %s is required (CI or %s set): %v", RedisAddr(), EnvRequireRedis, err)
-		}
-		t.Skipf("no Redis at %s: %v (set %s)", RedisAddr(), err, EnvRedisAddr)
-	}
-	_ = conn.Close()
-	rc := redis.NewClient(&redis.Options{Addr: RedisAddr()})
-	t.Cleanup(func() { _ = rc.Close() })
-	return rc
-}
-
-// RedisServerBinary is where RedisServer looks for redis-server first; then
-// on PATH.
-const RedisServerBinary = "/usr/bin/redis-server"
-
-// RedisServer returns the path of redis-server, for tests that start servers
-// of their own. Without one it skips the test, or fails it when RequireRedis
-// says so.
-func RedisServer(t testing.TB) string {
-	t.Helper()
-	if _, err := os.Stat(RedisServerBinary); err == nil {
-		return RedisServerBinary
-	}
-	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		if RequireRedis() {
-			t.Fatalf("redis-server is required (CI or %s set; looked at %s and on PATH): %v", EnvRequireRedis, RedisServerBinary, err)
-		}
-		t.Skipf("no redis-server (looked at %s and on PATH): %v", RedisServerBinary, err)
-	}
-	return p
-}
-
-// Postgres checks that the shared PostgreSQL answers connect (a driver's
-// connection or ping, which the caller's module provides: the root module
-// has no PostgreSQL driver) within ten seconds. Without a server it skips the
-// test, or fails it when RequirePostgres says so.
-func Postgres(t testing.TB, connect func(ctx context.Context, dsn string) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := connect(ctx, PostgresDSN()); err != nil {
-		if RequirePostgres() {
-			t.Fatalf("PostgreSQL at %s is required (CI or %s set): %v", PostgresDSN(), EnvRequirePostgres, err)
-		}
-		t.Skipf("no PostgreSQL at %s: %v (set %s)", PostgresDSN(), err, EnvPostgresDSN)
-	}
-}
 
 // Name returns a name no other test uses, so that tests can share a server:
 // this run's id (see run), the test's name (with ":" for "/"), so that what

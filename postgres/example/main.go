@@ -1,7 +1,8 @@
 // Command example runs one job under a lock kept in PostgreSQL: it connects
-// to LOCK_POSTGRES_DSN (or the local test server), makes the provider's
-// tables under a prefix of its own, runs the job with Client.Do, prints
-// what happened, and drops its tables. It exits with status 1 on error.
+// to LOCK_POSTGRES_DSN (or a PostgreSQL on 127.0.0.1:5432), makes the
+// provider's tables under a prefix of its own, runs the job with Client.Do,
+// prints what happened, and drops its tables. It exits with status 1 on
+// error. Its test (TestExample) runs it on the tests' PostgreSQL.
 package main
 
 import (
