@@ -17,19 +17,25 @@ import (
 // INFO lacks the field.
 const UnknownSetting = "unknown"
 
-// ServerReport is what CheckServer found on a Redis server: the settings on
-// which the guarantees of the Redis provider depend, and a warning for each
-// one that weakens them.
+// ServerReport is what CheckServer found on a Redis (or Valkey) server: the
+// settings on which the guarantees of the Redis provider depend, and a
+// warning for each one that weakens them.
 type ServerReport struct {
 	// Addr is the server's address as the client knows it; "" when the client
 	// does not say (a Sentinel or Ring client).
 	Addr string
-	// Version is redis_version from INFO, such as "7.0.15" (Valkey reports the
-	// Redis version it is compatible with).
+	// Server is the server's name: server_name from INFO ("valkey" on
+	// Valkey), or "redis" when INFO has none, as on Redis.
+	Server string
+	// Version is the server's own version from INFO: redis_version on
+	// Redis, such as "7.0.15"; valkey_version on Valkey, such as "8.0.1"
+	// (Valkey's redis_version, 7.2.4 on Valkey 8, is the Redis version it
+	// is compatible with, which decides the version warning); redis_version
+	// when the server names no version of its own.
 	Version string
-	// Mode is redis_mode from INFO: "standalone" or "cluster" ("sentinel" when
-	// the client talks to a Sentinel itself). A primary managed by Sentinel
-	// reports "standalone".
+	// Mode is redis_mode from INFO (server_mode on Valkey 8): "standalone"
+	// or "cluster" ("sentinel" when the client talks to a Sentinel itself).
+	// A primary managed by Sentinel reports "standalone".
 	Mode string
 	// MaxmemoryPolicy is maxmemory-policy; only "noeviction" keeps lock
 	// records from being evicted.
@@ -111,34 +117,49 @@ func checkNode(ctx context.Context, c redis.Cmdable, addr string) (ServerReport,
 		return ServerReport{}, err
 	}
 	info := parseInfo(text)
-	r := ServerReport{
-		Addr:            addr,
-		Version:         infoValue(info, "redis_version"),
-		Mode:            infoValue(info, "redis_mode"),
-		MaxmemoryPolicy: infoValue(info, "maxmemory_policy"),
-		AOF:             info["aof_enabled"] == "1",
-	}
-	r.Maxmemory, _ = strconv.ParseInt(info["maxmemory"], 10, 64)
-	if r.Mode == UnknownSetting && info["cluster_enabled"] == "1" {
-		r.Mode = "cluster"
-	}
+	r := infoReport(addr, info)
 	if r.Appendfsync, err = configValue(ctx, c, "appendfsync"); err != nil {
 		return ServerReport{}, err
 	}
 	if r.Save, err = configValue(ctx, c, "save"); err != nil {
 		return ServerReport{}, err
 	}
-	r.Warnings = r.warnings()
+	r.Warnings = r.warnings(infoValue(info, "redis_version"))
 	return r, nil
 }
 
-// warnings returns the warnings for the settings in r.
-func (r ServerReport) warnings() []string {
+// infoReport returns the fields of a report that INFO tells.
+func infoReport(addr string, info map[string]string) ServerReport {
+	r := ServerReport{
+		Addr:            addr,
+		Server:          "redis",
+		MaxmemoryPolicy: infoValue(info, "maxmemory_policy"),
+		AOF:             info["aof_enabled"] == "1",
+	}
+	if name := info["server_name"]; name != "" {
+		r.Server = name
+	}
+	if r.Version = infoValue(info, r.Server+"_version"); r.Version == UnknownSetting {
+		r.Version = infoValue(info, "redis_version")
+	}
+	if r.Mode = infoValue(info, "redis_mode"); r.Mode == UnknownSetting {
+		r.Mode = infoValue(info, "server_mode")
+	}
+	if r.Mode == UnknownSetting && info["cluster_enabled"] == "1" {
+		r.Mode = "cluster"
+	}
+	r.Maxmemory, _ = strconv.ParseInt(info["maxmemory"], 10, 64)
+	return r
+}
+
+// warnings returns the warnings for the settings in r, on a server
+// compatible with Redis version compat (its redis_version).
+func (r ServerReport) warnings(compat string) []string {
 	var ws []string
-	if maj, min, ok := parseVersion(r.Version); !ok {
-		ws = append(ws, fmt.Sprintf("could not read the Redis version (%q): this library needs Redis 6.2 or later", r.Version))
+	if maj, min, ok := parseVersion(compat); !ok {
+		ws = append(ws, fmt.Sprintf("could not read the Redis version (%q): this library needs Redis 6.2 or later, or Valkey", compat))
 	} else if maj < 6 || maj == 6 && min < 2 {
-		ws = append(ws, fmt.Sprintf("Redis %s is older than 6.2 and not supported: the lock scripts need 6.2 or later; upgrade", r.Version))
+		ws = append(ws, fmt.Sprintf("Redis %s is older than 6.2 and not supported: the lock scripts need 6.2 or later; upgrade", compat))
 	}
 	switch {
 	case r.MaxmemoryPolicy == UnknownSetting:

@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +13,12 @@ import (
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
-// TestCheckServerReal checks the shared Redis, changing nothing on it: the
-// report carries the server's own version, mode, policy and AOF setting.
+// TestCheckServerReal checks the tests' Redis, changing nothing on it: the
+// report carries the server's mode, policy and AOF setting (its name and
+// version: TestCheckServerNamesItself).
 func TestCheckServerReal(t *testing.T) {
 	rc := realRedis(t)
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -23,17 +26,44 @@ func TestCheckServerReal(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("report: %+v", rep)
 
-	text, err := rc.Info(ctx, "server").Result()
-	require.NoError(t, err)
-	assert.Equal(t, infoField(text, "redis_version"), rep.Version, "the server's redis_version")
-	assert.Equal(t, infoField(text, "redis_mode"), rep.Mode, "the server's redis_mode")
+	assert.Equal(t, "standalone", rep.Mode)
 	if policy, err := rc.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
 		assert.Equal(t, policy["maxmemory-policy"], rep.MaxmemoryPolicy, "the server's maxmemory-policy")
 	}
-	text, err = rc.Info(ctx, "persistence").Result()
+	text, err := rc.Info(ctx, "persistence").Result()
 	require.NoError(t, err)
 	assert.Equal(t, infoField(text, "aof_enabled") == "1", rep.AOF, "the server's aof_enabled")
 	assert.Nil(t, rep.Nodes, "no per-node reports for a single server")
+}
+
+// TestCheckServerNamesItself checks a server of each binary the tests may
+// start (LOCK_REDIS_SERVER: redis-server, valkey-server): the report names
+// the server and its own version as the binary's --version does ("Valkey
+// server v=8.0.1"), and its mode. Before, Valkey 8 was reported as Mode
+// "unknown", Version "7.2.4": its INFO says server_mode and valkey_version
+// beside a redis_version of compatibility (issue 39).
+func TestCheckServerNamesItself(t *testing.T) {
+	for _, bin := range []string{"redis-server", "valkey-server"} {
+		t.Run(bin, func(t *testing.T) {
+			t.Setenv(servers.EnvRedisServer, bin) // the one setting every started server follows
+			srv := faults.StartRedis(t)
+			out, err := exec.Command(faults.RequireRedis(t), "--version").Output()
+			require.NoError(t, err)
+			// "Redis server v=7.0.15 sha=...", "Valkey server v=8.0.1 sha=..."
+			name, rest, _ := strings.Cut(string(out), " server v=")
+			version, _, _ := strings.Cut(rest, " ")
+			require.NotEmpty(t, version, "the version in %q", out)
+
+			rep, err := lock.NewRedisProvider(newRedisClient(t, srv.Addr)).CheckServer(ctxTimeout(t, 10*time.Second))
+			require.NoError(t, err)
+			assert.Equal(t, strings.ToLower(name), rep.Server, "the server's name")
+			assert.Equal(t, version, rep.Version, "the server's own version")
+			assert.Equal(t, "standalone", rep.Mode)
+			for _, w := range rep.Warnings {
+				assert.NotContains(t, w, "version", "a supported server")
+			}
+		})
+	}
 }
 
 // TestCheckServerEvictingNoPersistence checks a server that can evict lock
