@@ -93,6 +93,14 @@ func TestRedisClusterSharded(t *testing.T) {
 
 		expect(t, b.publish >= grants/2, "broadcast: %d PUBLISH for %d grants: the lock was not handed over by messages", b.publish, grants)
 		expect(t, b.spublish == 0, "broadcast: %d SPUBLISH; want none", b.spublish)
+		if rep := clusterServer(t, ctx, addrs); rep.Server == "valkey" && !strings.HasPrefix(rep.Version, "7.") {
+			// Valkey 8 sends a publish message with a light header (its
+			// type with a high bit set) to every node that takes one, and
+			// CLUSTER INFO counts no such type: the bus shows nothing to
+			// compare with.
+			t.Logf("Valkey %s does not count its light publish messages in CLUSTER INFO: the bus counts are not checked", rep.Version)
+			return
+		}
 		expect(t, b.busPublish == int64(len(addrs)-1)*b.publish,
 			"broadcast: %d publish messages on the cluster bus for %d PUBLISH; want one to each other node (%d)",
 			b.busPublish, b.publish, int64(len(addrs)-1)*b.publish)

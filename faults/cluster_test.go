@@ -303,6 +303,15 @@ type clusterNode struct {
 	proc *servers.Proc
 }
 
+// clusterServer returns what CheckServer reports of the cluster at addrs:
+// the server's name and version, which some checks depend on.
+func clusterServer(t testing.TB, ctx context.Context, addrs []string) lock.ServerReport {
+	t.Helper()
+	rep, err := lock.NewRedisProvider(newClusterRedis(t, addrs)).CheckServer(ctx)
+	require.NoError(t, err)
+	return rep
+}
+
 // startCluster starts a Redis Cluster of three masters without replicas on
 // loopback ports, assigns every slot, waits until every node says
 // cluster_state:ok, and returns the nodes' addresses. Everything is stopped
