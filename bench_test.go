@@ -154,8 +154,8 @@ func BenchmarkSyncMutex(b *testing.B) {
 }
 
 // BenchmarkRedisAcquireRelease is one uncontended acquire and release on the
-// Redis at LOCK_REDIS_ADDR (skipped without one): two round trips, the
-// library's allocations included.
+// tests' Redis (servers.Redis; skipped without a redis-server): two round
+// trips, the library's allocations included.
 func BenchmarkRedisAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	rc := realRedis(b)

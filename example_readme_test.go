@@ -335,7 +335,7 @@ func ExampleRedisProvider_CheckServer() {
 			return err
 		}
 		for _, w := range rep.Warnings {
-			log.Printf("redis %s (%s, %s): %s", rep.Addr, rep.Version, rep.Mode, w)
+			log.Printf("%s %s at %s (%s): %s", rep.Server, rep.Version, rep.Addr, rep.Mode, w)
 		}
 		return nil
 	}
