@@ -211,27 +211,6 @@ func atou(t testing.TB, s string) uint64 {
 	return n
 }
 
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) { l.add(string(p)); return len(p), nil }
-
-func (l *lockedLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() < 256<<10 {
-		l.b.WriteString(s)
-	}
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestHelperProcess is the entry point of the child processes: it runs the
 // role named by FAULTS_ROLE, and is skipped in a normal run.
 func TestHelperProcess(t *testing.T) {
