@@ -3,7 +3,6 @@ package servers
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -188,19 +187,4 @@ func FreePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// end ends the test for err: a skip when err is a missing binary (or user)
-// and the server is not required, a failure otherwise.
-func end(t testing.TB, required bool, requireEnv string, err error) {
-	t.Helper()
-	var m missing
-	switch {
-	case !errors.As(err, &m):
-		t.Fatal(err)
-	case required:
-		t.Fatalf("%v (a server is required: CI or %s is set)", err, requireEnv)
-	default:
-		t.Skip(err)
-	}
 }

@@ -22,10 +22,12 @@
 // through Main. The package does not import the lock package, so that the
 // root package's internal tests use it too; internal/testenv holds the rest
 // of the tests' environment. The helpers take a testing.TB and end the test
-// when they cannot work.
+// when they cannot work. It runs on Unix systems; only on Linux do the
+// servers end with a test binary that ends without Main's Run.
 package servers
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -94,6 +96,21 @@ var mainRuns atomic.Bool
 type missing string
 
 func (m missing) Error() string { return string(m) }
+
+// end ends the test for err: a skip when err is a missing binary (or user)
+// and the server is not required, a failure otherwise.
+func end(t testing.TB, required bool, requireEnv string, err error) {
+	t.Helper()
+	var m missing
+	switch {
+	case !errors.As(err, &m):
+		t.Fatal(err)
+	case required:
+		t.Fatalf("%v (a server is required: CI or %s is set)", err, requireEnv)
+	default:
+		t.Skip(err)
+	}
+}
 
 // private is a server of this binary's own, started at most once: the
 // first call of get starts it, and every call returns what that start got.
