@@ -21,8 +21,8 @@ import (
 // 38 item 1).
 func TestDeadlines(t *testing.T) {
 	prefix := testPrefix(t)
-	u, err := url.Parse(dsn())
-	require.NoError(t, err, "LOCK_POSTGRES_DSN must be a URL")
+	u, err := url.Parse(dsn(t))
+	require.NoError(t, err, "the tests' DSN (LOCK_POSTGRES_DSN) must be a URL")
 	target := u.Host
 	if _, _, err := net.SplitHostPort(target); err != nil {
 		target = net.JoinHostPort(u.Hostname(), "5432")

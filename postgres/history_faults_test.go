@@ -27,7 +27,7 @@ import (
 func TestHistoryDroppedConnections(t *testing.T) {
 	testenv.SkipShort(t, "a fault test: cuts every connection of the run to PostgreSQL, twice")
 	prefix := testPrefix(t)
-	cfg, err := pgxpool.ParseConfig(dsn())
+	cfg, err := pgxpool.ParseConfig(dsn(t))
 	require.NoError(t, err)
 	proxy, err := faults.NewProxy(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func TestHistoryDroppedConnections(t *testing.T) {
 	require.NoError(t, err)
 	w := locktest.Workload{
 		New: func(t testing.TB) lock.Provider {
-			cfg, err := pgxpool.ParseConfig(dsn())
+			cfg, err := pgxpool.ParseConfig(dsn(t))
 			require.NoError(t, err)
 			p, err := strconv.Atoi(port)
 			require.NoError(t, err)
