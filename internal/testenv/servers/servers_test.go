@@ -99,6 +99,8 @@ func TestServersEnd(t *testing.T) {
 			cmd.Env = append(withoutServers(os.Environ()), childEnv+"="+how)
 			stdout, err := cmd.StdoutPipe()
 			require.NoError(t, err)
+			stdin, err := cmd.StdinPipe() // a line on it ends the child
+			require.NoError(t, err)
 			var stderr strings.Builder // read once the child has been waited for
 			cmd.Stderr = &stderr
 			defer func() {
@@ -120,8 +122,11 @@ func TestServersEnd(t *testing.T) {
 			assert.True(t, alive(redisPid) && alive(pgPid), "the child's servers run")
 			if how == "kill" {
 				require.NoError(t, cmd.Process.Kill())
+			} else {
+				_, err := io.WriteString(stdin, "end\n")
+				require.NoError(t, err)
 			}
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			_, _ = io.Copy(io.Discard, stdout) // to its end, when the child ends
 			err = cmd.Wait()
 			if how == "return" {
 				require.NoError(t, err)
@@ -144,8 +149,8 @@ func TestServersEnd(t *testing.T) {
 const childEnv = "LOCK_SERVERS_TEST_CHILD"
 
 // TestHelperProcess is a child of TestServersEnd: it starts both servers,
-// reports them on stdout, and ends as childEnv says. Elsewhere it does
-// nothing.
+// reports them on stdout, waits for a line on stdin (which a kill does not
+// send), and ends as childEnv says. Elsewhere it does nothing.
 func TestHelperProcess(t *testing.T) {
 	how := os.Getenv(childEnv)
 	if how == "" {
@@ -155,11 +160,9 @@ func TestHelperProcess(t *testing.T) {
 	PostgresDSN(t)
 	fmt.Printf("servers: redis=%d postgres=%d dir=%s\n",
 		redisServer.proc.Cmd.Process.Pid, postgresServer.proc.Cmd.Process.Pid, dir.path)
-	switch how {
-	case "panic":
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until the parent has looked at the servers
+	if how == "panic" {
 		panic("a test panics")
-	case "kill":
-		time.Sleep(time.Minute) // until the parent kills it
 	}
 }
 
