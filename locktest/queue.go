@@ -437,13 +437,11 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	assert.False(t, rec.Finished)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
 	assertFree(t, ctx, p, key, "nobody is left in the queue")
-	// A grant message, if the Release sent one, went to w1 alone.
-	select {
-	case g := <-in1.ch:
-		assert.Equal(t, w1.Owner, g.Owner)
-	default:
-	}
-	quiet(t, ctx, p, in1, in3)
+	// A grant message, if the Release sent one, went to w1 alone; it may
+	// arrive after the look that found the key w1's (PostgreSQL's NOTIFY
+	// under load: the check with no wait failed 4 runs of 20).
+	quietBut(t, ctx, p, func(g lock.Notice) bool { return g.Key == key && g.Owner == w1.Owner }, in1)
+	quiet(t, ctx, p, in3)
 }
 
 // listenStopWaitsForDeliver: stop returns only once a running deliver has
