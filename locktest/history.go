@@ -29,6 +29,11 @@ import (
 //     [History.Released]), what Observe reported ([History.Observe]), and
 //     the writes and reads of a fenced resource ([History.Fence]).
 //
+// A grant told to a waiter, by its inbox or by a later Queue or QueueClaim
+// that finds the record its own, is recorded from the waiter's first Queue
+// or QueueClaim call: the release that handed it on may have made it at any
+// point since.
+//
 // A call that failed otherwise than with a refusal or a loss (a timeout, an
 // outage, a process that died) is recorded as of unknown outcome: it stays
 // open (its return time is infinite), and the checker may take it as done,
@@ -240,10 +245,19 @@ func (r *recorded) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 	return rec, err
 }
 
+// Queue records the call and its outcome: a grant, or an outcome unknown,
+// from the owner's first Queue call, not this one's. The release that
+// handed the lock to the queued owner may have stored its record at any
+// point since; this call may only tell it (the inbox was not told, or not
+// yet: a cut connection).
 func (r *recorded) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
 	call := r.h.now()
-	r.h.queuedAt(partLock+key, w.Owner, call, 0)
+	part := partLock + key
+	r.h.queuedAt(part, w.Owner, call, 0)
 	rec, err := r.Provider.Queue(ctx, key, w)
+	if err != nil || rec.Owner == w.Owner && !rec.Finished {
+		call = r.h.firstQueued(part, w.Owner).call
+	}
 	r.grant(key, w.Owner, "queue", call, rec, err)
 	return rec, err
 }
@@ -327,10 +341,18 @@ func (r *recorded) AcquireClaim(ctx context.Context, key string, c lock.Claim) (
 	return rec, err
 }
 
+// QueueClaim records the call's outcome; a claim granted (or an outcome
+// unknown) as made at any point since the owner's first QueueClaim call,
+// as Queue does a lock: the claim may have been handed to the queued owner
+// before this call.
 func (r *recorded) QueueClaim(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
 	call := r.h.now()
-	r.h.queuedAt(partClaims+key, c.Owner, call, c.Limit)
+	part := partClaims + key
+	r.h.queuedAt(part, c.Owner, call, c.Limit)
 	rec, err := r.Provider.QueueClaim(ctx, key, c)
+	if err != nil || rec.Owner == c.Owner {
+		call = r.h.firstQueued(part, c.Owner).call
+	}
 	r.claim(key, c, "queue", call, rec, err)
 	return rec, err
 }
