@@ -2,6 +2,7 @@ package locktest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -114,6 +115,46 @@ func TestQueueTellsAHandOff(t *testing.T) {
 		r := h.Check(t.TempDir(), t.Name())
 		assert.Equal(t, []string{partObserve + key + " #0"}, r.Illegal, "a term observed before its owner queued: %s", r)
 	})
+}
+
+// TestObserveReadsAGrantWhoseReplyWasLost: an Acquire whose reply was lost
+// (a connection cut after the store granted it) is of unknown outcome, and
+// its Client releases the record in the background; until then Observe may
+// read the term, which no recorded grant has and whose owner never queued.
+// The Observe's model takes a grant of unknown outcome as one of any token,
+// after its call.
+func TestObserveReadsAGrantWhoseReplyWasLost(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	mem := lock.NewMemoryProvider()
+	h := NewHistory()
+	x := h.Provider(&testenv.Hooked{Provider: mem,
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			if _, err := mem.Acquire(ctx, key, owner, ttl); err != nil {
+				return lock.Record{}, err
+			}
+			return lock.Record{}, errors.New("connection reset: the reply was lost")
+		}})
+	c, err := lock.NewClient(h.Provider(mem), lock.WithPollInterval(5*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	key := c.Key("role")
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := c.Observe(octx, "role")
+	require.NoError(t, err)
+	done := h.Observe(c, "role", ch)
+
+	_, err = x.Acquire(ctx, key, "owner-x", time.Minute)
+	require.Error(t, err)
+	require.Eventually(t, func() bool { return observedOwner(h, "owner-x") },
+		5*time.Second, time.Millisecond, "Observe sends x's term")
+	require.NoError(t, x.Release(ctx, key, "owner-x"))
+	cancel()
+	<-done
+
+	r := h.Check(t.TempDir(), t.Name())
+	assert.Empty(t, r.Illegal, "a term whose grant's reply was lost, observed: %s", r)
+	assert.Equal(t, 2, r.Open, "the Acquire is of unknown outcome (and its copy in the Observe's partition)")
 }
 
 // observedOwner reports whether h holds a Leader sent by Observe that names

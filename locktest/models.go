@@ -298,23 +298,34 @@ func stepFence(s fenceState, in input, out output) []fenceState {
 // granted so far.
 type observeState struct {
 	last   uint64 // the last term sent
-	seen   string // the grants linearized so far, "token owner;" each
+	seen   string // the grants linearized so far, "token owner;" each ("? owner;" for a token unknown)
 	failed bool   // the last Leader sent had Err set: the next may repeat the term before it
 }
+
+// unknownToken stands for the token of a grant of unknown outcome in
+// observeState.seen.
+const unknownToken = "?"
 
 // stepObserve: the grants of the role's lock are copied into each of its
 // Observe's partitions. A term Observe sends is above the one it sent
 // before (terms are sent in order, each once; after a Leader with Err, the
 // state read next is sent whatever it says, so it may repeat the term
 // sent before the failure), and was granted, to the
-// owner it names, before it was sent: a grant recorded, or, for a term no
-// recorded grant has, a hand-off to an owner that queued for the role and
-// was not told (hidden).
+// owner it names, before it was sent: a grant recorded; a grant of unknown
+// outcome (its reply lost: the store may have granted it, with a token
+// nobody was told), which stands for one term of its owner's; or, for a
+// term no recorded grant has, a hand-off to an owner that queued for the
+// role and was not told (hidden).
 func stepObserve(s observeState, in input, out output) []observeState {
 	switch in.kind {
 	case opGrant:
-		if out.res == resOK {
+		switch out.res {
+		case resOK:
 			s.seen += strconv.FormatUint(out.token, 10) + " " + in.owner + ";"
+		case resUnknown:
+			granted := s
+			granted.seen += unknownToken + " " + in.owner + ";"
+			return []observeState{s, granted}
 		}
 		return []observeState{s}
 	case opObserved:
@@ -330,8 +341,13 @@ func stepObserve(s observeState, in input, out output) []observeState {
 		if out.token <= s.last {
 			return nil
 		}
-		granted := strings.Contains(";"+s.seen, ";"+strconv.FormatUint(out.token, 10)+" "+out.owner+";")
-		if !granted && !(in.value == hiddenGrant) {
+		term := strconv.FormatUint(out.token, 10) + " " + out.owner + ";"
+		unknown := unknownToken + " " + out.owner + ";"
+		switch {
+		case strings.Contains(";"+s.seen, ";"+term), in.value == hiddenGrant:
+		case strings.Contains(";"+s.seen, ";"+unknown):
+			s.seen = strings.Replace(";"+s.seen, ";"+unknown, ";"+term, 1)[1:] // its token is known now
+		default:
 			return nil
 		}
 		s.last = out.token

@@ -33,6 +33,9 @@ func TestModelsJudgeOrder(t *testing.T) {
 	grant := func(call, ret int64, owner string, token uint64) hstep {
 		return hstep{call, ret, input{kind: opGrant, part: lk, owner: owner, via: "acquire"}, output{res: resOK, token: token}}
 	}
+	unknownGrant := func(call int64, owner string) hstep {
+		return hstep{call, open, input{kind: opGrant, part: lk, owner: owner, via: "acquire"}, output{res: resUnknown}}
+	}
 	observed := func(call, ret int64, owner string, term uint64) hstep {
 		return hstep{call, ret, input{kind: opObserved, part: obs, via: key}, output{res: resOK, token: term, owner: owner}}
 	}
@@ -50,6 +53,9 @@ func TestModelsJudgeOrder(t *testing.T) {
 			{3, 4, input{kind: opObserved, part: obs, via: key}, output{res: resFailed}}, observed(5, 6, "a", 5), observed(7, 8, "a", 5)}, false},
 		{"a term observed before it was granted", []hstep{observed(0, 1, "a", 5), grant(2, 3, "a", 5)}, false},
 		{"a term no grant had", []hstep{grant(0, 1, "a", 5), observed(1, 2, "b", 6)}, false},
+		{"a term of a grant of unknown outcome", []hstep{unknownGrant(0, "a"), observed(1, 2, "a", 5)}, true},
+		{"a term observed before its grant of unknown outcome was asked", []hstep{observed(0, 1, "a", 5), unknownGrant(2, "a")}, false},
+		{"two terms of one grant of unknown outcome", []hstep{unknownGrant(0, "a"), observed(1, 2, "a", 5), observed(3, 4, "a", 6)}, false},
 		{"a term observed with another owner", []hstep{grant(0, 1, "a", 5), observed(1, 2, "b", 5)}, false},
 		{"a loss told, then a clean release", []hstep{
 			{0, 1, input{kind: opHeld, part: cl, owner: "a"}, output{res: resOK, token: 5}},
