@@ -16,10 +16,11 @@ import (
 // TestQueueTellsAHandOff: a Queue call of a waiter can return a grant made
 // before it, by the Release that handed the lock on while the waiter was
 // queued, when the waiter's inbox was not told (a LISTEN connection cut,
-// in postgres/ TestHistoryDroppedConnections, which failed 3 runs of 29 on
-// this: Observe read the hand-off, then the waiter's next Queue returned
-// it). The recorder takes such a grant as made at any point after the
-// waiter first queued, as it does a grant told to the inbox; not before.
+// in postgres/ TestHistoryDroppedConnections, which failed 3 runs of 40 on
+// this, and faults/ TestHistoryRedisRestart once: Observe read the
+// hand-off, then the waiter's next Queue returned it). The recorder takes
+// such a grant as made at any point after the waiter first queued, as it
+// does a grant told to the inbox; not before.
 func TestQueueTellsAHandOff(t *testing.T) {
 	ctx := testenv.Context(t, 10*time.Second)
 	const ttl = time.Minute
