@@ -341,10 +341,10 @@ func (r *recorded) AcquireClaim(ctx context.Context, key string, c lock.Claim) (
 	return rec, err
 }
 
-// QueueClaim records the call's outcome; a claim granted (or an outcome
-// unknown) as made at any point since the owner's first QueueClaim call,
-// as Queue does a lock: the claim may have been handed to the queued owner
-// before this call.
+// QueueClaim records the call and its outcome as Queue does: a claim
+// granted, or an outcome unknown, from the owner's first QueueClaim call,
+// since the claim may have been handed to the queued owner at any point
+// since.
 func (r *recorded) QueueClaim(ctx context.Context, key string, c lock.Claim) (lock.Record, error) {
 	call := r.h.now()
 	part := partClaims + key
