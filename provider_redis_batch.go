@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // batcher sends the provider's scripts: each at once on a connection of its
@@ -17,9 +15,9 @@ import (
 // acquisition and release at 32 goroutines: see docs/performance.md),
 // and no caller waits for more than the round trip under way before its
 // own is sent. Without concurrent callers nothing changes: each script is
-// its own round trip, as go-redis would send it.
+// its own round trip.
 type batcher struct {
-	client redis.UniversalClient
+	driver RedisDriver
 	max    int // round trips under way at most: GOMAXPROCS, at least 2
 
 	mu       sync.Mutex
@@ -35,15 +33,15 @@ type batched struct {
 	done chan struct{} // closed when its call has its reply, or was not sent
 }
 
-func newBatcher(client redis.UniversalClient) *batcher {
-	return &batcher{client: client, max: max(2, runtime.GOMAXPROCS(0))}
+func newBatcher(d RedisDriver) *batcher {
+	return &batcher{driver: d, max: max(2, runtime.GOMAXPROCS(0))}
 }
 
 // eval runs s with nkeys keys, the first of args, and the rest of args as
 // its arguments, and returns its reply; or ctx's error once ctx ends, sent
-// or not, replied or not: go-redis reads the socket until its own read
-// timeout, whatever the context says (unless ContextTimeoutEnabled is set),
-// and a caller must not wait past its deadline for a server that does not
+// or not, replied or not: a driver may read the socket until its own read
+// timeout, whatever the context says (go-redis does, unless
+// ContextTimeoutEnabled is set), and a caller must not wait past its deadline for a server that does not
 // answer. So a call whose context can end is sent by a goroutine (the one
 // of its round trip, see send), and only a call whose context never ends is
 // sent on the caller's own.
@@ -53,12 +51,14 @@ func (b *batcher) eval(ctx context.Context, s *script, nkeys int, args ...any) (
 	if start && ctx.Done() == nil {
 		b.inFlight++
 		b.mu.Unlock()
-		c := s.call(ctx, nkeys, args)
-		sendScripts(ctx, b.client, []*call{&c}, nil)
+		c := s.newCall(nkeys, args)
+		sendScripts(ctx, b.driver, b.driver, []*call{c}, nil)
 		b.next()
-		return c.cmd.Result()
+		return c.cmd.Reply, c.cmd.Err
 	}
-	c := &batched{ctx: ctx, call: s.call(ctx, nkeys, args), done: make(chan struct{})}
+	c := &batched{ctx: ctx, done: make(chan struct{})}
+	c.call.s = s
+	c.call.init(nkeys, args)
 	if start {
 		b.inFlight++
 		b.mu.Unlock()
@@ -72,7 +72,7 @@ func (b *batcher) eval(ctx context.Context, s *script, nkeys int, args ...any) (
 		if !c.sent {
 			return nil, ctx.Err()
 		}
-		return c.call.cmd.Result()
+		return c.call.cmd.Reply, c.call.cmd.Err
 	case <-ctx.Done():
 		// Sent or not, its reply is not awaited: the caller treats it as
 		// any call whose reply was lost.
@@ -130,7 +130,7 @@ func (b *batcher) send(q []*batched) {
 			ctx, cancel = context.WithDeadline(ctx, last)
 			defer cancel()
 		}
-		sendScripts(ctx, b.client, calls, nil)
+		sendScripts(ctx, b.driver, b.driver, calls, nil)
 	}
 	for _, c := range q {
 		close(c.done)

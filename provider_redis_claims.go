@@ -379,7 +379,7 @@ func (p *RedisProvider) InspectClaims(ctx context.Context, key string) (Claims, 
 	if err != nil || cs.Limit == 0 {
 		return Claims{}, err
 	}
-	if p.cluster != nil {
+	if p.cluster {
 		// A waiter's channel may be its inbox's shard channel in this slot.
 		k.prefix = "{" + slotTag(slotOf(k.keys[0].(string))) + "}"
 	}
