@@ -426,9 +426,10 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	// One primary after the other: fn is called by one goroutine at a
 	// time, and not again once it returned false.
 	var nodes []RedisNode
-	var err error
-	if aerr := await(ctx, func() { nodes, err = p.driver.Primaries(ctx) }, nil); aerr != nil {
-		err = aerr
+	var perr error // the call's own: read once await returned nil
+	err := await(ctx, func() { nodes, perr = p.driver.Primaries(ctx) }, nil)
+	if err == nil {
+		err = perr
 	}
 	if err != nil {
 		return fmt.Errorf("lock: list %q: %w", prefix, err)

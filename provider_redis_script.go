@@ -184,7 +184,8 @@ func (r reply) inspected(key string, err error) (Record, error) {
 type call struct {
 	s    *script
 	cmd  RedisCommand
-	args [3 + 4 + 9]any // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
+	args [3 + 4 + 9]any   // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
+	one  [1]*RedisCommand // the commands of a call sent alone: cmd
 }
 
 // newCall returns the call of s with nkeys keys, the first of args, and the
@@ -237,7 +238,12 @@ type execer interface {
 // script whose digest is not known yet is sent in full, and its digest
 // learned afterwards from d (see learn).
 func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, wait *RedisCommand) {
-	cmds := make([]*RedisCommand, 0, len(calls)+1)
+	var cmds []*RedisCommand
+	if len(calls) == 1 && wait == nil {
+		cmds = calls[0].one[:0] // no allocation for a script alone
+	} else {
+		cmds = make([]*RedisCommand, 0, len(calls)+1)
+	}
 	for _, cl := range calls {
 		if cl.cmd.Args[0] == "eval" && cl.s.sha.Load() != nil {
 			cl.by(false) // made before the digest was learned: by digest now
@@ -278,8 +284,7 @@ func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, 
 // handles.
 func learn(ctx context.Context, d RedisDriver, calls []*call) {
 	for _, cl := range calls {
-		var rerr *RedisError
-		if cl.s.sha.Load() != nil || (cl.cmd.Err != nil && !errors.As(cl.cmd.Err, &rerr)) {
+		if cl.s.sha.Load() != nil || (cl.cmd.Err != nil && !isRedisError(cl.cmd.Err)) {
 			continue
 		}
 		var via execer = d
@@ -303,8 +308,18 @@ func learn(ctx context.Context, d RedisDriver, calls []*call) {
 // noScript reports whether err is the server's answer to an EVALSHA of a
 // script it does not know.
 func noScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr *RedisError
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "NOSCRIPT")
+}
+
+// isRedisError reports whether err is, or wraps, an error reply of the
+// server's.
+func isRedisError(err error) bool {
+	var rerr *RedisError
+	return errors.As(err, &rerr)
 }
 
 // expand replaces each line "--#include NAME" of src, indented or not, by
