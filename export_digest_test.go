@@ -16,9 +16,10 @@ func NewScript(text string) *Script { return scriptOf(text) }
 // Send runs s with key as its one key on c, as the provider sends its
 // scripts (sendScripts), and returns its reply.
 func (s *Script) Send(ctx context.Context, c redis.UniversalClient, key string) (any, error) {
-	cl := s.call(ctx, 1, []any{key})
-	sendScripts(ctx, c, []*call{&cl}, nil)
-	return cl.cmd.Result()
+	d := newGoRedis(c)
+	cl := s.newCall(1, []any{key})
+	sendScripts(ctx, d, d, []*call{cl}, nil)
+	return cl.cmd.Reply, cl.cmd.Err
 }
 
 // Digest returns the digest of s learned from a server, "" before.

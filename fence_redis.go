@@ -87,10 +87,26 @@ func NewRedisFence(body string) *RedisFence {
 // is a *RecordError ([ErrCorruptRecord]). Other errors are Redis's or the
 // body's (with the mark already moved: see [RedisFence]).
 func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence string, token uint64, keys []string, args ...any) *redis.Cmd {
-	if err := checkFence(fence, token, keys); err != nil {
-		cmd := redis.NewCmd(ctx)
+	cmd := redis.NewCmd(ctx)
+	res, err := f.RunWith(ctx, newGoRedis(rdb), fence, token, keys, args...)
+	if rerr, ok := err.(*RedisError); ok && rerr.Err != nil {
+		err = rerr.Err // go-redis's own error, as go-redis returns it
+	}
+	if err != nil {
 		cmd.SetErr(err)
-		return cmd
+	} else {
+		cmd.SetVal(res)
+	}
+	return cmd
+}
+
+// RunWith is [RedisFence.Run] through d, a driver of another Redis client
+// library (see [RedisDriver]): it returns the body's reply (nil for a nil
+// reply) and the error that Run's command would have, a server's error as a
+// *[RedisError].
+func (f *RedisFence) RunWith(ctx context.Context, d RedisDriver, fence string, token uint64, keys []string, args ...any) (any, error) {
+	if err := checkFence(fence, token, keys); err != nil {
+		return nil, err
 	}
 	a := make([]any, 0, 2+len(keys)+len(args))
 	a = append(a, fence)
@@ -98,27 +114,20 @@ func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence s
 		a = append(a, k)
 	}
 	a = append(a, strconv.FormatUint(token, 10))
-	cl := f.script.call(ctx, 1+len(keys), append(a, args...))
-	if err := await(ctx, func() { sendScripts(ctx, rdb, []*call{&cl}, nil) }, nil); err != nil {
-		// No answer by ctx's end: the write may yet be applied.
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+	cl := f.script.newCall(1+len(keys), append(a, args...))
+	if err := await(ctx, func() { sendScripts(ctx, d, d, []*call{cl}, nil) }, nil); err != nil {
+		return nil, err // no answer by ctx's end: the write may yet be applied
 	}
-	cmd := cl.cmd
-	var rerr redis.Error
-	if err := cmd.Err(); err == redis.Nil {
-		cmd.SetErr(nil) // a body that returns nothing has written
-	} else if errors.As(err, &rerr) {
-		msg := rerr.Error()
-		if m, ok := strings.CutPrefix(msg, "LOCK_STALE_TOKEN "); ok {
+	var rerr *RedisError
+	if err := cl.cmd.Err; errors.As(err, &rerr) {
+		if m, ok := strings.CutPrefix(rerr.Msg, "LOCK_STALE_TOKEN "); ok {
 			mark, _ := strconv.ParseUint(m, 10, 64)
-			cmd.SetErr(&StaleTokenError{Fence: fence, Token: token, Mark: mark})
-		} else if v, ok := strings.CutPrefix(msg, "LOCK_BAD_FENCE "); ok {
-			cmd.SetErr(&RecordError{Key: fence, Value: v})
+			return nil, &StaleTokenError{Fence: fence, Token: token, Mark: mark}
+		} else if v, ok := strings.CutPrefix(rerr.Msg, "LOCK_BAD_FENCE "); ok {
+			return nil, &RecordError{Key: fence, Value: v}
 		}
 	}
-	return cmd
+	return cl.cmd.Reply, cl.cmd.Err
 }
 
 // checkFence checks Run's arguments: a fence, a token, and keys in the

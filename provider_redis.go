@@ -5,34 +5,22 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 var _ Provider = (*RedisProvider)(nil)
 
-// eval runs s with nkeys keys, the first of args, and the rest of args as its
-// arguments (in the layout of scripts/record.lua), at once or with others in
-// a pipeline (see batcher), and decodes its reply for op on key.
-func (p *RedisProvider) eval(ctx context.Context, op, key string, s *script, nkeys int, args ...any) (reply, error) {
-	res, err := p.batch.eval(ctx, s, nkeys, args...)
-	return p.decode(op, key, res, err)
-}
-
 // await calls fn, a call to Redis on ctx, and returns nil once it has
 // returned; or ctx's error once ctx ends, when that comes first: then fn
-// goes on, on a goroutine of its own, until go-redis's own timeouts end it,
-// the caller must not read what fn writes, and undo, when not nil, is
-// called once fn has returned (to close what fn opened). go-redis honours a
-// context's deadline on the socket only with ContextTimeoutEnabled, and
-// not while it dials and sets up a connection (see batcher.eval): without
-// await, a caller would wait for a server that does not answer until the
-// client's own timeouts, past its deadline.
+// goes on, on a goroutine of its own, until the driver's own timeouts end
+// it, the caller must not read what fn writes, and undo, when not nil, is
+// called once fn has returned (to close what fn opened). A driver need not
+// honour a context (go-redis honours a deadline on the socket only with
+// ContextTimeoutEnabled, and not while it dials and sets up a connection;
+// see batcher.eval): without await, a caller would wait for a server that
+// does not answer until the client's own timeouts, past its deadline.
 func await(ctx context.Context, fn, undo func()) error {
 	if ctx.Done() == nil {
 		fn()
@@ -71,8 +59,9 @@ func now() any { return time.Now().UnixMilli() }
 var queueTTLArg any = time.Minute.Milliseconds()
 
 // RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
-// takes any redis.UniversalClient: single node, Sentinel (failover) or
-// Cluster. Each operation is one Lua script, one round trip; scripts that
+// takes any redis.UniversalClient (see [NewRedisProvider]): single node,
+// Sentinel (failover) or Cluster; or another client library's, through a
+// [RedisDriver] (see [NewRedisProviderWithDriver]). Each operation is one Lua script, one round trip; scripts that
 // callers ask for while GOMAXPROCS (at least 2) are under way share one
 // pipeline (see docs/redis.md, "Many callers at once share round trips").
 //
@@ -115,25 +104,14 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // of one node only, waiters nobody listens to are not skipped (they find
 // the lock theirs at their next look, or it expires).
 type RedisProvider struct {
-	client  redis.UniversalClient
-	cluster clusterClient // client, when it is a Cluster client (NewRedisProvider tells)
+	driver  RedisDriver
+	cluster bool // the driver's client is a Cluster's (asked once)
 	shard   shardState
 	batch   *batcher
 
 	waits          bool          // WaitForReplicas was given
 	replicas       int           // acknowledgements a grant needs
 	replicaTimeout time.Duration // and how long to wait for them
-}
-
-// clusterClient is what the provider needs of a Redis Cluster client: a
-// *redis.ClusterClient, or a type that embeds one (an instrumented wrapper),
-// is one. [NewRedisProvider] tells once whether its client is; every path that
-// differs on a Cluster asks that answer.
-type clusterClient interface {
-	redis.UniversalClient
-	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
-	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
-	Options() *redis.ClusterOptions
 }
 
 // RedisOption configures a [RedisProvider].
@@ -162,26 +140,28 @@ var ErrNotReplicated = errors.New("lock: not replicated")
 // fails. n must be positive and timeout at least a millisecond, and under
 // the client's ReadTimeout; a Provider built with other values fails every
 // call with [ErrInvalidArgument]. On a Cluster, the script and WAIT go to the
-// key's primary through its own client (MasterForKey), so that WAIT runs
+// key's primary, on one connection ([RedisNode.Exec]), so that WAIT runs
 // on the connection that wrote.
 func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 	return func(p *RedisProvider) { p.waits, p.replicas, p.replicaTimeout = true, n, timeout }
 }
 
-// NewRedisProvider returns a provider that uses client. The client stays the
-// caller's to close. go-redis honours context deadlines on the socket only with
-// ContextTimeoutEnabled set in its options; without it, a call to an
-// unreachable server lasts up to the client's own read and write timeouts.
-func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisProvider {
-	p := &RedisProvider{client: client, batch: newBatcher(client)}
+// NewRedisProviderWithDriver returns a provider that sends its commands
+// through d, a driver of another Redis client library than go-redis (see
+// [RedisDriver]); it works as [NewRedisProvider]'s does. A nil d makes a
+// provider whose every call fails with [ErrInvalidArgument].
+func NewRedisProviderWithDriver(d RedisDriver, opts ...RedisOption) *RedisProvider {
+	p := &RedisProvider{driver: d}
 	p.shard.detect = make(chan struct{}, 1)
-	if cc, ok := client.(clusterClient); ok {
-		p.cluster = cc
-		// With ReadOnly, a subscription may be on a replica, which an
-		// SPUBLISH on the primary does not count.
-		p.shard.skip = "1"
-		if cc.Options().ReadOnly {
-			p.shard.skip = "0"
+	if d != nil {
+		p.batch = newBatcher(d)
+		if p.cluster = d.Cluster(); p.cluster {
+			// With ReadOnly, a subscription may be on a replica, which an
+			// SPUBLISH on the primary does not count.
+			p.shard.skip = "1"
+			if d.ReadOnly() {
+				p.shard.skip = "0"
+			}
 		}
 	}
 	for _, o := range opts {
@@ -229,7 +209,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 		return Record{}, err
 	}
 	ms := time.Now().UnixMilli() // the record's since
-	r, acked, err := p.run(ctx, "acquire", key, acquireScript, 2, rk, fenceKey(key, rk), owner, ttl.Milliseconds(), skipArg, skipArg, ms)
+	r, acked, err := p.run(ctx, "acquire", key, acquireScript, true, 2, rk, fenceKey(key, rk), owner, ttl.Milliseconds(), skipArg, skipArg, ms)
 	if err != nil {
 		return Record{}, err
 	}
@@ -264,7 +244,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 		}
 	}
 	mode := lookModes[w.Look]
-	r, acked, err := p.run(ctx, "queue", key, queueScript, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
+	r, acked, err := p.run(ctx, "queue", key, queueScript, true, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
 		key, k.pub, now(), entry(w, ch), mode, queueTTLArg)
 	rec := r.rec
 	switch {
@@ -304,7 +284,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if k.prefix != "" {
 		p.unqueueShard(w.Inbox, w.Owner)
 	}
-	r, err := p.eval(ctx, "leave", key, leaveScript, 3, k.record, k.fence, k.queue, w.Owner, skipArg, key, k.pub, now(),
+	r, _, err := p.run(ctx, "leave", key, leaveScript, false, 3, k.record, k.fence, k.queue, w.Owner, skipArg, key, k.pub, now(),
 		entry(w, channel(w.Inbox, k.prefix)))
 	if err == nil && r.code != replyDone {
 		err = r.unexpected("leave", key)
@@ -323,8 +303,11 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if k.record != key {
 		karg = key
 	}
-	r, err := p.eval(ctx, "release", key, releaseScript, 3, rarg, k.fence, k.queue, owner, skipArg, karg, k.pub, now())
-	return r.done("release", key, err)
+	r, _, err := p.run(ctx, "release", key, releaseScript, false, 3, rarg, k.fence, k.queue, owner, skipArg, karg, k.pub, now())
+	if err != nil {
+		return err
+	}
+	return r.done("release", key)
 }
 
 // Renew implements Provider.
@@ -333,8 +316,11 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 	if err != nil {
 		return err
 	}
-	r, acked, err := p.run(ctx, "renew", key, renewScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
-	if err = r.done("renew", key, err); err != nil {
+	r, acked, err := p.run(ctx, "renew", key, renewScript, true, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
+	if err != nil {
+		return err
+	}
+	if err = r.done("renew", key); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
@@ -346,59 +332,48 @@ func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.
 	if err != nil {
 		return err
 	}
-	r, acked, err := p.run(ctx, "finish", key, finishScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
-	if err = r.done("finish", key, err); err != nil {
+	r, acked, err := p.run(ctx, "finish", key, finishScript, true, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
+	if err != nil {
+		return err
+	}
+	if err = r.done("finish", key); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
 }
 
-// run is eval for a call that grants or renews: with [WaitForReplicas], it
-// runs s and a WAIT after it in one pipeline, on the connection of the key's
-// primary. It returns the script's reply and how many replicas acknowledged
-// it (-1 without WaitForReplicas).
-func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, nkeys int, args ...any) (reply, int64, error) {
-	if !p.waits {
-		r, err := p.eval(ctx, op, key, s, nkeys, args...)
-		return r, -1, err
-	}
-	res, acked, err := p.evalWait(ctx, s, nkeys, args)
-	r, err := p.decode(op, key, res, err)
-	return r, acked, err
-}
-
-// evalWait runs s and a WAIT for [WaitForReplicas]'s replicas after it, and
-// returns the script's reply and the WAIT's.
+// evalWait runs s and a WAIT for [WaitForReplicas]'s replicas after it, in
+// one pipeline on the primary of its first key (a keyless WAIT in a Cluster
+// pipeline could go to another node), and returns the script's reply and
+// the WAIT's.
 func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args []any) (any, int64, error) {
-	var c redis.UniversalClient = p.client
+	cl := s.newCall(nkeys, args)
+	key, _ := args[0].(string) // not args itself in the closure: the callers' arguments stay on their stack
+	wait := &RedisCommand{Args: []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()}}
 	var err error
-	cl := s.call(ctx, nkeys, args)
-	var acked *redis.Cmd
 	if aerr := await(ctx, func() {
-		if p.cluster != nil {
-			// A keyless WAIT in a Cluster pipeline could go to another
-			// node: pipeline on the key's primary itself.
-			var node *redis.Client
-			if node, err = p.cluster.MasterForKey(ctx, args[0].(string)); err != nil {
-				return
-			}
-			c = node
+		var node RedisNode
+		if node, err = p.driver.PrimaryForKey(ctx, key); err == nil {
+			sendScripts(ctx, p.driver, node, []*call{cl}, wait)
 		}
-		acked = sendScripts(ctx, c, []*call{&cl}, []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()})
 	}, nil); aerr != nil {
 		return nil, 0, aerr
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := cl.cmd.Err(); err != nil {
-		return nil, 0, err
+	if cl.cmd.Err != nil {
+		return nil, 0, cl.cmd.Err
 	}
-	n, err := acked.Int64()
-	if err != nil {
+	n, ok := wait.Reply.(int64)
+	if !ok {
+		err := wait.Err
+		if err == nil {
+			err = fmt.Errorf("unexpected reply %v", wait.Reply)
+		}
 		return nil, 0, fmt.Errorf("wait for replicas: %w", err)
 	}
-	return cl.cmd.Val(), n, nil
+	return cl.cmd.Reply, n, nil
 }
 
 // replicated checks that a grant or renewal of key was acknowledged by as
@@ -416,7 +391,7 @@ func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error)
 	if err != nil {
 		return Record{}, err
 	}
-	r, err := p.eval(ctx, "inspect", key, inspectScript, 3, k.record, k.fence, k.queue)
+	r, _, err := p.run(ctx, "inspect", key, inspectScript, false, 3, k.record, k.fence, k.queue)
 	return r.inspected(key, err)
 }
 
@@ -437,60 +412,71 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	if fn == nil {
 		return invalidf("nil list function")
 	}
-	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		var cursor uint64
-		for {
-			var found []string
-			var next uint64
-			var serr error
-			err := await(ctx, func() { found, next, serr = c.Scan(ctx, cursor, globEscape(prefix)+"*", listBatch).Result() }, nil)
-			if err == nil {
-				err = serr // written by the call, which has returned
-			}
-			if err != nil {
-				return fmt.Errorf("lock: list %q: %w", prefix, err)
-			}
-			if err := p.inspectAll(ctx, c, found, fn); err != nil {
-				return err
-			}
-			if cursor = next; cursor == 0 {
-				return nil
-			}
-		}
+	// One primary after the other: fn is called by one goroutine at a
+	// time, and not again once it returned false.
+	var nodes []RedisNode
+	var perr error // the call's own: read once await returned nil
+	err := await(ctx, func() { nodes, perr = p.driver.Primaries(ctx) }, nil)
+	if err == nil {
+		err = perr
 	}
-	var err error
-	if cc := p.cluster; cc != nil {
-		// One primary after the other: fn is called by one goroutine at a
-		// time, and not again once it returned false. (ForEachMaster runs
-		// its function on every primary at once.)
-		var mu sync.Mutex
-		var masters []*redis.Client
-		var ferr error
-		if err = await(ctx, func() {
-			ferr = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
-				mu.Lock()
-				masters = append(masters, c)
-				mu.Unlock()
-				return nil
-			})
-		}, nil); err != nil {
-			err = fmt.Errorf("lock: list %q: %w", prefix, err)
-		} else {
-			err = ferr // written by the call, which has returned
+	if err != nil {
+		return fmt.Errorf("lock: list %q: %w", prefix, err)
+	}
+	for _, node := range nodes {
+		if err = p.scan(ctx, node, prefix, fn); err != nil {
+			break
 		}
-		for _, c := range masters {
-			if err != nil {
-				break
-			}
-			err = scan(ctx, c)
-		}
-	} else {
-		err = scan(ctx, p.client)
 	}
 	if errors.Is(err, errStopList) {
 		return nil
 	}
 	return err
+}
+
+// scan is List on one node.
+func (p *RedisProvider) scan(ctx context.Context, node RedisNode, prefix string, fn func(key string, r Record, err error) bool) error {
+	cursor := "0"
+	for {
+		cmd := &RedisCommand{Args: []any{"scan", cursor, "match", globEscape(prefix) + "*", "count", listBatch}}
+		if err := await(ctx, func() { node.Exec(ctx, []*RedisCommand{cmd}) }, nil); err != nil {
+			return fmt.Errorf("lock: list %q: %w", prefix, err)
+		}
+		next, found, err := scanReply(cmd)
+		if err != nil {
+			return fmt.Errorf("lock: list %q: %w", prefix, err)
+		}
+		if err := p.inspectAll(ctx, node, found, fn); err != nil {
+			return err
+		}
+		if cursor = next; cursor == "0" {
+			return nil
+		}
+	}
+}
+
+// scanReply decodes the reply of a SCAN: the next cursor and the keys found.
+func scanReply(cmd *RedisCommand) (string, []string, error) {
+	if cmd.Err != nil {
+		return "", nil, cmd.Err
+	}
+	a, _ := cmd.Reply.([]any)
+	var next string
+	var keys []any
+	if len(a) == 2 {
+		next, _ = a[0].(string)
+		keys, _ = a[1].([]any)
+	}
+	if next == "" {
+		return "", nil, fmt.Errorf("unexpected reply to SCAN %v", cmd.Reply)
+	}
+	found := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if k, ok := k.(string); ok {
+			found = append(found, k)
+		}
+	}
+	return next, found, nil
 }
 
 // errStopList ends a List whose function returned false.
@@ -499,7 +485,7 @@ var errStopList = errors.New("lock: list stopped")
 // inspectAll inspects the records and counted names among found in one
 // pipeline and calls fn with each; it returns errStopList when fn asked for
 // no more, and ctx's error when ctx ended before Redis answered.
-func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient, found []string, fn func(string, Record, error) bool) error {
+func (p *RedisProvider) inspectAll(ctx context.Context, node RedisNode, found []string, fn func(string, Record, error) bool) error {
 	var items []listed
 	for _, k := range found {
 		switch {
@@ -508,50 +494,50 @@ func (p *RedisProvider) inspectAll(ctx context.Context, c redis.UniversalClient,
 			continue
 		case strings.HasSuffix(k, claimsSuffix):
 			if key, ok := countedName(k); ok {
-				items = appendListed(ctx, items, key, true)
+				items = appendListed(items, key, true)
 				continue
 			}
 		}
-		items = appendListed(ctx, items, keyOfRecord(k), false)
+		items = appendListed(items, keyOfRecord(k), false)
 	}
-	return p.inspectListed(ctx, c, items, fn)
+	return p.inspectListed(ctx, node, items, fn)
 }
 
 // listed is a key that List inspects: a lock, or a counted name.
 type listed struct {
 	key     string
 	counted bool
-	call    call
+	call    *call
 }
 
 // appendListed appends the inspection of key, a counted name or a lock, to
 // items; a key that has no Redis keys is left out.
-func appendListed(ctx context.Context, items []listed, key string, counted bool) []listed {
+func appendListed(items []listed, key string, counted bool) []listed {
 	if counted {
 		rk, _ := recordKey(key)
-		cl := claimInspectScript.call(ctx, 3, []any{rk + claimsSuffix, fenceKey(key, rk), rk + claimQueueSuffix, "n"})
+		cl := claimInspectScript.newCall(3, []any{rk + claimsSuffix, fenceKey(key, rk), rk + claimQueueSuffix, "n"})
 		return append(items, listed{key: key, counted: true, call: cl})
 	}
 	r, f, q, err := RedisKeys(key)
 	if err != nil {
 		return items
 	}
-	return append(items, listed{key: key, call: inspectScript.call(ctx, 3, []any{r, f, q})})
+	return append(items, listed{key: key, call: inspectScript.newCall(3, []any{r, f, q})})
 }
 
 // inspectListed runs the inspections of items in one pipeline and calls fn
 // with each key that holds a record or claims; it returns as inspectAll
 // does. A key that ends with ":c" but holds no hash is a lock's record
 // after all: it is inspected as one, in one more pipeline.
-func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClient, items []listed, fn func(string, Record, error) bool) error {
+func (p *RedisProvider) inspectListed(ctx context.Context, node RedisNode, items []listed, fn func(string, Record, error) bool) error {
 	if len(items) == 0 {
 		return nil
 	}
 	calls := make([]*call, len(items))
 	for i := range items {
-		calls[i] = &items[i].call
+		calls[i] = items[i].call
 	}
-	if err := await(ctx, func() { sendScripts(ctx, c, calls, nil) }, nil); err != nil {
+	if err := await(ctx, func() { sendScripts(ctx, p.driver, node, calls, nil) }, nil); err != nil {
 		return fmt.Errorf("lock: list: %w", err)
 	}
 	var locks []listed
@@ -560,22 +546,27 @@ func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClie
 		var err error
 		if it.counted {
 			var ok, lock bool
-			if err = it.call.cmd.Err(); err != nil {
-				err = p.wrap(it.key, err)
+			if err = it.call.cmd.Err; err != nil {
+				err = wrap(it.key, err)
 			} else {
-				rec, ok, lock, err = listedClaims(it.key, it.call.cmd.Val())
+				rec, ok, lock, err = listedClaims(it.key, it.call.cmd.Reply)
 			}
 			if lock {
 				rk, _ := recordKey(it.key)
-				locks = appendListed(ctx, locks, keyOfRecord(rk+claimsSuffix), false)
+				locks = appendListed(locks, keyOfRecord(rk+claimsSuffix), false)
 				continue
 			}
 			if err == nil && !ok {
 				continue // freed since the scan
 			}
 		} else {
-			r, derr := p.decode("inspect", it.key, it.call.cmd.Val(), it.call.cmd.Err())
-			if rec, err = r.inspected(it.key, derr); err == nil && rec.Owner == "" {
+			var r reply
+			if err = it.call.cmd.Err; err != nil {
+				err = wrap(it.key, err)
+			} else {
+				r, err = decode("inspect", it.key, it.call.cmd.Reply)
+			}
+			if rec, err = r.inspected(it.key, err); err == nil && rec.Owner == "" {
 				continue // freed since the scan
 			}
 		}
@@ -583,7 +574,7 @@ func (p *RedisProvider) inspectListed(ctx context.Context, c redis.UniversalClie
 			return errStopList
 		}
 	}
-	return p.inspectListed(ctx, c, locks, fn)
+	return p.inspectListed(ctx, node, locks, fn)
 }
 
 // keyOfRecord returns the key whose record Redis stores under k: k itself,
@@ -619,7 +610,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, err
 	}
-	r, err := p.eval(ctx, "force release", key, forceReleaseScript, 3, k.record, k.fence, k.queue, skipArg, skipArg, key, k.pub, now())
+	r, _, err := p.run(ctx, "force release", key, forceReleaseScript, false, 3, k.record, k.fence, k.queue, skipArg, skipArg, key, k.pub, now())
 	if err != nil {
 		return Record{}, err
 	}
@@ -632,478 +623,9 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	return Record{}, r.unexpected("force release", key)
 }
 
-// Listen implements Provider, on a pub/sub connection of its own with one
-// channel, inbox. It returns once Redis has confirmed the subscription, so
-// that every grant published afterwards reaches deliver; a connection that
-// breaks is reconnected and resubscribed by go-redis, and grants published
-// meanwhile are lost: each new confirmation is delivered as a Notice without
-// Key, so that the waiters look again.
-//
-// On a Cluster with sharded pub/sub (see [RedisProvider]), Listen subscribes
-// to nothing itself, and nothing is published on the inbox channel: each
-// Queue of a waiter with this inbox, through this provider, first
-// subscribes the Listen to the inbox's shard channel in the slot of the
-// waiter's lock (SSUBSCRIBE on that slot's primary, over the Listen's one
-// connection to that node), and waits for Redis's confirmation, so that no
-// grant sent to it is lost. The channel is unsubscribed 3 seconds after the
-// last waiter queued with it through this provider was delivered its
-// grant, left (Leave), or was found not queued by its Queue (the lock was
-// its own, or ended); a connection that carries no channel is closed. A
-// Queue that meets its channel being unsubscribed waits for that, and
-// subscribes anew. (A waiter queued through another provider value with
-// this inbox is not heard, and is skipped: the lock Client queues and
-// listens through one.) deliver is called by one connection at a time. A
-// connection that breaks is closed with its channels, and a subscription
-// that Redis ended because its slot moved to another node is forgotten:
-// when a waiter needed one, a Notice without Key is delivered, and the
-// waiters' looks subscribe again where the slot lives (after a MOVED, once
-// the Cluster's slots are loaded again). stop closes every subscription of
-// the Listen.
-func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
-	if err := p.ready(CheckInbox(inbox)); err != nil {
-		return nil, err
-	}
-	if deliver == nil {
-		return nil, invalidf("nil deliver function")
-	}
-	sharded, err := p.sharded(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
-	}
-	var confirm *confirmer
-	if p.waits {
-		confirm = &confirmer{renew: p.renewGrant, timeout: p.replicaTimeout + 5*time.Second, deliver: deliver}
-		confirm.ctx, confirm.cancel = context.WithCancel(context.WithoutCancel(ctx))
-		deliver = confirm.grant
-	}
-	if sharded {
-		l := p.listenShards(inbox, deliver)
-		var once sync.Once
-		return func() {
-			once.Do(func() {
-				l.stop()
-				if confirm != nil {
-					confirm.stop()
-				}
-			})
-		}, nil
-	}
-	stop, err := subscribe(ctx, func() *redis.PubSub { return p.client.Subscribe(ctx, inbox) }, parseGrant, deliver, nil, "")
-	if err != nil {
-		if confirm != nil {
-			confirm.stop()
-		}
-		return nil, fmt.Errorf("lock: listen on %s: %w", inbox, err)
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			stop()
-			if confirm != nil {
-				confirm.stop()
-			}
-		})
-	}, nil
-}
-
-// subscribe opens a PubSub (open: a Subscribe or SSubscribe on ctx), waits
-// for Redis to confirm its subscription, as long as ctx lets it (see
-// await: a PubSub that confirms after that is closed), then calls
-// deliver, on a goroutine of its own, with each message that parse reads,
-// and with a Notice without Key at each later confirmation (go-redis
-// resubscribes after a break; what was published meanwhile is lost). cc,
-// when not nil, is the Cluster client of ch, a shard channel: when the
-// subscription breaks or Redis ends it (its slot moved to another node), ch
-// is subscribed anew through cc (see readShard and follow). stop closes the
-// subscription and waits for the goroutine.
-func subscribe(ctx context.Context, open func() *redis.PubSub, parse func(string) (Notice, bool), deliver func(Notice), cc clusterClient, ch string) (stop func(), err error) {
-	var ps *redis.PubSub
-	var rerr error // the call's own: the caller reads it once await returned nil
-	if err := await(ctx, func() {
-		ps = open()
-		if _, rerr = ps.Receive(ctx); rerr != nil {
-			_ = ps.Close()
-		}
-	}, func() {
-		if rerr == nil {
-			_ = ps.Close()
-		}
-	}); err != nil {
-		return nil, err
-	}
-	if rerr != nil {
-		return nil, rerr
-	}
-	s := &subscription{parse: parse, deliver: deliver, cc: cc, channel: ch, ps: ps, done: make(chan struct{})}
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go s.run()
-	return s.stop, nil
-}
-
-// subscription is the goroutine of subscribe, and the PubSub it reads.
-type subscription struct {
-	parse   func(string) (Notice, bool)
-	deliver func(Notice)
-	cc      clusterClient   // nil: not a shard channel, go-redis resubscribes
-	channel string          // the shard channel, with cc
-	ctx     context.Context // ends with stop
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when run returns
-	once    sync.Once
-
-	mu sync.Mutex
-	ps *redis.PubSub // the one read now
-}
-
-// run reads s.ps until stop closes it, and the one follow subscribes each
-// time Redis ends a shard channel's subscription.
-func (s *subscription) run() {
-	defer close(s.done)
-	s.mu.Lock()
-	ps := s.ps
-	s.mu.Unlock()
-	if s.cc == nil {
-		s.read(ps)
-		return
-	}
-	for ps != nil && s.readShard(ps) {
-		ps = s.follow()
-	}
-}
-
-// read delivers what arrives on ps until ps is closed, and a Notice
-// without Key each time go-redis has resubscribed after a break.
-func (s *subscription) read(ps *redis.PubSub) {
-	for m := range ps.ChannelWithSubscriptions() {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			s.deliver(Notice{}) // resubscribed after a break
-		case *redis.Message:
-			if g, ok := s.parse(m.Payload); ok {
-				s.deliver(g)
-			}
-		}
-	}
-}
-
-// readShard is read for a shard channel. It reads ps itself rather than
-// through go-redis's channel, whose resubscription after a break sends the
-// SSUBSCRIBE to any primary (go-redis v9.18 does not look up the channel's
-// node), where a MOVED ends it unheard. A break (an error; no answer to a
-// PING after shardPing of silence, as Listen's connections are watched) and
-// an sunsubscribe from Redis (the slot moved: stop sends none) both close
-// ps and return true, for follow to subscribe anew; stop returns false.
-func (s *subscription) readShard(ps *redis.PubSub) bool {
-	asked := false
-	for {
-		m, err := ps.ReceiveTimeout(s.ctx, shardPing)
-		var ne net.Error
-		switch {
-		case s.ctx.Err() != nil:
-			return false
-		case err != nil && errors.As(err, &ne) && ne.Timeout() && !asked:
-			asked = true
-			if ps.Ping(s.ctx) == nil {
-				continue
-			}
-			fallthrough
-		case err != nil:
-			_ = ps.Close()
-			return true
-		}
-		asked = false
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind == "sunsubscribe" {
-				_ = ps.Close()
-				return true
-			}
-		case *redis.Message:
-			if g, ok := s.parse(m.Payload); ok {
-				s.deliver(g)
-			}
-		}
-	}
-}
-
-// follow subscribes s.channel anew through s.cc, on a new PubSub (the old
-// one is bound to the node that served the channel's slot), where the slot
-// lives now: after
-// a MOVED it tries again as a Listen does (afterMoved). Once Redis has
-// confirmed the subscription, it delivers a Notice without Key (what was
-// published meanwhile is lost) and returns the PubSub. When the tries fail
-// (the slot's new node unreachable for a while), it tries again after a
-// pause, from followPause doubling up to followMaxPause, until stop; it
-// returns nil when stop was called.
-func (s *subscription) follow() *redis.PubSub {
-	pause := followPause
-	for {
-		ps, err := s.resubscribe()
-		if err == nil {
-			s.deliver(Notice{})
-			return ps
-		}
-		select {
-		case <-s.ctx.Done():
-			return nil
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, followMaxPause)
-	}
-}
-
-// The pauses between follow's rounds of tries, and how long a try waits
-// for Redis to confirm its subscription (a node that stalls after the
-// connection is made fails the try, rather than hold follow).
-const (
-	followPause    = 100 * time.Millisecond
-	followMaxPause = 30 * time.Second
-	followConfirm  = 5 * time.Second
-)
-
-// resubscribe is one round of follow's tries: it subscribes s.channel
-// through s.cc, tried again after a MOVED (afterMoved). Each new PubSub
-// becomes s.ps unless stop has begun (s.ctx ended: stop ends it before it
-// reads s.ps), so that stop closes whatever a try may be waiting on.
-func (s *subscription) resubscribe() (*redis.PubSub, error) {
-	var ps *redis.PubSub
-	err := afterMoved(s.ctx, s.cc, func() error {
-		ps = s.cc.SSubscribe(s.ctx, s.channel)
-		s.mu.Lock()
-		err := s.ctx.Err()
-		if err == nil {
-			s.ps = ps
-		}
-		s.mu.Unlock()
-		if err == nil {
-			_, err = ps.ReceiveTimeout(s.ctx, followConfirm)
-		}
-		if err != nil {
-			_ = ps.Close()
-		}
-		return err
-	})
-	return ps, err
-}
-
-// stop ends s.ctx, closes the PubSub that s reads, and waits for its
-// goroutine.
-func (s *subscription) stop() {
-	s.once.Do(func() {
-		s.cancel()
-		s.mu.Lock()
-		ps := s.ps
-		s.mu.Unlock()
-		_ = ps.Close()
-		<-s.done
-	})
-}
-
-// Watch implements Provider, on a pub/sub connection of its own with one
-// channel in the slot of key's record (see [RedisKeys]): the record key
-// followed by ":w", subscribed with SSUBSCRIBE on a Cluster with sharded
-// pub/sub, with SUBSCRIBE otherwise. It returns once Redis has confirmed
-// the subscription. A SUBSCRIBE whose connection breaks is reconnected and
-// resubscribed by go-redis, and a Notice without Key is delivered then. A
-// shard channel's connection is watched as a Listen's are (a PING after 3
-// s of silence); when it breaks, or Redis ends the subscription because the
-// Cluster moved the slot to another node, the Watch subscribes the channel
-// anew where the slot lives now, on a new connection (after a MOVED, once
-// the Cluster's slots are loaded again, as a Listen does: a few tries
-// within about 1.5 s), and delivers a Notice without Key once Redis has confirmed it (what
-// was published meanwhile is lost). While the tries fail (the new node
-// unreachable), it tries again after a pause, up to 30 s, until stopped;
-// [Client.Observe] reads at its poll interval meanwhile.
-func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
-	if err := p.ready(CheckKey(key)); err != nil {
-		return nil, err
-	}
-	if deliver == nil {
-		return nil, invalidf("nil deliver function")
-	}
-	ch, sharded, err := p.watchChannel(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
-	}
-	open := func() *redis.PubSub { return p.client.Subscribe(ctx, ch) }
-	var follow clusterClient // nil: not followed
-	if sharded {
-		open, follow = func() *redis.PubSub { return p.client.SSubscribe(ctx, ch) }, p.cluster
-	}
-	stop, err := subscribe(ctx, open, func(s string) (Notice, bool) { return parseWatch(key, s) }, deliver, follow, ch)
-	if err != nil {
-		return nil, fmt.Errorf("lock: watch %s: %w", key, err)
-	}
-	return stop, nil
-}
-
-// Notify implements Provider: one PUBLISH (SPUBLISH on a Cluster with
-// sharded pub/sub) on key's watch channel (see Watch), of "" for a Notice
-// without Owner, or "<token> <ttl ms> <owner>".
-func (p *RedisProvider) Notify(ctx context.Context, key string, n Notice) error {
-	if err := p.ready(CheckKey(key)); err != nil {
-		return err
-	}
-	ch, sharded, err := p.watchChannel(ctx, key)
-	if err != nil {
-		return err
-	}
-	msg := ""
-	if n.Owner != "" {
-		msg = strconv.FormatUint(n.Token, 10) + " " + strconv.FormatInt(n.TTL.Milliseconds(), 10) + " " + n.Owner
-	}
-	if aerr := await(ctx, func() {
-		if sharded {
-			err = p.client.SPublish(ctx, ch, msg).Err()
-		} else {
-			err = p.client.Publish(ctx, ch, msg).Err()
-		}
-	}, nil); aerr != nil {
-		return aerr
-	}
-	return err
-}
-
-// watchChannel returns the channel of key's Watches, and whether it is a
-// shard channel.
-func (p *RedisProvider) watchChannel(ctx context.Context, key string) (string, bool, error) {
-	rk, err := recordKey(key)
-	if err != nil {
-		return "", false, err
-	}
-	sharded, err := p.sharded(ctx)
-	return rk + ":w", sharded, err
-}
-
-// parseWatch reads a message of key's watch channel (see Notify).
-func parseWatch(key, s string) (Notice, bool) {
-	if s == "" {
-		return Notice{Key: key}, true
-	}
-	token, rest, _ := strings.Cut(s, " ")
-	ms, owner, _ := strings.Cut(rest, " ")
-	t, err := strconv.ParseUint(token, 10, 64)
-	d, derr := strconv.ParseInt(ms, 10, 64)
-	if err != nil || derr != nil || owner == "" {
-		return Notice{}, false
-	}
-	return Notice{Key: key, Owner: owner, Token: t, TTL: time.Duration(d) * time.Millisecond}, true
-}
-
-// confirmer passes on the grants of one Listen with [WaitForReplicas] once
-// they are replicated: for each, the grantee's renewal of its new record
-// and a WAIT, in one pipeline on the key's primary (the WAIT covers the
-// release's write that made the grant, which the primary replicated
-// before the renewal). A grant that fewer replicas acknowledged is not
-// delivered, and not handed on here: the waiter's own request may have
-// found the lock its own meanwhile (and confirmed it with its own WAIT), and
-// handing it on would take it from its holder. The waiter looks again at
-// its next poll: its request confirms the grant, or fails with
-// [ErrNotReplicated] and the waiter leaves, handing the lock on.
-type confirmer struct {
-	renew   func(ctx context.Context, g Notice) error // the grantee's renewal and WAIT (renewGrant)
-	timeout time.Duration                             // bounds each
-	deliver func(Notice)
-	ctx     context.Context // cancelled by stop
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the confirmations under way; Add only under mu, before stopped
-	mu      sync.Mutex     // held while deliver runs, so that stop waits for it
-	stopped bool
-}
-
-// grant confirms g on a goroutine of its own, so that the subscription is
-// not held up by a WAIT; a Notice without Owner is passed on at once. After
-// stop, it does nothing: a confirmation starts only under mu, before stop
-// has marked c stopped, so stop's Wait counts every one.
-func (c *confirmer) grant(g Notice) {
-	if g.Owner == "" {
-		c.pass(g)
-		return
-	}
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return
-	}
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
-		defer cancel()
-		if c.renew(ctx, g) == nil {
-			c.pass(g)
-		}
-		// Otherwise not replicated (see confirmer), lost (the waiter gave
-		// up), or the server failed: the waiter's next look finds what
-		// holds the key.
-	}()
-}
-
-func (c *confirmer) pass(g Notice) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.stopped {
-		c.deliver(g)
-	}
-}
-
-// stop waits for the confirmations under way; none delivers afterwards.
-func (c *confirmer) stop() {
-	c.mu.Lock()
-	c.stopped = true
-	c.mu.Unlock()
-	c.cancel()
-	c.wg.Wait()
-}
-
-// renewGrant renews the record or claim that g grants, for its grantee (a
-// confirmer's renewal).
-func (p *RedisProvider) renewGrant(ctx context.Context, g Notice) error {
-	if g.Weight > 0 {
-		return p.RenewClaim(ctx, g.Key, g.Owner, g.TTL)
-	}
-	return p.Renew(ctx, g.Key, g.Owner, g.TTL)
-}
-
-// parseGrant decodes a message of serve or tellall in scripts/record.lua:
-// "value ttl\nkey", or "\nkey" for a grace period; or of serve in
-// scripts/claim.lua, a claim granted: "owner,token,since ttl weight\nkey".
-func parseGrant(s string) (Notice, bool) {
-	head, key, ok := strings.Cut(s, "\n")
-	if !ok || key == "" {
-		return Notice{}, false
-	}
-	if head == "" {
-		return Notice{Key: key}, true
-	}
-	v, ttl, _ := strings.Cut(head, " ")
-	ttl, weight, claim := strings.Cut(ttl, " ")
-	rec, err := parseRecord(key, v)
-	ms, terr := strconv.ParseInt(ttl, 10, 64)
-	if err != nil || terr != nil || rec.Finished {
-		return Notice{}, false
-	}
-	g := Notice{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}
-	if claim {
-		w, err := strconv.Atoi(weight)
-		if err != nil || w < 1 {
-			return Notice{}, false
-		}
-		g.Weight = w
-		return g, true
-	}
-	if checkVersion(key, rec) != nil {
-		// Handed on by a process of an earlier version: the waiter's next
-		// look finds the lock its own and reports ErrIncompatible.
-		return Notice{Key: key}, true
-	}
-	return g, true
-}
-
 func (p *RedisProvider) check() error {
 	switch {
-	case p == nil || p.client == nil:
+	case p == nil || p.driver == nil:
 		return invalidf("nil redis client")
 	case p.waits && p.replicas <= 0:
 		return invalidf("WaitForReplicas needs a positive number of replicas, not %d", p.replicas)
@@ -1156,10 +678,10 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 // names key, the lock ([RecordError.Lock]); every other error (the server's:
 // OOM, READONLY, CLUSTERDOWN...; the network's; the context's) is returned
 // as it is. The Client names the operation and the key.
-func (p *RedisProvider) wrap(key string, err error) error {
-	var rerr redis.Error
+func wrap(key string, err error) error {
+	var rerr *RedisError
 	if errors.As(err, &rerr) {
-		switch msg := rerr.Error(); {
+		switch msg := rerr.Msg; {
 		case strings.Contains(msg, "WRONGTYPE"):
 			return &RecordError{Key: key, Value: "(a value of another Redis type)"}
 		case strings.Contains(msg, counterCorrupt):

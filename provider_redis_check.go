@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // UnknownSetting is the value of a [ServerReport] field that the server would not
@@ -68,25 +66,44 @@ type ServerReport struct {
 // [UnknownSetting]; an error (a failed INFO, an unreachable server, ctx ending) is
 // returned wrapped, with no report.
 func (p *RedisProvider) CheckServer(ctx context.Context) (ServerReport, error) {
-	cc := p.cluster
-	if cc == nil {
-		r, err := checkNode(ctx, p.client, addrOf(p.client))
+	if err := p.check(); err != nil {
+		return ServerReport{}, err
+	}
+	var r ServerReport
+	var cerr error // the call's own: read once await returned nil
+	if err := await(ctx, func() { r, cerr = p.checkServer(ctx) }, nil); err != nil {
+		return ServerReport{}, fmt.Errorf("lock: check server: %w", err)
+	}
+	return r, cerr
+}
+
+// checkServer is CheckServer, once the provider is checked.
+func (p *RedisProvider) checkServer(ctx context.Context) (ServerReport, error) {
+	if !p.cluster {
+		nodes, err := p.driver.Primaries(ctx)
+		if err == nil && len(nodes) != 1 {
+			err = fmt.Errorf("the driver gave %d nodes, not 1", len(nodes))
+		}
+		var r ServerReport
+		if err == nil {
+			r, err = checkNode(ctx, nodes[0])
+		}
 		if err != nil {
 			return ServerReport{}, fmt.Errorf("lock: check server: %w", err)
 		}
 		if r.Mode == "cluster" {
 			r.Warnings = append(r.Warnings, "the server runs in cluster mode but the client is "+
-				"not a redis.ClusterClient: locks whose keys live on another node fail with MOVED; "+
+				"not a Cluster client: locks whose keys live on another node fail with MOVED; "+
 				"use a ClusterClient")
 		}
 		return r, nil
 	}
 	var mu sync.Mutex
 	var nodes []ServerReport
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		r, err := checkNode(ctx, c, c.Options().Addr)
+	err := eachPrimary(ctx, p.driver, func(ctx context.Context, node RedisNode) error {
+		r, err := checkNode(ctx, node)
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.Options().Addr, err)
+			return fmt.Errorf("%s: %w", node.Addr(), err)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -110,21 +127,30 @@ func (p *RedisProvider) CheckServer(ctx context.Context) (ServerReport, error) {
 	return r, nil
 }
 
-// checkNode reports on the one server that c talks to.
-func checkNode(ctx context.Context, c redis.Cmdable, addr string) (ServerReport, error) {
-	text, err := c.Info(ctx).Result() // the default sections: server, memory, persistence, cluster
-	if err != nil {
+// checkNode reports on node, in one round trip: INFO (the default
+// sections: server, memory, persistence, cluster) and the CONFIG GETs.
+func checkNode(ctx context.Context, node RedisNode) (ServerReport, error) {
+	info := &RedisCommand{Args: []any{"info"}}
+	fsync := &RedisCommand{Args: []any{"config", "get", "appendfsync"}}
+	save := &RedisCommand{Args: []any{"config", "get", "save"}}
+	node.Exec(ctx, []*RedisCommand{info, fsync, save})
+	if info.Err != nil {
+		return ServerReport{}, info.Err
+	}
+	text, ok := info.Reply.(string)
+	if !ok {
+		return ServerReport{}, fmt.Errorf("unexpected reply to INFO %v", info.Reply)
+	}
+	fields := parseInfo(text)
+	r := infoReport(node.Addr(), fields)
+	var err error
+	if r.Appendfsync, err = configValue(ctx, fsync); err != nil {
 		return ServerReport{}, err
 	}
-	info := parseInfo(text)
-	r := infoReport(addr, info)
-	if r.Appendfsync, err = configValue(ctx, c, "appendfsync"); err != nil {
+	if r.Save, err = configValue(ctx, save); err != nil {
 		return ServerReport{}, err
 	}
-	if r.Save, err = configValue(ctx, c, "save"); err != nil {
-		return ServerReport{}, err
-	}
-	r.Warnings = r.warnings(infoValue(info, "redis_version"))
+	r.Warnings = r.warnings(infoValue(fields, "redis_version"))
 	return r, nil
 }
 
@@ -192,22 +218,26 @@ func (r ServerReport) warnings(compat string) []string {
 	return ws
 }
 
-// configValue returns the value of one setting, or [UnknownSetting] when the server
-// refuses CONFIG GET.
-func configValue(ctx context.Context, c redis.Cmdable, name string) (string, error) {
-	m, err := c.ConfigGet(ctx, name).Result()
-	var rerr redis.Error
-	switch {
+// configValue returns the value of the setting that cmd, a CONFIG GET,
+// asked for, or [UnknownSetting] when the server refused CONFIG GET.
+func configValue(ctx context.Context, cmd *RedisCommand) (string, error) {
+	var rerr *RedisError
+	switch err := cmd.Err; {
 	case err != nil && ctx.Err() == nil && errors.As(err, &rerr):
 		return UnknownSetting, nil // NOPERM, or an unknown (renamed) command
 	case err != nil:
 		return "", err
 	}
-	v, ok := m[name]
-	if !ok {
-		return UnknownSetting, nil
+	name := cmd.Args[2]
+	a, _ := cmd.Reply.([]any)
+	for i := 0; i+1 < len(a); i += 2 {
+		if a[i] == name {
+			if v, ok := a[i+1].(string); ok {
+				return v, nil
+			}
+		}
 	}
-	return v, nil
+	return UnknownSetting, nil
 }
 
 // parseInfo turns the text of INFO into its fields.
@@ -238,12 +268,4 @@ func parseVersion(v string) (major, minor int, ok bool) {
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 	return major, minor, err1 == nil && err2 == nil
-}
-
-// addrOf returns the address a single-node client talks to, "" for others.
-func addrOf(c redis.UniversalClient) string {
-	if rc, ok := c.(*redis.Client); ok {
-		return rc.Options().Addr
-	}
-	return ""
 }

@@ -22,31 +22,37 @@ func TestWrappedClusterClientIsACluster(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
 	for name, c := range map[string]redis.UniversalClient{"cluster": cc, "wrapped cluster": wrapped{cc}} {
-		if p := NewRedisProvider(c); p.cluster == nil {
+		if p := NewRedisProvider(c); !p.cluster {
 			t.Errorf("a %s client is not taken for a Cluster", name)
 		}
 	}
 	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer single.Close()
-	if p := NewRedisProvider(single); p.cluster != nil {
+	if p := NewRedisProvider(single); p.cluster {
 		t.Error("a single-node client is taken for a Cluster")
 	}
 }
 
-// flakyShards is a Cluster client whose SSubscribe goes to a node that
-// refuses connections for its first fails calls, then to live.
+// flakyShards is a driver whose PrimaryForKey gives a node that refuses
+// connections for its first fails calls, then live.
 type flakyShards struct {
-	*redis.ClusterClient
-	dead, live *redis.Client
+	RedisDriver
+	dead, live RedisNode
 	fails      int
 	calls      atomic.Int32
 }
 
-func (f *flakyShards) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+func (f *flakyShards) PrimaryForKey(context.Context, string) (RedisNode, error) {
 	if int(f.calls.Add(1)) <= f.fails {
-		return f.dead.SSubscribe(ctx, channels...)
+		return f.dead, nil
 	}
-	return f.live.SSubscribe(ctx, channels...)
+	return f.live, nil
+}
+
+// newFlakyShards returns a flakyShards whose live node is live's.
+func newFlakyShards(live, dead *redis.Client, fails int) *flakyShards {
+	d := newGoRedis(live)
+	return &flakyShards{RedisDriver: d, dead: newGoRedis(dead).self, live: d.self, fails: fails}
 }
 
 // TestWatchFollowKeepsTrying: a Watch whose shard channel Redis ended (its
@@ -58,13 +64,10 @@ func TestWatchFollowKeepsTrying(t *testing.T) {
 	live := servers.Redis(t)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer dead.Close()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	defer cc.Close()
-
 	t.Run("reached at last", func(t *testing.T) {
-		f := &flakyShards{ClusterClient: cc, dead: dead, live: live, fails: 3}
+		f := newFlakyShards(live, dead, 3)
 		var notices atomic.Int32
-		s := &subscription{cc: f, channel: "lock-test:follow:w", deliver: func(Notice) { notices.Add(1) }}
+		s := &subscription{driver: f, sharded: true, channel: "lock-test:follow:w", deliver: func(Notice) { notices.Add(1) }}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		defer s.cancel()
 		ps := s.follow()
@@ -80,11 +83,11 @@ func TestWatchFollowKeepsTrying(t *testing.T) {
 		}
 	})
 	t.Run("stopped while it tries", func(t *testing.T) {
-		f := &flakyShards{ClusterClient: cc, dead: dead, live: live, fails: 1 << 30}
-		s := &subscription{cc: f, channel: "lock-test:follow:w", deliver: func(Notice) { t.Error("a notice, never subscribed") }}
+		f := newFlakyShards(live, dead, 1<<30)
+		s := &subscription{driver: f, sharded: true, channel: "lock-test:follow:w", deliver: func(Notice) { t.Error("a notice, never subscribed") }}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		time.AfterFunc(500*time.Millisecond, s.cancel)
-		done := make(chan *redis.PubSub)
+		done := make(chan RedisPubSub)
 		go func() { done <- s.follow() }()
 		select {
 		case ps := <-done:

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The Redis provider's scripts: each operation is one Lua script under
@@ -48,14 +46,14 @@ var (
 
 	recordLua = lua("record.lua")
 
-	acquireScript      = newScript(lua("acquire.lua")) // self-contained: record.lua not prepended
-	queueScript        = newScript(recordLua + lua("queue.lua"))
-	leaveScript        = newScript(recordLua + lua("leave.lua"))
-	releaseScript      = newScript(recordLua + lua("release.lua"))
-	renewScript        = newScript(recordLua + lua("renew.lua"))
-	finishScript       = newScript(recordLua + lua("finish.lua"))
-	inspectScript      = newScript(lua("inspect.lua"))
-	forceReleaseScript = newScript(recordLua + lua("forcerelease.lua"))
+	acquireScript      = newScript(lua("acquire.lua"), decode) // self-contained: record.lua not prepended
+	queueScript        = newScript(recordLua+lua("queue.lua"), decode)
+	leaveScript        = newScript(recordLua+lua("leave.lua"), decode)
+	releaseScript      = newScript(recordLua+lua("release.lua"), decode)
+	renewScript        = newScript(recordLua+lua("renew.lua"), decode)
+	finishScript       = newScript(recordLua+lua("finish.lua"), decode)
+	inspectScript      = newScript(lua("inspect.lua"), decode)
+	forceReleaseScript = newScript(recordLua+lua("forcerelease.lua"), decode)
 )
 
 // script is a Lua script (one of the provider's, or a [RedisFence]'s), sent
@@ -63,80 +61,79 @@ var (
 // before that and when the server does not know it. The digest is never
 // computed here: it is the server's answer to SCRIPT LOAD (see learn), so
 // that nothing in this package uses SHA-1, which Go's FIPS 140-3 mode
-// (GODEBUG=fips140=only) refuses with a panic. The command is built here, not
-// by go-redis's Script (which hashes the source when it is made), with the
-// arguments that never change boxed once: an acquisition and its release
-// allocate a third less.
+// (GODEBUG=fips140=only) refuses with a panic. The arguments that never
+// change are boxed once: an acquisition and its release allocate a third
+// less.
 type script struct {
-	text string
-	src  any                 // text, as a command argument
-	sha  atomic.Pointer[any] // its digest, as a command argument; nil until learned
+	text   string
+	src    any                                          // text, as a command argument
+	sha    atomic.Pointer[any]                          // its digest, as a command argument; nil until learned
+	decode func(op, key string, res any) (reply, error) // its replies' decoder (see run); nil for a script run otherwise
 }
 
 // newScript returns the provider's script src, its fragments included (see
-// expand).
-func newScript(src string) *script { return scriptOf(expand(src)) }
+// expand), whose replies decode decodes.
+func newScript(src string, decode func(op, key string, res any) (reply, error)) *script {
+	s := scriptOf(expand(src))
+	s.decode = decode
+	return s
+}
 
 // scriptOf returns the script whose text is src, as it is.
 func scriptOf(src string) *script { return &script{text: src, src: src} }
 
-// cmd returns the command that runs s, with EVALSHA or, when full or the
-// digest is not known yet, EVAL: the first nkeys of args are its keys, the
-// rest its arguments.
-func (s *script) cmd(ctx context.Context, full bool, nkeys int, args []any) *redis.Cmd {
-	e := new(evalCmd)
-	a := e.args[:0]
-	if 3+len(args) > len(e.args) {
-		a = make([]any, 0, 3+len(args))
-	}
-	if sha := s.sha.Load(); sha != nil && !full {
-		a = append(a, "evalsha", *sha, nkeys)
-	} else {
-		a = append(a, "eval", s.src, nkeys)
-	}
-	a = append(a, args...)
-	e.cmd = *redis.NewCmd(ctx, a...)
-	if nkeys > 0 {
-		e.cmd.SetFirstKeyPos(3) // routes it on a Cluster
-	}
-	return &e.cmd
-}
-
-// evalCmd is a script's command with room for its arguments, allocated
-// together: one allocation a call instead of two, which pays for the
-// array that every reply is (see scripts/record.lua).
-type evalCmd struct {
-	cmd  redis.Cmd
-	args [3 + 4 + 9]any // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
-}
-
-// reply is a script's reply, {code, value, pttl, n}, decoded (see the
-// replies at the top of scripts/record.lua); each method takes from it what
+// reply is a script's reply, decoded: a lock's script's, {code, value,
+// pttl, n} (see the top of scripts/record.lua), by decode; a counted name's
+// script's, {code, limit, used, n, owner, value, pttl, head, kind} (see the
+// top of scripts/claim.lua), by decodeClaim. Each method takes from it what
 // it needs.
 type reply struct {
 	code int64  // one of the reply codes below
-	rec  Record // the value, parsed, with the pttl as its TTL; zero without a value
-	n    int64  // the queue's length (inspect), the caller's place (queued) or its token (granted)
+	rec  Record // the record or claim the reply names, with its TTL; zero without one
+	n    int64  // the queue's length (inspect), the caller's place (queued) or its token (a lock granted)
 	raw  any    // the reply as received, for an error's message
 }
 
-// The codes of the scripts' replies (see scripts/record.lua).
+// The codes of the scripts' replies, one table for the locks' scripts and
+// the counted names' (see scripts/record.lua).
 const (
-	replyEmpty   = 0 // the key holds nothing
+	replyEmpty   = 0 // the key holds nothing (a lock's scripts)
 	replyDone    = 1 // the call did what it was asked
-	replyValue   = 2 // rec is what the key holds (or held, for forcerelease)
+	replyValue   = 2 // the caller holds nothing; rec is what holds the key (or held it, for forcerelease)
 	replyQueued  = 3 // the caller is in the queue, at place n
-	replyGranted = 4 // the caller's new record was stored, with token n
+	replyGranted = 4 // the caller holds the key: a lock's new record, with token n; a claim, rec
+	replyLost    = 5 // the caller holds no live claim; nothing changed (a counted name's scripts)
+	replyCorrupt = 6 // a stored value is not the scripts' (a counted name's scripts)
+	replyLocked  = 7 // the key holds a lock's record, rec, and no counted name; nothing changed
 )
 
-// decode turns the reply of a script run for op on key, or its error, into a
-// reply. A value that is not a record is reported as a [RecordError], a reply
-// of another shape as an error of its own, and an error of the server as
-// wrap reports it.
-func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error) {
-	if err != nil {
-		return reply{}, p.wrap(key, err)
+// run runs s for op on key, with nkeys keys, the first of args, and the
+// rest of args as its arguments (in the layout of scripts/record.lua or
+// scripts/claim.lua), at once or with others in a pipeline (see batcher),
+// and decodes its reply (s.decode). With wait, for a call that grants or
+// renews, and [WaitForReplicas], it runs s and a WAIT after it in one
+// pipeline, on the connection of the key's primary (evalWait), and returns
+// how many replicas acknowledged it; -1 otherwise.
+func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, wait bool, nkeys int, args ...any) (reply, int64, error) {
+	var res any
+	var err error
+	acked := int64(-1)
+	if wait && p.waits {
+		res, acked, err = p.evalWait(ctx, s, nkeys, args)
+	} else {
+		res, err = p.batch.eval(ctx, s, nkeys, args...)
 	}
+	if err != nil {
+		return reply{}, acked, wrap(key, err)
+	}
+	r, err := s.decode(op, key, res)
+	return r, acked, err
+}
+
+// decode turns the reply of a lock's script run for op on key into a
+// reply. A value that is not a record is reported as a [RecordError], and a
+// reply of another shape as an error of its own.
+func decode(op, key string, res any) (reply, error) {
 	r := reply{raw: res}
 	a, _ := res.([]any)
 	if len(a) != 4 {
@@ -152,6 +149,7 @@ func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error
 	switch v := a[1].(type) {
 	case nil: // false
 	case string:
+		var err error
 		if kind, ok := countedMark(v); ok {
 			r.rec = Record{Kind: kind} // in use as a counted name: no lock's record
 		} else if r.rec, err = parseRecord(key, v); err != nil {
@@ -177,16 +175,15 @@ func (r reply) unexpected(op, key string) error {
 	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, r.raw)
 }
 
-// done turns the reply of a release, renewal or finish, or its error, into
-// an error: nil when done, a [LostError] when the key is empty or holds a
-// record of another owner (or an ended one), err otherwise.
-func (r reply) done(op, key string, err error) error {
-	switch {
-	case err != nil:
-		return err
-	case r.code == replyDone:
+// done turns the reply of a release, renewal, finish or lowering into an
+// error: nil when done, a [LostError] when the key is empty or holds a
+// record of another owner (or an ended one), or the caller holds no live
+// claim.
+func (r reply) done(op, key string) error {
+	switch r.code {
+	case replyDone:
 		return nil
-	case r.code == replyEmpty || r.code == replyValue:
+	case replyEmpty, replyValue, replyLost:
 		return &LostError{Key: key}
 	}
 	return r.unexpected(op, key)
@@ -210,56 +207,98 @@ func (r reply) inspected(key string, err error) (Record, error) {
 	return Record{}, r.unexpected("inspect", key)
 }
 
-// call is one call of a script s, as the command cmd: an EVALSHA, and once
+// call is one call of a script s: its command, an EVALSHA, and once
 // sendScripts found that the server did not know s (or before s's digest is
-// known), an EVAL of s in full.
+// known), an EVAL of s in full; with room for its arguments, allocated
+// together: one allocation a call instead of two.
 type call struct {
-	s   *script
-	cmd *redis.Cmd
+	s    *script
+	cmd  RedisCommand
+	args [3 + 4 + 9]any   // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
+	one  [1]*RedisCommand // the commands of a call sent alone: cmd
 }
 
-// call returns the call of s with nkeys keys, the first of args, and the
+// newCall returns the call of s with nkeys keys, the first of args, and the
 // rest of args as its arguments.
-func (s *script) call(ctx context.Context, nkeys int, args []any) call {
-	return call{s: s, cmd: s.cmd(ctx, false, nkeys, args)}
+func (s *script) newCall(nkeys int, args []any) *call {
+	cl := &call{s: s}
+	cl.init(nkeys, args)
+	return cl
 }
 
-// sendScripts sends calls on c, and is the one place that sends the
-// provider's scripts: one call alone as one command, several in one
-// pipeline (go-redis splits it by node on a Cluster). With wait (the
-// arguments of a WAIT) it sends the calls and the WAIT in one pipeline, so
-// that the WAIT runs on the connection that wrote, and returns the WAIT's
-// command (nil without wait). Each call that the server did not know
-// (restarted, or SCRIPT FLUSH) is sent again in full, with EVAL, in the same
-// way (and the WAIT again after them): one more round trip. Each call's cmd
-// then holds its reply or its error. A script whose digest is not known yet
-// is sent in full, and its digest learned afterwards (see learn).
-func sendScripts(ctx context.Context, c redis.UniversalClient, calls []*call, wait []any) *redis.Cmd {
-	for _, cl := range calls {
-		if cl.cmd.Args()[0] == "eval" && cl.s.sha.Load() != nil {
-			cl.remake(ctx, false) // made before the digest was learned: by digest now
-		}
+// init makes cl a call of cl.s with nkeys keys, the first of args, and the
+// rest of args as its arguments.
+func (cl *call) init(nkeys int, args []any) {
+	a := cl.args[:0]
+	if 3+len(args) > len(cl.args) {
+		a = make([]any, 0, 3+len(args))
 	}
-	waited := sendRound(ctx, c, calls, wait)
-	again := false
-	for _, cl := range calls {
-		if noScript(cl.cmd.Err()) {
-			cl.remake(ctx, true)
-			again = true
-		}
+	a = append(a, "eval", cl.s.src, nkeys)
+	cl.cmd = RedisCommand{Args: append(a, args...)}
+	if nkeys > 0 {
+		cl.cmd.Key, cl.cmd.Keys = 3, nkeys // routes it on a Cluster
 	}
-	if again {
-		waited = sendRound(ctx, c, calls, wait)
-	}
-	learn(ctx, c, calls)
-	return waited
+	cl.by(false)
 }
 
-// remake makes cl's command anew, with EVAL when full (see script.cmd).
-func (cl *call) remake(ctx context.Context, full bool) {
-	args := cl.cmd.Args()
-	nkeys, _ := args[2].(int)
-	cl.cmd = cl.s.cmd(ctx, full, nkeys, args[3:])
+// by makes cl's command an EVALSHA, or an EVAL when full or the digest is
+// not known yet, with no result.
+func (cl *call) by(full bool) {
+	if sha := cl.s.sha.Load(); sha != nil && !full {
+		cl.cmd.Args[0], cl.cmd.Args[1] = "evalsha", *sha
+	} else {
+		cl.cmd.Args[0], cl.cmd.Args[1] = "eval", cl.s.src
+	}
+	cl.cmd.Reply, cl.cmd.Err = nil, nil
+}
+
+// execer sends commands: a [RedisDriver] (each to its key's primary) or a
+// [RedisNode].
+type execer interface {
+	Exec(ctx context.Context, cmds []*RedisCommand)
+}
+
+// sendScripts sends calls through via, and is the one place that sends the
+// provider's scripts: in one Exec (a pipeline, when there are several).
+// With wait (a WAIT) it sends the calls and the WAIT in one Exec, via a
+// node, so that the WAIT runs on the connection that wrote. Each call that
+// the server did not know (restarted, or SCRIPT FLUSH) is sent again in
+// full, with EVAL, in the same way (and the WAIT again after them): one
+// more round trip. Each call's cmd then holds its reply or its error. A
+// script whose digest is not known yet is sent in full, and its digest
+// learned afterwards from d (see learn).
+func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, wait *RedisCommand) {
+	var cmds []*RedisCommand
+	if len(calls) == 1 && wait == nil {
+		cmds = calls[0].one[:0] // no allocation for a script alone
+	} else {
+		cmds = make([]*RedisCommand, 0, len(calls)+1)
+	}
+	for _, cl := range calls {
+		if cl.cmd.Args[0] == "eval" && cl.s.sha.Load() != nil {
+			cl.by(false) // made before the digest was learned: by digest now
+		}
+		cmds = append(cmds, &cl.cmd)
+	}
+	if wait != nil {
+		cmds = append(cmds, wait)
+	}
+	via.Exec(ctx, cmds)
+	cmds = cmds[:0]
+	for _, cl := range calls {
+		if noScript(cl.cmd.Err) {
+			cl.by(true)
+			cmds = append(cmds, &cl.cmd)
+		}
+	}
+	if len(cmds) > 0 {
+		if wait != nil {
+			wait.Reply, wait.Err = nil, nil
+			cmds = append(cmds, wait)
+		}
+		via.Exec(ctx, cmds)
+	}
+	learn(ctx, d, calls)
 }
 
 // learn asks the server for the digest of each script of calls whose
@@ -267,89 +306,50 @@ func (cl *call) remake(ctx context.Context, full bool) {
 // call (a reply, or an error of the server's): one more round trip for each
 // script, the first time it is used in this process, and none while the
 // server does not answer (the call's own error says so). On a Cluster it
-// asks the primary that answered the call, not every node, so that a node
-// that is down delays nothing. A digest that SCRIPT LOAD did not tell is
-// asked for again after the script's next call. The digest is the server's
-// SHA1 of the text, the same on every node: a node that does not know the
-// script answers NOSCRIPT, which sendScripts handles.
-func learn(ctx context.Context, c redis.UniversalClient, calls []*call) {
+// asks the primary of the call's key (the one that answered), not every
+// node, so that a node that is down delays nothing. A digest that SCRIPT
+// LOAD did not tell is asked for again after the script's next call. The
+// digest is the server's SHA1 of the text, the same on every node: a node
+// that does not know the script answers NOSCRIPT, which sendScripts
+// handles.
+func learn(ctx context.Context, d RedisDriver, calls []*call) {
 	for _, cl := range calls {
-		var rerr redis.Error
-		if cl.s.sha.Load() != nil || (cl.cmd.Err() != nil && !errors.As(cl.cmd.Err(), &rerr)) {
+		if cl.s.sha.Load() != nil || (cl.cmd.Err != nil && !isRedisError(cl.cmd.Err)) {
 			continue
 		}
-		var node redis.Scripter = c
-		args := cl.cmd.Args()
-		if cc, ok := c.(clusterClient); ok && args[2] != 0 {
-			key, _ := args[3].(string)
-			n, err := cc.MasterForKey(ctx, key)
+		var via execer = d
+		if cl.cmd.Key > 0 {
+			key, _ := cl.cmd.Args[cl.cmd.Key].(string)
+			node, err := d.PrimaryForKey(ctx, key)
 			if err != nil {
 				continue
 			}
-			node = n
+			via = node
 		}
-		if sha, err := node.ScriptLoad(ctx, cl.s.text).Result(); err == nil {
+		load := &RedisCommand{Args: []any{"script", "load", cl.s.text}}
+		via.Exec(ctx, []*RedisCommand{load})
+		if sha, ok := load.Reply.(string); ok && load.Err == nil {
 			var a any = sha
 			cl.s.sha.Store(&a)
 		}
 	}
 }
 
-// sendRound is one round trip of sendScripts: it sends the commands of
-// calls that have no reply yet.
-func sendRound(ctx context.Context, c redis.UniversalClient, calls []*call, wait []any) *redis.Cmd {
-	var last *call
-	n := 0
-	for _, cl := range calls {
-		if unanswered(cl.cmd) {
-			last = cl
-			n++
-		}
-	}
-	if n == 1 && wait == nil {
-		_ = c.Process(ctx, last.cmd)
-		return nil
-	}
-	pipe := c.Pipeline()
-	for _, cl := range calls {
-		if unanswered(cl.cmd) {
-			_ = pipe.Process(ctx, cl.cmd)
-		}
-	}
-	var waited *redis.Cmd
-	if wait != nil {
-		waited = redis.NewCmd(ctx, wait...)
-		_ = pipe.Process(ctx, waited)
-	}
-	_, err := pipe.Exec(ctx) // each command's error is its caller's
-	for _, cl := range calls {
-		unread(cl.cmd, err)
-	}
-	if waited != nil {
-		unread(waited, err)
-	}
-	return waited
-}
-
-// unanswered reports whether cmd has neither a reply nor an error: it was
-// not sent, or its pipeline failed before its reply was read. (A nil reply
-// is the error redis.Nil.)
-func unanswered(cmd *redis.Cmd) bool {
-	return cmd.Err() == nil && cmd.Val() == nil
-}
-
-// unread gives cmd err, the pipeline's, when the pipeline failed before
-// cmd's reply was read: go-redis does not always say so on the command.
-func unread(cmd *redis.Cmd, err error) {
-	if unanswered(cmd) {
-		cmd.SetErr(err)
-	}
-}
-
 // noScript reports whether err is the server's answer to an EVALSHA of a
 // script it does not know.
 func noScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+	if err == nil {
+		return false
+	}
+	var rerr *RedisError
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "NOSCRIPT")
+}
+
+// isRedisError reports whether err is, or wraps, an error reply of the
+// server's.
+func isRedisError(err error) bool {
+	var rerr *RedisError
+	return errors.As(err, &rerr)
 }
 
 // expand replaces each line "--#include NAME" of src, indented or not, by

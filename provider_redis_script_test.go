@@ -58,12 +58,12 @@ func TestScriptsShareOneDefinition(t *testing.T) {
 // with ARGV[1] the owner owned.lua looks for, and replies what each found:
 // {owner, token, ended, queued} of parse (false, false, 0, 0 when it is not
 // a record) and {token, rest} of owned.lua (false, false when not owned).
-var parseCheck = newScript(recordLua + `
+var parseCheck = newScript(recordLua+`
 local v = ARGV[2]
 local po, pt, pe, pq = lib().parse(v)
 --#include owned.lua
 return {po or false, pt or false, pe and 1 or 0, pq and 1 or 0, token or false, rest or false}
-`)
+`, nil)
 
 // recordSamples returns values to parse: records, near misses and random
 // strings made of the bytes the parsers look at (seeded: the same each run).
@@ -119,7 +119,7 @@ func TestRecordParsersAgree(t *testing.T) {
 			defer rc.Close()
 			type check struct {
 				owner, v string
-				cl       call
+				cl       *call
 			}
 			var checks []*check
 			for _, v := range vs {
@@ -129,19 +129,21 @@ func TestRecordParsersAgree(t *testing.T) {
 				}
 				for _, o := range owners {
 					c := &check{owner: o, v: v}
-					c.cl = parseCheck.call(ctx, 0, []any{o, v})
+					c.cl = parseCheck.newCall(0, []any{o, v})
 					checks = append(checks, c)
 				}
 			}
 			for i := 0; i < len(checks); i += 100 {
 				var calls []*call
 				for _, c := range checks[i:min(i+100, len(checks))] {
-					calls = append(calls, &c.cl)
+					calls = append(calls, c.cl)
 				}
-				sendScripts(ctx, rc, calls, nil)
+				d := newGoRedis(rc)
+				sendScripts(ctx, d, d, calls, nil)
 			}
 			for _, c := range checks {
-				res, err := c.cl.cmd.Slice()
+				res, _ := c.cl.cmd.Reply.([]any)
+				err := c.cl.cmd.Err
 				if err != nil || len(res) != 6 {
 					t.Fatalf("%q: reply %v, %v", c.v, res, err)
 				}

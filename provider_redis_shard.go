@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Sharded pub/sub on a Redis Cluster (Redis 7.0 or later).
@@ -77,8 +75,7 @@ var (
 // answer; an error is returned, and nothing kept, when none answers. A
 // primary that refuses COMMAND counts as one without SPUBLISH.
 func (p *RedisProvider) sharded(ctx context.Context) (bool, error) {
-	cc := p.cluster
-	if cc == nil {
+	if !p.cluster {
 		return false, nil
 	}
 	if m := p.shard.mode.Load(); m != shardUnknown {
@@ -98,12 +95,16 @@ func (p *RedisProvider) sharded(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var n shardCount
-	if err := await(ctx, func() { _ = cc.ForEachMaster(ctx, n.ask) }, nil); err != nil {
+	var perr error
+	if err := await(ctx, func() { perr = eachPrimary(ctx, p.driver, n.ask) }, nil); err != nil {
 		return false, fmt.Errorf("lock: find out whether the Cluster has sharded pub/sub: %w", err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.answered == 0 {
+		if n.err == nil {
+			n.err = perr
+		}
 		if n.err == nil {
 			n.err = errors.New("no primary answered")
 		}
@@ -125,24 +126,53 @@ type shardCount struct {
 	err               error
 }
 
-// ask asks c, a primary, whether it knows SPUBLISH (COMMAND INFO), and
+// ask asks node, a primary, whether it knows SPUBLISH (COMMAND INFO), and
 // counts its answer.
-func (n *shardCount) ask(ctx context.Context, c *redis.Client) error {
-	res, err := c.Do(ctx, "command", "info", "spublish").Slice()
-	var rerr redis.Error
+func (n *shardCount) ask(ctx context.Context, node RedisNode) error {
+	cmd := &RedisCommand{Args: []any{"command", "info", "spublish"}}
+	node.Exec(ctx, []*RedisCommand{cmd})
+	res, isArray := cmd.Reply.([]any)
+	var rerr *RedisError
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
-	case err == nil:
+	case cmd.Err == nil && isArray:
 		n.answered++
 		if len(res) == 0 || res[0] == nil {
 			n.without++ // before Redis 7.0
 		}
-	case errors.As(err, &rerr):
+	case errors.As(cmd.Err, &rerr):
 		n.answered++
 		n.without++ // COMMAND refused
+	case n.err == nil && cmd.Err != nil:
+		n.err = cmd.Err
 	case n.err == nil:
-		n.err = err
+		n.err = fmt.Errorf("unexpected reply to COMMAND INFO %v", cmd.Reply)
+	}
+	return nil
+}
+
+// eachPrimary calls fn with each primary of d at once, and returns once
+// every call has: the first error of Primaries, or of fn.
+func eachPrimary(ctx context.Context, d RedisDriver, fn func(ctx context.Context, node RedisNode) error) error {
+	nodes, err := d.Primaries(ctx)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(ctx, node)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -151,7 +181,7 @@ func (n *shardCount) ask(ctx context.Context, c *redis.Client) error {
 // record key is record, and the prefix that makes an inbox that lock's shard
 // channel ("" when grants are not sharded).
 func (p *RedisProvider) publishing(ctx context.Context, record string) (arg any, prefix string, err error) {
-	if p.cluster == nil {
+	if !p.cluster {
 		return publishExact, "", nil
 	}
 	on, err := p.sharded(ctx)
@@ -170,11 +200,6 @@ func channel(inbox, prefix string) string { return prefix + inbox }
 // queued with it is left, so that a slot waited in again and again is not
 // subscribed anew for each wait.
 const shardLinger = 3 * time.Second
-
-// shardPing is how long a shard connection may be silent before it is sent
-// a PING; one that has answered nothing after as long again is taken for
-// broken.
-const shardPing = 3 * time.Second
 
 // queueShard makes sure that every Listen of this provider on inbox is
 // subscribed to ch, a shard channel of the inbox, and that Redis has
@@ -222,10 +247,10 @@ func (p *RedisProvider) unqueueShard(inbox, owner string) {
 // one slot). Each connection has a goroutine that reads it and one that
 // pings it and closes it.
 //
-// go-redis would resubscribe a broken connection with one SSUBSCRIBE of
-// all its channels, which Redis refuses for channels of several slots
-// (CROSSSLOT): so a connection that breaks is closed with its channels
-// instead, and the waiters look again, which subscribes them anew.
+// A connection that breaks is not resubscribed (go-redis would send one
+// SSUBSCRIBE of all its channels, which Redis refuses for channels of
+// several slots: CROSSSLOT): it is closed with its channels instead, and
+// the waiters look again, which subscribes them anew.
 type shardListener struct {
 	p       *RedisProvider
 	inbox   string
@@ -243,7 +268,7 @@ type shardListener struct {
 // shardConn is one pub/sub connection of a shardListener to a primary.
 type shardConn struct {
 	addr   string
-	ps     *redis.PubSub
+	ps     RedisPubSub
 	chans  int           // channels on it, not in shardGone
 	lost   bool          // it broke with a channel that waiters need: they look again
 	shut   bool          // closed: no longer in conns
@@ -306,7 +331,7 @@ func (p *RedisProvider) listenShards(inbox string, deliver func(Notice)) *shardL
 // Redis refused because the slot moved (MOVED: the cluster state was old)
 // is tried again (afterMoved). A stopped listener subscribes to nothing.
 func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
-	return afterMoved(ctx, l.p.cluster, func() error {
+	return afterMoved(ctx, l.p.driver, func() error {
 		c, err := l.join(ctx, ch, owner)
 		if c == nil || err != nil {
 			return err
@@ -321,12 +346,13 @@ func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
 }
 
 // afterMoved calls try, and calls it again while it fails with MOVED (a
-// slot that moved: the cluster state of cc was old), after the state is
-// loaded again, up to movedTries times in all: the node that the state is
-// loaded from may not have heard of the move yet either (nodes learn of it
-// one after another), so from the third try on each waits twice as long as
-// the one before, from movedPause. It returns try's last error, or ctx's.
-func afterMoved(ctx context.Context, cc clusterClient, try func() error) error {
+// slot that moved: the driver's map of slots was old), after the map is
+// loaded again (Primaries), up to movedTries times in all: the node that
+// the map is loaded from may not have heard of the move yet either (nodes
+// learn of it one after another), so from the third try on each waits
+// twice as long as the one before, from movedPause. It returns try's last
+// error, or ctx's.
+func afterMoved(ctx context.Context, d RedisDriver, try func() error) error {
 	pause := movedPause
 	for n := 1; ; n++ {
 		err := try()
@@ -341,7 +367,7 @@ func afterMoved(ctx context.Context, cc clusterClient, try func() error) error {
 				return ctx.Err()
 			}
 		}
-		_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // loads the slots again
+		_, _ = d.Primaries(ctx) // loads the slots again
 	}
 }
 
@@ -357,10 +383,13 @@ const (
 // is being unsubscribed, it waits until that is done, and subscribes anew.
 // It returns nil when l stopped.
 func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan, error) {
+	var node RedisNode
 	for {
-		node, err := l.p.cluster.MasterForKey(ctx, ch)
-		if err != nil {
-			return nil, err
+		if node == nil {
+			var err error
+			if node, err = l.p.driver.PrimaryForKey(ctx, ch); err != nil {
+				return nil, err
+			}
 		}
 		l.mu.Lock()
 		if l.stopped {
@@ -372,14 +401,24 @@ func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan,
 			l.mu.Unlock()
 			select {
 			case <-c.gone:
+				node = nil // its slot may have moved meanwhile
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
+		if c == nil && l.conns[node.Addr()] == nil {
+			// A new connection: made without l.mu held (a driver may dial
+			// at once), then tried again.
+			l.mu.Unlock()
+			if err := l.connect(ctx, node); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		fresh := c == nil
 		if fresh {
-			c = l.open(ch, node)
+			c = l.open(ch, node.Addr())
 		}
 		l.own(owner, c)
 		l.mu.Unlock()
@@ -387,26 +426,38 @@ func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan,
 			// Not the caller's ctx: the connection may be dialled now, and
 			// it serves other waiters too.
 			if err := c.conn.ps.SSubscribe(context.WithoutCancel(ctx), ch); err != nil {
-				l.broken(c.conn, err)
+				l.refused(c.conn, err) // a MOVED, or a broken connection
 			}
 		}
 		return c, nil
 	}
 }
 
-// open adds ch, to be subscribed on node's connection, opened if need be;
-// l.mu is held.
-func (l *shardListener) open(ch string, node *redis.Client) *shardChan {
-	addr := node.Options().Addr
-	conn := l.conns[addr]
-	if conn == nil {
-		// No channel yet: nothing is sent until the first SSUBSCRIBE.
-		conn = &shardConn{addr: addr, ps: node.SSubscribe(context.Background()), closed: make(chan struct{})}
-		l.conns[addr] = conn
-		l.wg.Add(2)
-		go l.read(conn)
-		go l.ping(conn)
+// connect opens a pub/sub connection to node, unless l has one already,
+// with a goroutine that reads it and one that pings it and closes it.
+func (l *shardListener) connect(ctx context.Context, node RedisNode) error {
+	// Not the caller's ctx: the connection serves other waiters too.
+	ps, err := node.PubSub(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped || l.conns[node.Addr()] != nil {
+		_ = ps.Close()
+		return nil
+	}
+	conn := &shardConn{addr: node.Addr(), ps: ps, closed: make(chan struct{})}
+	l.conns[conn.addr] = conn
+	l.wg.Add(2)
+	go l.read(conn)
+	go l.ping(conn)
+	return nil
+}
+
+// open adds ch, to be subscribed on the connection to addr; l.mu is held.
+func (l *shardListener) open(ch, addr string) *shardChan {
+	conn := l.conns[addr]
 	conn.chans++
 	c := &shardChan{name: ch, conn: conn, ready: make(chan struct{}), gone: make(chan struct{})}
 	l.chans[ch] = c
@@ -543,7 +594,7 @@ func (l *shardListener) broken(conn *shardConn, err error) {
 func (l *shardListener) read(conn *shardConn) {
 	defer l.wg.Done()
 	for {
-		m, err := conn.ps.Receive(context.Background())
+		m, err := conn.ps.Receive(context.Background(), 0)
 		conn.heard.Store(true)
 		if err != nil {
 			if l.refused(conn, err) {
@@ -551,12 +602,12 @@ func (l *shardListener) read(conn *shardConn) {
 			}
 			break
 		}
-		switch m := m.(type) {
-		case *redis.Subscription:
+		switch m.Kind {
+		case "ssubscribe", "sunsubscribe":
 			if l.confirmed(conn, m) {
 				l.send(Notice{})
 			}
-		case *redis.Message:
+		case "message":
 			if g, ok := parseGrant(m.Payload); ok {
 				if g.Owner != "" {
 					l.forget(g.Owner)
@@ -577,7 +628,7 @@ func (l *shardListener) read(conn *shardConn) {
 // reports whether it ended a subscription that waiters need. A late answer
 // for a channel that is no longer on conn, or was subscribed anew since,
 // changes nothing: Redis answers a connection's commands in order.
-func (l *shardListener) confirmed(conn *shardConn, m *redis.Subscription) bool {
+func (l *shardListener) confirmed(conn *shardConn, m RedisMessage) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.chans[m.Channel]
@@ -618,11 +669,11 @@ func (l *shardListener) refused(conn *shardConn, err error) bool {
 
 // movedSlot returns the slot of a MOVED error.
 func movedSlot(err error) (int, bool) {
-	var rerr redis.Error
+	var rerr *RedisError
 	if !errors.As(err, &rerr) {
 		return 0, false
 	}
-	f := strings.Fields(rerr.Error())
+	f := strings.Fields(rerr.Msg)
 	if len(f) != 3 || f[0] != "MOVED" {
 		return 0, false
 	}
@@ -636,13 +687,13 @@ func isMoved(err error) bool {
 	return ok
 }
 
-// ping sends conn a PING when nothing arrived on it for shardPing, and
-// closes it when the PING fails or nothing arrived for shardPing more; it
+// ping sends conn a PING when nothing arrived on it for subPing, and
+// closes it when the PING fails or nothing arrived for subPing more; it
 // closes the PubSub once conn is shut.
 func (l *shardListener) ping(conn *shardConn) {
 	defer l.wg.Done()
 	defer conn.ps.Close()
-	t := time.NewTicker(shardPing)
+	t := time.NewTicker(subPing)
 	defer t.Stop()
 	asked := false
 	for {
@@ -692,6 +743,9 @@ func (l *shardListener) stop() {
 	l.stopped = true
 	for _, c := range l.chans {
 		l.move(c, shardGone, errListenStopped)
+	}
+	for _, conn := range l.conns {
+		l.shut(conn) // one that join made but did not use yet
 	}
 	clear(l.owners)
 	l.mu.Unlock()
