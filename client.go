@@ -126,18 +126,21 @@ func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx con
 
 // do is Do for the lock under key.
 func (c *Client) do(ctx context.Context, key string, o Options, fn func(ctx context.Context) error) error {
-	l, err := c.acquire(ctx, key, o)
+	l, err := c.acquire(ctx, key, c.newOwner(""), claim{}, o)
 	if err != nil {
 		return err
 	}
 	return l.run(ctx, fn)
 }
 
-func (c *Client) newOwner() string {
+// newOwner returns a fresh owner, ending with tag (see ownerTag; "" for a
+// lock's).
+func (c *Client) newOwner(tag string) string {
 	var buf [128]byte // on the stack: the owner is the one allocation
 	b := append(buf[:0], c.owners...)
 	b = append(b, '-')
-	return string(strconv.AppendUint(b, c.seq.Add(1), 36))
+	b = strconv.AppendUint(b, c.seq.Add(1), 36)
+	return string(append(b, tag...))
 }
 
 // background runs fn on a detached context in a goroutine that Close waits

@@ -96,7 +96,7 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.acquireAs(ctx, key, c.newOwner()+roleTag, lo)
+	l, err := c.acquire(ctx, key, c.newOwner(roleTag), claim{}, lo)
 	if err != nil {
 		return nil, err
 	}

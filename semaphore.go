@@ -85,27 +85,18 @@ func (s *Semaphore) Inspect(ctx context.Context) (Status, error) {
 	return s.c.inspectCounted(ctx, s.name, s.key)
 }
 
-// holdOptions returns o resolved for a semaphore's or a read-write lock's
-// hold: no grace period or minimum hold.
-func (o Options) holdOptions() (Options, error) {
-	if o.GracePeriod != 0 || o.OncePer != 0 {
-		return o, invalidf("GracePeriod and OncePer apply to a lock, not to a semaphore's or a read-write lock's holds")
-	}
-	return o.resolved()
-}
-
 // acquireHold takes cl of the counted name under key, for an owner that
-// ends with tag, as o says, and returns it as a Hold.
+// ends with tag, as o says (no grace period or minimum hold), and returns
+// it as a Hold of one member.
 func (c *Client) acquireHold(ctx context.Context, key, tag string, cl claim, o Options) (*Hold, error) {
-	o, err := o.holdOptions()
+	if o.GracePeriod != 0 || o.OncePer != 0 {
+		return nil, invalidf("GracePeriod and OncePer apply to a lock, not to a semaphore's or a read-write lock's holds")
+	}
+	l, err := c.acquire(ctx, key, c.newOwner(tag), cl, o)
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.acquireClaim(ctx, key, c.newOwner()+tag, cl, o)
-	if err != nil {
-		return nil, err
-	}
-	return newHold(ctx, c, l.Token(), []*Lock{l})
+	return newHold(c, l.Token(), []*Lock{l}), nil
 }
 
 // The tags that end the owners of a Semaphore's and an [RWMutex]'s holds,

@@ -40,22 +40,14 @@ func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, er
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, key, o)
+	return c.acquire(ctx, key, c.newOwner(""), claim{}, o)
 }
 
-// acquire is Acquire for the lock under key.
-func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, error) {
-	return c.acquireAs(ctx, key, c.newOwner(), o)
-}
-
-// acquireAs is acquire with owner as the acquisition's id.
-func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*Lock, error) {
-	return c.acquireClaim(ctx, key, owner, claim{}, o)
-}
-
-// acquireClaim is acquireAs for cl: of a counted name, or a lock when cl
-// is zero.
-func (c *Client) acquireClaim(ctx context.Context, key, owner string, cl claim, o Options) (*Lock, error) {
+// acquire takes cl under key for owner, as o says: a lock when cl is zero,
+// else a claim on a counted name. Every acquisition goes this way: one
+// attempt (try), then, with o.Wait, a waiter (wait); finish says how it
+// ended.
+func (c *Client) acquire(ctx context.Context, key, owner string, cl claim, o Options) (*Lock, error) {
 	o, err := o.resolved()
 	if err != nil {
 		return nil, err
@@ -105,19 +97,12 @@ type acquisition struct {
 
 // finish returns the acquisition's outcome, l and err, unless the Client
 // was closed meanwhile: then it releases l, so that no acquisition succeeds
-// after Close; or unless l's lease ran out before its grant reached the caller (a slow
-// answer, a paused process): then the record may have expired and been
-// granted to another, and it returns l's *LostError.
+// after Close. (A grant that came after its lease ran out never reaches
+// it: try and the waiter's confirm hand it back.)
 func (a *acquisition) finish(ctx context.Context, l *Lock, err error) (*Lock, error) {
 	if l != nil && a.c.closing.Err() != nil {
 		_ = l.Release(ctx)
 		return nil, a.notAcquired(ctx, ErrClosed, "", 0)
-	}
-	if l != nil {
-		if lerr := l.lostAlready(); lerr != nil {
-			_ = l.Release(ctx)
-			return nil, lerr
-		}
 	}
 	return l, err
 }
@@ -153,7 +138,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		return nil, err
 	}
 	if rec.Owner == owner && !rec.Finished {
-		late := !time.Now().Before(leaseEnd(a.began, a.leaseOf(rec)))
+		late := time.Until(leaseEnd(a.began, a.leaseOf(rec))) <= 0 // the monotonic clock alone: half the cost of time.Now
 		if ctx.Err() == nil && !late {
 			return a.hold(rec, a.began), nil
 		}
