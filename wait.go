@@ -139,7 +139,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	}
 	if rec.Owner == owner && !rec.Finished {
 		late := time.Until(leaseEnd(a.began, a.leaseOf(rec))) <= 0 // the monotonic clock alone: half the cost of time.Now
-		if ctx.Err() == nil && !late {
+		if !ended(ctx) && !late {
 			return a.hold(rec, a.began), nil
 		}
 		// The grant came after the context ended, or after its lease ran
@@ -228,10 +228,13 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 }
 
 // ended reports whether ctx has ended, or will in a moment: its deadline
-// has passed but its timer has not run yet. It then waits for ctx to end,
-// so that its error and cause are set. A call sent in that moment would be
-// refused unsent (go-redis checks the context first), and its error, the
-// context's, would read as if the provider had not answered.
+// has passed but its timer has not run yet (or the caller's context, its
+// parent, has ended and the end has not reached ctx yet). It then waits for
+// ctx to end, so that its error and cause are set. A call sent in that
+// moment would be refused unsent (go-redis checks the context first), and
+// its error, the context's, would read as if the provider had not
+// answered; a grant that came in that moment came after the caller's
+// deadline, and is handed on.
 func ended(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true

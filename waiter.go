@@ -184,7 +184,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUp(ctx, err)
 	}
 	switch {
-	case rec.Owner == w.req.Owner && !rec.Finished && ctx.Err() != nil:
+	case rec.Owner == w.req.Owner && !rec.Finished && ended(ctx):
 		// Granted after the wait ended: giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
 	case rec.Owner == w.req.Owner && !rec.Finished:
@@ -221,7 +221,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 // (see confirm); when w cannot tell the grant's age (a later look did not
 // show the holder's token), it renews it before it relies on it.
 func (w *waiter) take(ctx context.Context, g Notice) (*Lock, error) {
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		// The wait ended as the grant came (select chose it over
 		// ctx.Done): giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
@@ -248,7 +248,7 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 	sent = time.Now()
 	err := w.c.renew(ctx, w.key, w.req.Owner, w.claim, w.o.Lease)
 	switch {
-	case err == nil && ctx.Err() != nil:
+	case err == nil && ended(ctx):
 		return nil, w.giveUp(ctx, nil) // renewed after the wait ended: handed on
 	case err == nil:
 		w.c.answered()
