@@ -90,6 +90,23 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
+// lostAlready returns the loss of l when it is lost, or when its lease
+// has run out already (it then declares the loss), and nil otherwise.
+func (l *Lock) lostAlready() error {
+	l.mu.Lock()
+	err, end := l.heldErrLocked(), l.leaseEnd
+	l.mu.Unlock()
+	if err == nil && !time.Now().Before(end) {
+		return l.lose(l.lostError(LostLeaseRanOut, nil))
+	}
+	return err
+}
+
+// stopTimersLocked stops the lease's timer. The caller holds l.mu.
+func (l *Lock) stopTimersLocked() {
+	l.c.leases.stop(l)
+}
+
 // leaseEnd returns until when a holder may count on a record granted or renewed
 // with ttl by a request sent at sent: the server's TTL starts later than sent,
 // and a margin of 2% + 2ms allows for the two clocks running at different

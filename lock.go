@@ -39,7 +39,8 @@
 // Only a backend's author needs these: the [Provider] contract and its
 // values ([Record], [Waiter], [Look], [Notice], [Claim], [Claims]), the
 // input checks every provider makes first ([CheckKey], [CheckOwner],
-// [CheckTTL], [CheckInbox], [CheckWeight], [CheckClaim]),
+// [CheckTTL], [CheckInbox], [CheckWeight], and for each method's
+// arguments [CheckKeyOwner], [CheckArgs], [CheckWaiter], [CheckClaim]),
 // and the conformance suite in the locktest package, which the built-in
 // providers pass as any other backend must.
 package lock
@@ -244,18 +245,6 @@ func (l *Lock) lose(e *LostError) error {
 	return e
 }
 
-// lostAlready returns the loss of l when it is lost, or when its lease
-// has run out already (it then declares the loss), and nil otherwise.
-func (l *Lock) lostAlready() error {
-	l.mu.Lock()
-	err, end := l.heldErrLocked(), l.leaseEnd
-	l.mu.Unlock()
-	if err == nil && !time.Now().Before(end) {
-		return l.lose(l.lostError(LostLeaseRanOut, nil))
-	}
-	return err
-}
-
 // lostError returns the [LostError] of a loss of l for reason.
 func (l *Lock) lostError(reason LostReason, cause error) *LostError {
 	return &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
@@ -299,10 +288,6 @@ func (l *Lock) reportLoss(e *LostError) {
 	}
 	l.c.log.Warn("lock: lost", append(args, "err", e)...)
 	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: e})
-}
-
-func (l *Lock) stopTimersLocked() {
-	l.c.leases.stop(l)
 }
 
 // heldErr returns nil while the lock is held, and why it is not otherwise.
