@@ -17,24 +17,19 @@ import (
 // provider's error, naming the operation and the key, otherwise.
 //
 // Acquire returns by ctx's deadline, or MaxWait, whichever comes first,
-// and a moment (50 ms), whatever the provider does. After a failure nothing
-// of the caller's is left stored when Acquire returns, when the provider
-// answered the clean-up (a Leave, a release) by then; otherwise (a call to
-// the provider failed or went unanswered, or the deadline came first) the
-// clean-up goes on in the background, bounded by the release timeout (Close
+// and a moment (50 ms), whatever the provider does. After a failure it
+// leaves nothing of the caller's stored when the provider answered the
+// clean-up by then; otherwise the clean-up goes on in the background (Close
 // waits for it), and what the provider may have stored expires with its
-// TTL.
+// TTL. A grant that reaches the caller after its context ended, or after
+// the lease it asked for ran out, is handed back, never returned
+// (docs/errors-and-events.md says more).
 //
-// A grant that reaches
-// the caller after its context ended is handed on, never returned. A grant
-// that reaches it after the lease it asked for ran out (a slow answer, a
-// paused process) is not a hold, nor a loss: Acquire hands it back and
-// returns a *NotAcquiredError that says so; with Wait, the waiter renews
-// such a grant before it relies on it, or looks again. Acquiring, with
-// Wait, a lock that ctx's call chain already holds (see [FromContext]) would
-// wait for itself: it fails at once with [ErrInvalidArgument]. So does
-// Acquire, waiting or not, of a name in use as a Semaphore or an [RWMutex]
-// (held or waited for; see [Kind]), or held as an election's role.
+// Acquiring, with Wait, a lock that ctx's call chain already holds (see
+// [FromContext]) would wait for itself: it fails at once with
+// [ErrInvalidArgument]. So does Acquire, waiting or not, of a name in use
+// as a Semaphore or an [RWMutex] (held or waited for; see [Kind]), or held
+// as an election's role.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
 	key, err := c.checkName(name)
 	if err != nil {
