@@ -53,7 +53,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	}
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	d = min(d, l.start.Add(l.opts.MaxDuration).Sub(now))
+	d = min(d, l.opts.MaxDuration-now.Sub(l.start))
 	err = l.c.renew(rctx, l.key, l.owner, l.claim, d)
 	switch {
 	case errors.Is(err, ErrLost):
@@ -119,7 +119,7 @@ func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
 // ttl granted at now: a third of the lease, or the end of the lease when it
 // already reaches MaxDuration (then the lease timer finds the hold over).
 func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
-	if now.Add(ttl).Before(l.start.Add(l.opts.MaxDuration)) {
+	if now.Sub(l.start)+ttl < l.opts.MaxDuration {
 		return ttl / 3
 	}
 	return leaseEnd(now, ttl).Sub(now)
