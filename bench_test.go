@@ -112,6 +112,23 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 }
 
+// BenchmarkSemaphoreDo is one uncontended Semaphore.Do: a claim of one
+// permit taken, fn run under it, and the claim released.
+func BenchmarkSemaphoreDo(b *testing.B) {
+	ctx := context.Background()
+	s, err := benchClient(b).Semaphore("bench", 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fn := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for range b.N {
+		if err := s.Do(ctx, 1, lock.Options{}, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkClientContended(b *testing.B) {
 	ctx := context.Background()
 	c := benchClient(b)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +26,10 @@ type Client struct {
 	claim          time.Duration // see WithClaimWindow
 	releaseTimeout time.Duration
 
-	id     string // this client's random id; it names its inbox
-	owners string // owners are owners-sequence: id, or identity/id
-	seq    atomic.Uint64
+	identity string // see WithIdentity
+	id       string // this client's random id; it names its inbox
+	owners   string // the start of every owner (see owner.go)
+	seq      atomic.Uint64
 
 	inbox  inbox       // the waiters, and the grants handed to them (topic.go)
 	leases leaseTimers // the timers of held locks (lease.go)
@@ -64,14 +64,11 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
-	if err := checkIdentity(c.owners); err != nil {
+	owners, err := ownersOf(c.identity, c.id)
+	if err != nil {
 		return nil, err
 	}
-	if c.owners == "" {
-		c.owners = c.id
-	} else {
-		c.owners += "/" + c.id
-	}
+	c.owners = owners
 	if !hasHashTag(c.Key("x")) {
 		return nil, invalidf("prefix %q starts a Redis hash tag that is empty (\"{}\")", c.prefix)
 	}
@@ -126,18 +123,11 @@ func (c *Client) Do(ctx context.Context, name string, o Options, fn func(ctx con
 
 // do is Do for the lock under key.
 func (c *Client) do(ctx context.Context, key string, o Options, fn func(ctx context.Context) error) error {
-	l, err := c.acquire(ctx, key, o)
+	l, err := c.acquire(ctx, key, c.newOwner(""), claim{}, o)
 	if err != nil {
 		return err
 	}
 	return l.run(ctx, fn)
-}
-
-func (c *Client) newOwner() string {
-	var buf [128]byte // on the stack: the owner is the one allocation
-	b := append(buf[:0], c.owners...)
-	b = append(b, '-')
-	return string(strconv.AppendUint(b, c.seq.Add(1), 36))
 }
 
 // background runs fn on a detached context in a goroutine that Close waits

@@ -96,7 +96,7 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.acquireAs(ctx, key, c.newOwner()+roleTag, lo)
+	l, err := c.acquire(ctx, key, c.newOwner(roleTag), claim{}, lo)
 	if err != nil {
 		return nil, err
 	}
@@ -118,12 +118,6 @@ func (c *Client) Campaign(ctx context.Context, role string, o ElectionOptions) (
 	l.onLoss(t.cancel)
 	return t, nil
 }
-
-// roleTag ends the owner of a role's candidates and leader, so that Status
-// (Kind "role"), lockctl and the otel module tell a role from a lock, and a
-// role taken with Acquire, or a lock campaigned for, is refused (see
-// roleMix).
-var roleTag = ownerTag(tagRole, 1)
 
 // Role returns the role the term leads.
 func (t *Term) Role() string { return t.role }

@@ -381,20 +381,6 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// owns reports whether owner is an acquisition of c: c's owners, then a
-// sequence number (see newOwner).
-func (c *Client) owns(owner string) bool {
-	return len(owner) > len(c.owners) && strings.HasPrefix(owner, c.owners) && owner[len(c.owners)] == '-'
-}
-
-// identityOf returns the identity ([WithIdentity]) in owner, "" without one.
-func identityOf(owner string) string {
-	if i := strings.LastIndexByte(owner, '/'); i > 0 {
-		return owner[:i]
-	}
-	return ""
-}
-
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }

@@ -8,3 +8,6 @@ func QueuedScripts(p *RedisProvider) int {
 	defer p.batch.mu.Unlock()
 	return len(p.batch.queue)
 }
+
+// MemoryLen returns the number of m's live records and counted names.
+func MemoryLen(m *MemoryProvider) int { return m.stored() }

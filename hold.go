@@ -28,36 +28,29 @@ type Hold struct {
 	cancel context.CancelCauseFunc
 
 	mu    sync.Mutex
-	locks []*Lock
+	locks []*Lock // set by newHold, never changed
 	// outcome is how the hold ended, once it did: the *LostError of the
 	// first member lost (set at the loss, and kept whatever the release
 	// says), else the provider's errors of the release, or nil after a
 	// clean one. The release sets it before done is closed.
 	outcome  error
-	write    bool // an RWMutex's write hold, until Downgrade
-	released bool // Release was called
+	write    bool        // an RWMutex's write hold, until Downgrade
+	released bool        // Release was called
+	onEnd    func(error) // run's: told how the hold ended, as its Context is
 
 	relOnce sync.Once
 	done    chan struct{} // closed when the members are released
 }
 
 // newHold returns the hold of locks, whose token is token, and watches the
-// members for a loss. A member lost already (its lease ran out while the
-// others were taken: a paused process, a slow answer) fails it: the locks
-// are released and the loss returned.
-func newHold(ctx context.Context, c *Client, token uint64, locks []*Lock) (*Hold, error) {
-	for _, l := range locks {
-		if err := l.lostAlready(); err != nil {
-			_ = releaseLocks(ctx, locks, nil)
-			return nil, err
-		}
-	}
+// members for a loss.
+func newHold(c *Client, token uint64, locks []*Lock) *Hold {
 	h := &Hold{c: c, token: token, locks: locks, done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	for _, l := range locks {
 		h.watch(l)
 	}
-	return h, nil
+	return h
 }
 
 // watch ends h when l is lost while it is a member.
@@ -76,14 +69,19 @@ func (h *Hold) watch(l *Lock) {
 func (h *Hold) lose(l *Lock, e *LostError) {
 	h.mu.Lock()
 	first := h.lostLocked() == nil && slices.Contains(h.locks, l)
+	onEnd := h.onEnd
 	if first {
 		h.outcome = e
+		h.onEnd = nil
 	}
 	h.mu.Unlock()
 	if !first {
 		return
 	}
 	h.cancel(e)
+	if onEnd != nil {
+		onEnd(e)
+	}
 	h.c.background(context.Background(), func(ctx context.Context) { h.releaseAll(ctx) })
 }
 
@@ -145,8 +143,13 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	again := h.released
 	h.released = true
+	onEnd := h.onEnd
+	h.onEnd = nil
 	h.mu.Unlock()
 	h.cancel(context.Canceled)
+	if onEnd != nil {
+		onEnd(context.Canceled)
+	}
 	h.releaseAll(ctx)
 	h.mu.Lock()
 	outcome := h.outcome
@@ -183,8 +186,12 @@ func (h *Hold) releaseAll(ctx context.Context) {
 // but for a loss, which it stores in *lost (the first) and an [ErrReleased];
 // lost may be nil.
 func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
-	errs := make([]error, len(locks))
-	together(len(locks), func(i int) { errs[i] = locks[i].Release(ctx) })
+	var errs []error
+	if len(locks) == 1 {
+		errs = []error{locks[0].Release(ctx)} // a claim's: on the stack
+	} else {
+		errs = releaseEach(ctx, locks)
+	}
 	var rest []error
 	for _, err := range errs {
 		var e *LostError
@@ -201,25 +208,36 @@ func releaseLocks(ctx context.Context, locks []*Lock, lost **LostError) error {
 	return errors.Join(rest...)
 }
 
+// releaseEach releases locks together and returns their errors.
+func releaseEach(ctx context.Context, locks []*Lock) []error {
+	errs := make([]error, len(locks))
+	together(len(locks), func(i int) { errs[i] = locks[i].Release(ctx) })
+	return errs
+}
+
 // run calls fn under h, with a context that ends on a loss (cause: the
 // *LostError) or when ctx ends, and releases h. [HoldFromContext] finds h in
 // it, [FromContext] h's first member, and the call chain (Lock.outer) every
 // member, so that a wait for any of them from fn fails at once rather than
 // wait for itself.
 func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
-	locks := h.Locks()
 	outer, _ := FromContext(ctx)
-	for i := len(locks) - 1; i >= 0; i-- {
-		locks[i].outer, outer = outer, locks[i]
+	for i := len(h.locks) - 1; i >= 0; i-- {
+		h.locks[i].outer, outer = outer, h.locks[i]
 	}
-	first := locks[0]
+	first := h.locks[0]
 	first.scope = scope{Context: ctx, l: first, h: h}
 	hctx, cancel := context.WithCancelCause(&first.scope)
-	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	return under(ctx, hctx, cancel, fn, func(ctx context.Context) error {
-		stop() // before the release, which ends h.ctx: no goroutine for a cancel that changes nothing
-		return h.Release(ctx)
-	})
+	h.mu.Lock()
+	lost := h.lostLocked()
+	if lost == nil {
+		h.onEnd = cancel
+	}
+	h.mu.Unlock()
+	if lost != nil {
+		cancel(lost)
+	}
+	return under(ctx, hctx, cancel, fn, h.Release)
 }
 
 // HoldFromContext returns the Hold of the innermost [Semaphore.Do],

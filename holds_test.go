@@ -169,7 +169,7 @@ func TestSemaphoreInspect(t *testing.T) {
 	st, err = sem.Inspect(ctx)
 	require.NoError(t, err)
 	assert.True(t, st.Free(), "free once every hold is released")
-	assert.Zero(t, p.Len(), "nothing left stored")
+	assert.Zero(t, lock.MemoryLen(p), "nothing left stored")
 }
 
 // TestStatusSaysWhatALockIsPartOf: List shows a Semaphore and an RWMutex
@@ -292,7 +292,7 @@ func TestDowngradeOfAReleasedHold(t *testing.T) {
 	wh, err := w.Lock(ctx, lock.Options{})
 	require.NoError(t, err, "a writer after all that")
 	require.NoError(t, wh.Release(ctx))
-	assert.Zero(t, mem.Len(), "nothing left stored")
+	assert.Zero(t, lock.MemoryLen(mem), "nothing left stored")
 }
 
 // TestNoUpgradeWithAWriterQueued: a write lock asked for from a read hold

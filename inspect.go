@@ -209,9 +209,7 @@ func status(name, key string, rec Record, now time.Time) Status {
 		return s
 	}
 	s.Owner, s.Token, s.Since, s.GracePeriod, s.Waiters = rec.Owner, rec.Token, rec.Since, rec.Finished, rec.Waiters
-	if i := strings.LastIndexByte(rec.Owner, '/'); i > 0 {
-		s.Identity = rec.Owner[:i]
-	}
+	s.Identity = identityOf(rec.Owner)
 	if rec.TTL > 0 {
 		s.Until = now.Add(rec.TTL)
 	}
@@ -256,20 +254,4 @@ func partOf(name, owner string) (kind, of string, limit int) {
 		return "writer", name, n
 	}
 	return "", "", 0
-}
-
-// number returns the value of s, decimal digits only (at most 9 of them),
-// and whether it is one.
-func number(s string) (int, bool) {
-	if s == "" || len(s) > 9 {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n, true
 }

@@ -53,7 +53,7 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	}
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	d = min(d, l.maxDeadline.Sub(now))
+	d = min(d, l.opts.MaxDuration-now.Sub(l.start))
 	err = l.c.renew(rctx, l.key, l.owner, l.claim, d)
 	switch {
 	case errors.Is(err, ErrLost):
@@ -90,6 +90,23 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
+// lostAlready returns the loss of l when it is lost, or when its lease
+// has run out already (it then declares the loss), and nil otherwise.
+func (l *Lock) lostAlready() error {
+	l.mu.Lock()
+	err, end := l.heldErrLocked(), l.leaseEnd
+	l.mu.Unlock()
+	if err == nil && !time.Now().Before(end) {
+		return l.lose(l.lostError(LostLeaseRanOut, nil))
+	}
+	return err
+}
+
+// stopTimersLocked stops the lease's timer. The caller holds l.mu.
+func (l *Lock) stopTimersLocked() {
+	l.c.leases.stop(l)
+}
+
 // leaseEnd returns until when a holder may count on a record granted or renewed
 // with ttl by a request sent at sent: the server's TTL starts later than sent,
 // and a margin of 2% + 2ms allows for the two clocks running at different
@@ -102,7 +119,7 @@ func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
 // ttl granted at now: a third of the lease, or the end of the lease when it
 // already reaches MaxDuration (then the lease timer finds the hold over).
 func (l *Lock) nextRenewal(now time.Time, ttl time.Duration) time.Duration {
-	if now.Add(ttl).Before(l.maxDeadline) {
+	if now.Sub(l.start)+ttl < l.opts.MaxDuration {
 		return ttl / 3
 	}
 	return leaseEnd(now, ttl).Sub(now)

@@ -39,7 +39,8 @@
 // Only a backend's author needs these: the [Provider] contract and its
 // values ([Record], [Waiter], [Look], [Notice], [Claim], [Claims]), the
 // input checks every provider makes first ([CheckKey], [CheckOwner],
-// [CheckTTL], [CheckInbox], [CheckWeight], [CheckClaim]),
+// [CheckTTL], [CheckInbox], [CheckWeight], and for each method's
+// arguments [CheckKeyOwner], [CheckArgs], [CheckWaiter], [CheckClaim]),
 // and the conformance suite in the locktest package, which the built-in
 // providers pass as any other backend must.
 package lock
@@ -63,13 +64,12 @@ import (
 // granted the lock, however slowly the provider answers. (The timers of a
 // Client's locks share one runtime timer: see leaseTimers.)
 type Lock struct {
-	c           *Client
-	key, owner  string
-	claim       claim // of a counted name; zero for a lock
-	token       uint64
-	opts        Options
-	start       time.Time // monotonic, when the granting request was sent
-	maxDeadline time.Time // monotonic
+	c          *Client
+	key, owner string
+	claim      claim // of a counted name; zero for a lock
+	token      uint64
+	opts       Options
+	start      time.Time // monotonic, when the granting request was sent (MaxDuration counts from it)
 
 	outer *Lock       // the lock held by the call chain that ran this one (see run)
 	scope scope       // the context of the handler that run runs
@@ -114,16 +114,15 @@ const (
 // starts its timers.
 func newLock(c *Client, key, owner string, cl claim, token uint64, o Options, sent time.Time, ttl time.Duration) *Lock {
 	l := &Lock{
-		c:           c,
-		key:         key,
-		owner:       owner,
-		claim:       cl,
-		token:       token,
-		opts:        o,
-		start:       sent,
-		maxDeadline: sent.Add(o.MaxDuration),
-		leaseEnd:    leaseEnd(sent, ttl),
-		slot:        -1,
+		c:        c,
+		key:      key,
+		owner:    owner,
+		claim:    cl,
+		token:    token,
+		opts:     o,
+		start:    sent,
+		leaseEnd: leaseEnd(sent, ttl),
+		slot:     -1,
 	}
 	return l
 }
@@ -246,18 +245,6 @@ func (l *Lock) lose(e *LostError) error {
 	return e
 }
 
-// lostAlready returns the loss of l when it is lost, or when its lease
-// has run out already (it then declares the loss), and nil otherwise.
-func (l *Lock) lostAlready() error {
-	l.mu.Lock()
-	err, end := l.heldErrLocked(), l.leaseEnd
-	l.mu.Unlock()
-	if err == nil && !time.Now().Before(end) {
-		return l.lose(l.lostError(LostLeaseRanOut, nil))
-	}
-	return err
-}
-
 // lostError returns the [LostError] of a loss of l for reason.
 func (l *Lock) lostError(reason LostReason, cause error) *LostError {
 	return &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
@@ -301,10 +288,6 @@ func (l *Lock) reportLoss(e *LostError) {
 	}
 	l.c.log.Warn("lock: lost", append(args, "err", e)...)
 	l.c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: l.token, Held: heldFor, Err: e})
-}
-
-func (l *Lock) stopTimersLocked() {
-	l.c.leases.stop(l)
 }
 
 // heldErr returns nil while the lock is held, and why it is not otherwise.
@@ -488,11 +471,18 @@ func under(ctx, hctx context.Context, cancel context.CancelCauseFunc, fn, end fu
 // carries (fn's error is often the loss itself, its context's cause), or
 // [ErrReleased] (fn released the hold itself).
 func joinRelease(err, rerr error) error {
-	var lost *LostError
-	if rerr == nil || errors.Is(rerr, ErrReleased) || errors.As(rerr, &lost) && errors.Is(err, lost) {
+	if rerr == nil || errors.Is(rerr, ErrReleased) || reported(err, rerr) {
 		return err
 	}
 	return errors.Join(err, rerr)
+}
+
+// reported reports whether rerr is a loss that err already carries. (Its
+// own function: the *LostError that errors.As fills escapes, and would be
+// allocated on every call of joinRelease, a clean release's too.)
+func reported(err, rerr error) bool {
+	var lost *LostError
+	return errors.As(rerr, &lost) && errors.Is(err, lost)
 }
 
 // The keys of the values [FromContext] and [HoldFromContext] find.

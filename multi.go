@@ -57,7 +57,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, o Options) (*Ho
 		case err != nil:
 			return nil, err
 		case busy == nil:
-			return newHold(ctx, c, 0, locks)
+			return holdAll(ctx, c, locks)
 		case !o.Wait:
 			return nil, busy
 		}
@@ -73,7 +73,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, o Options) (*Ho
 		}
 		wo := o
 		wo.MaxWait = NoHoldLimit // ctx bounds the wait
-		if first, err = c.acquire(ctx, busy.Key, wo); err != nil {
+		if first, err = c.acquire(ctx, busy.Key, c.newOwner(""), claim{}, wo); err != nil {
 			return nil, err
 		}
 	}
@@ -92,7 +92,7 @@ func (c *Client) tryAll(ctx context.Context, keys []string, o Options, first *Lo
 			locks[i] = first
 			return
 		}
-		locks[i], errs[i] = c.acquire(ctx, keys[i], o)
+		locks[i], errs[i] = c.acquire(ctx, keys[i], c.newOwner(""), claim{}, o)
 	}
 	together(len(keys), try)
 	var busy *NotAcquiredError
@@ -117,6 +117,19 @@ func (c *Client) tryAll(ctx context.Context, keys []string, o Options, first *Lo
 		return nil, nil, failed
 	}
 	return nil, busy, nil
+}
+
+// holdAll returns the Hold of locks, all taken, unless one was lost
+// already (its lease ran out while the others were taken: a paused
+// process, a slow answer): then it releases them and returns the loss.
+func holdAll(ctx context.Context, c *Client, locks []*Lock) (*Hold, error) {
+	for _, l := range locks {
+		if err := l.lostAlready(); err != nil {
+			_ = releaseLocks(ctx, locks, nil)
+			return nil, err
+		}
+	}
+	return newHold(c, 0, locks), nil
 }
 
 // DoAll takes the locks called names as AcquireAll does, runs fn while

@@ -43,41 +43,23 @@ type Leader struct {
 func (l Leader) Vacant() bool { return l.Owner == "" }
 
 // Observe returns a channel of who leads role: first the state now (a
-// Leader, or a Vacant one when nobody leads), then each term, and nobody (a
-// Vacant Leader) when a read finds the role free. A vacancy between two
-// terms is sent only if a read falls within it: one shorter than a read (a
-// Resign followed at once by a Campaign) is mostly not sent, and a Resign
-// that hands the role to a waiting candidate leaves none. Once the role
-// stops changing, the last value sent is its state.
+// Leader, or a Vacant one when nobody leads), then each term, in the order
+// of their numbers and each once, and nobody (a Vacant Leader) when a read
+// finds the role free. A vacancy between two terms is sent only if a read
+// falls within it (a Resign followed at once by a Campaign mostly leaves
+// none). Once the role stops changing, the last value sent is its state. A
+// read that fails is sent once, as a Leader with Err set, and the next
+// read that succeeds is sent whatever it says. The channel is closed when
+// ctx ends or the Client closes: cancel ctx when done. Observe returns
+// [ErrInvalidArgument] for a bad role.
 //
-// It watches the role's key ([Provider.Watch]: Redis pub/sub, PostgreSQL
-// LISTEN, an etcd watch), on which Campaign tells each term it wins and
-// Resign and ForceRelease each end, and reads the role's record with
-// Inspect at each notice, when the leader's record would expire unless
-// renewed, and every poll interval of the Client ([WithPollInterval], one
-// second by default). So a term won, resigned or forced off reaches the
-// channel within a round trip or two, a leader that stopped (its record
-// expired) within a round trip of the expiry, and anything else (a Notify
-// that failed, a lock tool that freed the record through the Provider
-// directly) within a poll interval. A term heard of is sent even when it
-// ended before Observe could read it; while the Watch cannot be opened
-// (it is tried again at each read), Observe reads every poll interval and
-// a term shorter than that may be missed.
-//
-// Terms are sent in the order of their numbers, each once: a term whose
-// notice comes only after a read found a later term (a Watch slower than
-// a Resign and the next Campaign) is not sent. A read that
-// fails is sent once, as a Leader with Err set, and is tried again; the
-// first read that succeeds after it is sent whatever it says, so no change
-// is missed for a reconnection. A slow receiver misses nothing but
-// intermediate states: each value sent is the state at its read. The
-// channel is closed when ctx ends or the Client closes: cancel ctx when
-// done. Observe returns [ErrInvalidArgument] for a bad role.
-//
-// A leader can publish where it runs through its Client's identity (Leader
-// .Identity): a host and port is a valid identity. Any other value would
-// need a field in the provider's record, which the Provider contract does
-// not have.
+// Observe hears the role's changes on its watch ([Provider.Watch]) and
+// reads the role's record at each notice, when the leader's record would
+// expire, and every poll interval ([WithPollInterval]): a term won,
+// resigned or forced off reaches the channel within a round trip or two,
+// anything else within a poll interval. docs/elections.md says what may be
+// missed, and how a leader publishes where it runs (its Client's
+// identity: Leader.Identity).
 func (c *Client) Observe(ctx context.Context, role string) (<-chan Leader, error) {
 	if _, err := c.checkName(role); err != nil {
 		return nil, err

@@ -138,17 +138,7 @@ const MaxIdentityLen = 64
 // white space; [NewClient] refuses another with [ErrInvalidArgument]. The
 // default is none.
 func WithIdentity(identity string) ClientOption {
-	return func(c *Client) { c.owners = identity }
-}
-
-func checkIdentity(id string) error {
-	switch {
-	case len(id) > MaxIdentityLen:
-		return invalidf("identity is %d bytes, more than %d", len(id), MaxIdentityLen)
-	case hasSpace(id, true):
-		return invalidf("identity %q contains a comma or white space", id)
-	}
-	return nil
+	return func(c *Client) { c.identity = identity }
 }
 
 // WithLogger sends the Client's log records to l: at debug level,

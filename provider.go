@@ -162,16 +162,12 @@ type Provider interface {
 
 	// AcquireClaim takes c for owner c.Owner when it fits: the weights of
 	// the live claims and c.Weight add up to at most c.Limit, and nobody
-	// is queued for key. A taken claim gets a fresh fencing token (from
-	// the counters of the locks: strictly greater than every earlier
-	// claim's of key, and than every earlier lock's of key, which ended
-	// before the name began; a lock's granted after the name ended is
-	// greater than its claims'; the claims that one call grants from the
-	// queue may share one, as on etcd, whose token is the revision of the
-	// granting transaction; a provider may take tokens in blocks while the
-	// name lives, as the Redis one does) and lives c.TTL. When c.Owner holds
-	// a live claim already (an earlier attempt whose reply was lost), its
-	// TTL is reset to c.TTL and it is returned as it is.
+	// is queued for key. A taken claim lives c.TTL, with a fresh fencing
+	// token from the counters of the locks: strictly greater than every
+	// earlier claim's and lock's of key (docs/holds.md, "Tokens of counted
+	// names", says which may share one). When c.Owner holds a live claim
+	// already (an earlier attempt whose reply was lost), its TTL is reset
+	// to c.TTL and it is returned as it is.
 	//
 	// The returned Record says what the name holds after the call: Owner
 	// is c.Owner, with the claim's Token, TTL and Since, when c.Owner
@@ -481,33 +477,40 @@ func CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// checkKeyOwner checks the key and owner of Release: [CheckKey], then
-// [CheckOwner]. (A backend of another package combines the exported checks
-// as these do.)
-func checkKeyOwner(key, owner string) error {
+// CheckKeyOwner checks the arguments of Release and ReleaseClaim (and
+// LowerClaim's, with [CheckWeight]): [CheckKey], then [CheckOwner].
+func CheckKeyOwner(key, owner string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	return CheckOwner(owner)
 }
 
-// checkArgs checks the arguments of the methods that set a TTL (Acquire,
-// Renew, Finish): checkKeyOwner, then [CheckTTL].
-func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+// CheckArgs checks the arguments of the methods that set a TTL (Acquire,
+// Renew, Finish, RenewClaim): [CheckKeyOwner], then [CheckTTL].
+func CheckArgs(key, owner string, ttl time.Duration) error {
+	if err := CheckKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return CheckTTL(ttl)
 }
 
-// checkWaiter checks the arguments of Queue and Leave: checkArgs of the key
-// and the waiter's owner and TTL, then [CheckInbox] of its inbox.
-func checkWaiter(key string, w Waiter) error {
-	if err := checkArgs(key, w.Owner, w.TTL); err != nil {
+// CheckWaiter checks the arguments of Queue and Leave: [CheckArgs] of the
+// key and the waiter's owner and TTL, then [CheckInbox] of its inbox.
+func CheckWaiter(key string, w Waiter) error {
+	if err := CheckArgs(key, w.Owner, w.TTL); err != nil {
 		return err
 	}
 	return CheckInbox(w.Inbox)
 }
+
+// The names the Redis provider calls (provider_redis*.go) for the three
+// checks above.
+var (
+	checkKeyOwner = CheckKeyOwner
+	checkArgs     = CheckArgs
+	checkWaiter   = CheckWaiter
+)
 
 // CheckInbox checks an inbox: not empty, at most [MaxKeyLen] bytes, without
 // white space.
@@ -533,7 +536,7 @@ const MaxPermits = 1024
 // ([KindSemaphore] or [KindRWMutex]). QueueClaim and LeaveClaim check
 // [CheckInbox] of c.Inbox too.
 func CheckClaim(key string, c Claim) error {
-	if err := checkArgs(key, c.Owner, c.TTL); err != nil {
+	if err := CheckArgs(key, c.Owner, c.TTL); err != nil {
 		return err
 	}
 	switch {

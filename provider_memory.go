@@ -132,7 +132,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 
 // Acquire implements Provider.
 func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := ready(ctx, checkArgs(key, owner, ttl)); err != nil {
+	if err := ready(ctx, CheckArgs(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -149,7 +149,7 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 
 // Queue implements Provider.
 func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	if err := ready(ctx, checkWaiter(key, w)); err != nil {
+	if err := ready(ctx, CheckWaiter(key, w)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -185,7 +185,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 
 // Leave implements Provider.
 func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	if err := ready(ctx, checkWaiter(key, w)); err != nil {
+	if err := ready(ctx, CheckWaiter(key, w)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -268,7 +268,7 @@ func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error
 
 // Release implements Provider.
 func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
-	if err := ready(ctx, checkKeyOwner(key, owner)); err != nil {
+	if err := ready(ctx, CheckKeyOwner(key, owner)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -308,7 +308,7 @@ func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time
 // update sets the deadline of owner's live record under key to ttl from now
 // and applies change to it, under m.mu; it sends the messages change returns.
 func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
-	if err := ready(ctx, checkArgs(key, owner, ttl)); err != nil {
+	if err := ready(ctx, CheckArgs(key, owner, ttl)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -457,9 +457,10 @@ func (m *MemoryProvider) serve(key string, now time.Time) []memMessage {
 	return nil
 }
 
-// Len returns the number of live records and counted names, so that tests
-// can check that nothing was left behind.
-func (m *MemoryProvider) Len() int {
+// stored returns the number of live records and counted names, so that
+// tests can check that nothing was left behind (MemoryLen, in
+// export_test.go).
+func (m *MemoryProvider) stored() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()

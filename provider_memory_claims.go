@@ -133,7 +133,7 @@ func (m *MemoryProvider) LeaveClaim(ctx context.Context, key string, c Claim) er
 
 // RenewClaim implements Provider.
 func (m *MemoryProvider) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if err := checkArgs(key, owner, ttl); err != nil {
+	if err := CheckArgs(key, owner, ttl); err != nil {
 		return err
 	}
 	return m.change(ctx, key, owner, false, func(n *memName, i int, now time.Time) {
@@ -143,7 +143,7 @@ func (m *MemoryProvider) RenewClaim(ctx context.Context, key, owner string, ttl 
 
 // ReleaseClaim implements Provider.
 func (m *MemoryProvider) ReleaseClaim(ctx context.Context, key, owner string) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+	if err := CheckKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return m.change(ctx, key, owner, false, func(n *memName, i int, _ time.Time) { n.drop(i) })
@@ -151,7 +151,7 @@ func (m *MemoryProvider) ReleaseClaim(ctx context.Context, key, owner string) er
 
 // LowerClaim implements Provider.
 func (m *MemoryProvider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
-	if err := checkKeyOwner(key, owner); err != nil {
+	if err := CheckKeyOwner(key, owner); err != nil {
 		return err
 	}
 	if err := CheckWeight(weight); err != nil {

@@ -24,7 +24,7 @@ func TestMemoryProviderLen(t *testing.T) {
 	for i := range 10 {
 		mustAcquire(t, m, fmt.Sprint("k", i), o, time.Minute)
 	}
-	require.Equal(t, 10, m.Len())
+	require.Equal(t, 10, lock.MemoryLen(m))
 	for i := range 5 {
 		require.NoError(t, m.Release(ctx, fmt.Sprint("k", i), o))
 	}
@@ -32,7 +32,7 @@ func TestMemoryProviderLen(t *testing.T) {
 		require.NoError(t, m.Finish(ctx, fmt.Sprint("k", i), o, time.Minute))
 		require.NoError(t, m.Release(ctx, fmt.Sprint("k", i), o), "the owner can delete its ended record")
 	}
-	assert.Zero(t, m.Len(), "no record is left after every key was released")
+	assert.Zero(t, lock.MemoryLen(m), "no record is left after every key was released")
 
 	var wg sync.WaitGroup
 	for range 8 {
@@ -49,7 +49,7 @@ func TestMemoryProviderLen(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	assert.Zero(t, m.Len(), "no record is left after concurrent acquire/release")
+	assert.Zero(t, lock.MemoryLen(m), "no record is left after concurrent acquire/release")
 }
 
 // TestMemoryProviderFakeClock expires records by moving a fake clock.
@@ -65,7 +65,7 @@ func TestMemoryProviderFakeClock(t *testing.T) {
 	assert.Equal(t, a, h.Owner, "the record lives until its TTL has passed")
 	assert.Equal(t, time.Second, h.TTL, "the TTL is measured by the provider's clock")
 	clock.Advance(time.Second)
-	assert.Zero(t, m.Len(), "the record expires when the clock reaches its deadline")
+	assert.Zero(t, lock.MemoryLen(m), "the record expires when the clock reaches its deadline")
 	mustAcquire(t, m, "k", o, time.Minute)
 	assert.ErrorIs(t, m.Release(ctx, "k", a), lock.ErrLost, "the expired owner holds nothing")
 
@@ -82,5 +82,5 @@ func TestMemoryProviderFakeClock(t *testing.T) {
 	clock.Advance(29 * 24 * time.Hour)
 	assert.Equal(t, a, holder(t, m, "k").Owner, "a 30-day TTL outlives 29 days")
 	clock.Advance(24 * time.Hour)
-	assert.Zero(t, m.Len(), "a 30-day TTL expires after 30 days")
+	assert.Zero(t, lock.MemoryLen(m), "a 30-day TTL expires after 30 days")
 }

@@ -28,6 +28,8 @@ type RWMutex struct {
 	name       string
 	key        string
 	maxReaders int
+	read       string // the end of every reader's owner: ~r<maxReaders>
+	write      string // of every writer's: ~w<maxReaders>
 }
 
 // RWMutex returns the read-write lock called name, for at most maxReaders
@@ -45,7 +47,7 @@ func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{c: c, name: name, key: key, maxReaders: maxReaders}, nil
+	return &RWMutex{c: c, name: name, key: key, maxReaders: maxReaders, read: ownerTag(tagReader, maxReaders), write: ownerTag(tagWriter, maxReaders)}, nil
 }
 
 // RLock takes a read hold. Without o.Wait it fails at once, with a
@@ -57,7 +59,7 @@ func (m *RWMutex) RLock(ctx context.Context, o Options) (*Hold, error) {
 	if err := m.notInChain(ctx, "read"); err != nil {
 		return nil, err
 	}
-	return m.c.acquireHold(ctx, m.key, ownerTag(tagReader, m.maxReaders), claim{weight: 1, limit: m.maxReaders, kind: KindRWMutex}, o)
+	return m.c.acquireHold(ctx, m.key, m.read, claim{weight: 1, limit: m.maxReaders, kind: KindRWMutex}, o)
 }
 
 // Lock takes the write hold: no reader and no other writer until it is
@@ -69,7 +71,7 @@ func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
 	if err := m.notInChain(ctx, "write"); err != nil {
 		return nil, err
 	}
-	h, err := m.c.acquireHold(ctx, m.key, ownerTag(tagWriter, m.maxReaders), claim{weight: m.maxReaders, limit: m.maxReaders, kind: KindRWMutex}, o)
+	h, err := m.c.acquireHold(ctx, m.key, m.write, claim{weight: m.maxReaders, limit: m.maxReaders, kind: KindRWMutex}, o)
 	if err != nil {
 		return nil, err
 	}

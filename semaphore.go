@@ -7,11 +7,7 @@ package lock
 // it, whatever the limit; it is a Lock of its own (its lease, renewal,
 // loss and fencing token are the lock's), with the claim's weight.
 
-import (
-	"context"
-	"strconv"
-	"strings"
-)
+import "context"
 
 // Semaphore lets holders of at most N permits hold a name at once: a limit
 // across processes (N workers on a rate-limited API, N migrations at a
@@ -85,55 +81,16 @@ func (s *Semaphore) Inspect(ctx context.Context) (Status, error) {
 	return s.c.inspectCounted(ctx, s.name, s.key)
 }
 
-// holdOptions returns o resolved for a semaphore's or a read-write lock's
-// hold: no grace period or minimum hold.
-func (o Options) holdOptions() (Options, error) {
-	if o.GracePeriod != 0 || o.OncePer != 0 {
-		return o, invalidf("GracePeriod and OncePer apply to a lock, not to a semaphore's or a read-write lock's holds")
-	}
-	return o.resolved()
-}
-
 // acquireHold takes cl of the counted name under key, for an owner that
-// ends with tag, as o says, and returns it as a Hold.
+// ends with tag, as o says (no grace period or minimum hold), and returns
+// it as a Hold of one member.
 func (c *Client) acquireHold(ctx context.Context, key, tag string, cl claim, o Options) (*Hold, error) {
-	o, err := o.holdOptions()
+	if o.GracePeriod != 0 || o.OncePer != 0 {
+		return nil, invalidf("GracePeriod and OncePer apply to a lock, not to a semaphore's or a read-write lock's holds")
+	}
+	l, err := c.acquire(ctx, key, c.newOwner(tag), cl, o)
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.acquireClaim(ctx, key, c.newOwner()+tag, cl, o)
-	if err != nil {
-		return nil, err
-	}
-	return newHold(ctx, c, l.Token(), []*Lock{l})
-}
-
-// The tags that end the owners of a Semaphore's and an [RWMutex]'s holds,
-// and of an election's role, ~<kind><n> (see [Status.Kind]): a semaphore's
-// holders and waiters; an RWMutex's readers; its writers; a role's
-// candidates and leader (n is 1).
-const (
-	tagPermit byte = 'n'
-	tagReader byte = 'r'
-	tagWriter byte = 'w'
-	tagRole   byte = 'e'
-)
-
-// ownerTag returns the tag of kind for n: "~n4".
-func ownerTag(kind byte, n int) string {
-	return "~" + string(rune(kind)) + strconv.Itoa(n)
-}
-
-// parseTag returns the kind and number of the tag that ends owner, and
-// whether it ends with one. It does not allocate.
-func parseTag(owner string) (kind byte, n int, ok bool) {
-	i := strings.LastIndexByte(owner, '~')
-	if i < 0 || len(owner) < i+3 {
-		return 0, 0, false
-	}
-	n, ok = number(owner[i+2:])
-	if !ok || n < 1 {
-		return 0, 0, false
-	}
-	return owner[i+1], n, true
+	return newHold(c, l.Token(), []*Lock{l}), nil
 }

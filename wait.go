@@ -17,45 +17,32 @@ import (
 // provider's error, naming the operation and the key, otherwise.
 //
 // Acquire returns by ctx's deadline, or MaxWait, whichever comes first,
-// and a moment (50 ms), whatever the provider does. After a failure nothing
-// of the caller's is left stored when Acquire returns, when the provider
-// answered the clean-up (a Leave, a release) by then; otherwise (a call to
-// the provider failed or went unanswered, or the deadline came first) the
-// clean-up goes on in the background, bounded by the release timeout (Close
+// and a moment (50 ms), whatever the provider does. After a failure it
+// leaves nothing of the caller's stored when the provider answered the
+// clean-up by then; otherwise the clean-up goes on in the background (Close
 // waits for it), and what the provider may have stored expires with its
-// TTL.
+// TTL. A grant that reaches the caller after its context ended, or after
+// the lease it asked for ran out, is handed back, never returned
+// (docs/errors-and-events.md says more).
 //
-// A grant that reaches
-// the caller after its context ended is handed on, never returned. A grant
-// that reaches it after the lease it asked for ran out (a slow answer, a
-// paused process) is not a hold, nor a loss: Acquire hands it back and
-// returns a *NotAcquiredError that says so; with Wait, the waiter renews
-// such a grant before it relies on it, or looks again. Acquiring, with
-// Wait, a lock that ctx's call chain already holds (see [FromContext]) would
-// wait for itself: it fails at once with [ErrInvalidArgument]. So does
-// Acquire, waiting or not, of a name in use as a Semaphore or an [RWMutex]
-// (held or waited for; see [Kind]), or held as an election's role.
+// Acquiring, with Wait, a lock that ctx's call chain already holds (see
+// [FromContext]) would wait for itself: it fails at once with
+// [ErrInvalidArgument]. So does Acquire, waiting or not, of a name in use
+// as a Semaphore or an [RWMutex] (held or waited for; see [Kind]), or held
+// as an election's role.
 func (c *Client) Acquire(ctx context.Context, name string, o Options) (*Lock, error) {
 	key, err := c.checkName(name)
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, key, o)
+	return c.acquire(ctx, key, c.newOwner(""), claim{}, o)
 }
 
-// acquire is Acquire for the lock under key.
-func (c *Client) acquire(ctx context.Context, key string, o Options) (*Lock, error) {
-	return c.acquireAs(ctx, key, c.newOwner(), o)
-}
-
-// acquireAs is acquire with owner as the acquisition's id.
-func (c *Client) acquireAs(ctx context.Context, key, owner string, o Options) (*Lock, error) {
-	return c.acquireClaim(ctx, key, owner, claim{}, o)
-}
-
-// acquireClaim is acquireAs for cl: of a counted name, or a lock when cl
-// is zero.
-func (c *Client) acquireClaim(ctx context.Context, key, owner string, cl claim, o Options) (*Lock, error) {
+// acquire takes cl under key for owner, as o says: a lock when cl is zero,
+// else a claim on a counted name. Every acquisition goes this way: one
+// attempt (try), then, with o.Wait, a waiter (wait); finish says how it
+// ended.
+func (c *Client) acquire(ctx context.Context, key, owner string, cl claim, o Options) (*Lock, error) {
 	o, err := o.resolved()
 	if err != nil {
 		return nil, err
@@ -105,19 +92,12 @@ type acquisition struct {
 
 // finish returns the acquisition's outcome, l and err, unless the Client
 // was closed meanwhile: then it releases l, so that no acquisition succeeds
-// after Close; or unless l's lease ran out before its grant reached the caller (a slow
-// answer, a paused process): then the record may have expired and been
-// granted to another, and it returns l's *LostError.
+// after Close. (A grant that came after its lease ran out never reaches
+// it: try and the waiter's confirm hand it back.)
 func (a *acquisition) finish(ctx context.Context, l *Lock, err error) (*Lock, error) {
 	if l != nil && a.c.closing.Err() != nil {
 		_ = l.Release(ctx)
 		return nil, a.notAcquired(ctx, ErrClosed, "", 0)
-	}
-	if l != nil {
-		if lerr := l.lostAlready(); lerr != nil {
-			_ = l.Release(ctx)
-			return nil, lerr
-		}
 	}
 	return l, err
 }
@@ -153,8 +133,8 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		return nil, err
 	}
 	if rec.Owner == owner && !rec.Finished {
-		late := !time.Now().Before(leaseEnd(a.began, a.leaseOf(rec)))
-		if ctx.Err() == nil && !late {
+		late := time.Until(leaseEnd(a.began, a.leaseOf(rec))) <= 0 // the monotonic clock alone: half the cost of time.Now
+		if !ended(ctx) && !late {
 			return a.hold(rec, a.began), nil
 		}
 		// The grant came after the context ended, or after its lease ran
@@ -243,10 +223,13 @@ func (a *acquisition) notAcquired(ctx context.Context, reason error, holder stri
 }
 
 // ended reports whether ctx has ended, or will in a moment: its deadline
-// has passed but its timer has not run yet. It then waits for ctx to end,
-// so that its error and cause are set. A call sent in that moment would be
-// refused unsent (go-redis checks the context first), and its error, the
-// context's, would read as if the provider had not answered.
+// has passed but its timer has not run yet (or the caller's context, its
+// parent, has ended and the end has not reached ctx yet). It then waits for
+// ctx to end, so that its error and cause are set. A call sent in that
+// moment would be refused unsent (go-redis checks the context first), and
+// its error, the context's, would read as if the provider had not
+// answered; a grant that came in that moment came after the caller's
+// deadline, and is handed on.
 func ended(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
@@ -334,12 +317,6 @@ func kindSaid(kind Kind, owner string) string {
 	return "a lock (Acquire, Do)"
 }
 
-// isRole reports whether owner is a role's candidate or leader.
-func isRole(owner string) bool {
-	kind, n, ok := parseTag(owner)
-	return ok && kind == tagRole && n == 1
-}
-
 // leaseOf returns the lease of a grant of rec: its TTL, or o.Lease when
 // that is shorter or the TTL is unknown.
 func (a *acquisition) leaseOf(rec Record) time.Duration {
@@ -370,42 +347,4 @@ func (b *busyKeys) has(key string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.keys.has(key, time.Now(), busyFor)
-}
-
-// recent is a set of strings, each remembered for a while (keep) after it
-// was last added, and 4096 of them at most: when that many are there, those
-// older than keep are forgotten, or all of them when that is not enough.
-// Its user guards it.
-type recent struct {
-	seen map[string]time.Time
-}
-
-const recentMax = 4096
-
-func (r *recent) add(s string, now time.Time, keep time.Duration) {
-	if r.seen == nil || len(r.seen) >= recentMax {
-		for k, t := range r.seen {
-			if now.Sub(t) >= keep {
-				delete(r.seen, k)
-			}
-		}
-		if r.seen == nil || len(r.seen) >= recentMax {
-			r.seen = make(map[string]time.Time)
-		}
-	}
-	r.seen[s] = now
-}
-
-// has reports whether s was added less than keep before now.
-func (r *recent) has(s string, now time.Time, keep time.Duration) bool {
-	t, ok := r.seen[s]
-	return ok && now.Sub(t) < keep
-}
-
-// take reports whether s was added less than keep before now, and forgets
-// it.
-func (r *recent) take(s string, now time.Time, keep time.Duration) bool {
-	ok := r.has(s, now, keep)
-	delete(r.seen, s)
-	return ok
 }

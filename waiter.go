@@ -87,39 +87,20 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 }
 
 // lookAgain returns when a queued waiter looks again if nothing wakes it.
-// The first few waiters look every poll interval, and as soon as the record
-// they saw expires (its holder may have died, and nobody would hand the
-// lock on: the first look that finds it free serves the queue). A waiter
-// further back looks less often, the further back the less (up to a
-// minute), so that many waiters cost the provider little: the lock cannot be
-// its own yet, and a grant lost with a broken connection is looked for at
-// once (the inbox wakes every waiter when its connection is back).
+// The first few waiters (lookers) look every poll interval, and as soon as
+// the record they saw expires (its holder may have died, and nobody would
+// hand the lock on: the first look that finds it free serves the queue). A
+// waiter further back looks less often, up to once a minute (see every),
+// so that many waiters cost the provider little.
 //
 // A waiter for a counted name (a Semaphore's, an [RWMutex]'s) looks soon
-// after the claim it saw expire first does, wherever it is in the queue: a
-// millisecond later for each waiter ahead of it. One release grants as many
-// waiters as fit, so its place may be near the head long before it looks
-// again, and when the waiters ahead of it are gone (their process stalled,
-// or died with its grants), its look serves the queue (measured: with a
-// Client stalled for a second at the head of a Semaphore(3), grants paused
-// the whole second without this). The millisecond a place spares a busy
-// name a look by every waiter each time a claim could expire: those further
-// back are granted before their turn to look comes (measured: with 192
-// waiters of a Semaphore(64), 0.07 more script calls a hold without it).
-//
-// A counted waiter's queue entry lasts until a claim window after its next
-// look is due (see queueTTL), and one of the first few waiters behind the
-// head also looks when the head's entry runs out (HeadTTL in the reply), a
-// millisecond later for each waiter ahead of it: if the head's waiter
-// stopped looking (its process died or stalled), the first look after that
-// finds it gone and serves the queue without it, those further back
-// included (they do not look for it: a live head's entry is renewed at each
-// of its looks, and a look of theirs would most often find it so). A head
-// that does not fit (a writer of an [RWMutex] behind a reader) would
-// otherwise hold up every waiter behind it until it fits (issue 38: a
-// reader behind a dead writer waited until the long reader before them
-// left, 4.78 s; it now waits the writer's poll interval and claim window
-// at most).
+// after the claim it saw expire first does, wherever it is in the queue,
+// and one of the first few also when the head's queue entry runs out
+// (HeadTTL), so that a head whose process died or stalled is passed over;
+// each a millisecond later for each waiter ahead of it, so that those
+// further back are granted before their turn to look comes. It looks no
+// later than it promised (see queueTTL). Why, with the figures measured:
+// docs/holds.md, "When a counted waiter looks again".
 func (w *waiter) lookAgain() time.Duration {
 	back := w.every()
 	if !w.claim.counted() {
@@ -184,7 +165,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUp(ctx, err)
 	}
 	switch {
-	case rec.Owner == w.req.Owner && !rec.Finished && ctx.Err() != nil:
+	case rec.Owner == w.req.Owner && !rec.Finished && ended(ctx):
 		// Granted after the wait ended: giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
 	case rec.Owner == w.req.Owner && !rec.Finished:
@@ -221,7 +202,7 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 // (see confirm); when w cannot tell the grant's age (a later look did not
 // show the holder's token), it renews it before it relies on it.
 func (w *waiter) take(ctx context.Context, g Notice) (*Lock, error) {
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		// The wait ended as the grant came (select chose it over
 		// ctx.Done): giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
@@ -248,7 +229,7 @@ func (w *waiter) confirm(ctx context.Context, rec Record, sent time.Time, unsure
 	sent = time.Now()
 	err := w.c.renew(ctx, w.key, w.req.Owner, w.claim, w.o.Lease)
 	switch {
-	case err == nil && ctx.Err() != nil:
+	case err == nil && ended(ctx):
 		return nil, w.giveUp(ctx, nil) // renewed after the wait ended: handed on
 	case err == nil:
 		w.c.answered()

@@ -7,8 +7,8 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// The checks of the root package (lock.CheckKey and the others), combined
-// for each method, and one more: a TTL must fit an etcd lease.
+// The checks of the root package (lock.CheckArgs and the others), and one
+// more: a TTL must fit an etcd lease.
 
 // maxLeaseSeconds is the longest lease etcd grants (lease.MaxLeaseTTL).
 const maxLeaseSeconds = 9_000_000_000
@@ -25,28 +25,21 @@ func checkLease(ttl time.Duration) error {
 	return nil
 }
 
-// firstErr returns the first error of errs that is not nil.
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // checkKeyOwner checks a key and an owner (Release and the claims').
-func checkKeyOwner(key, owner string) error {
-	return firstErr(lock.CheckKey(key), lock.CheckOwner(owner))
-}
+var checkKeyOwner = lock.CheckKeyOwner
 
 // checkArgs checks a key, an owner and a TTL, which must fit a lease.
 func checkArgs(key, owner string, ttl time.Duration) error {
-	return firstErr(checkKeyOwner(key, owner), lock.CheckTTL(ttl), checkLease(ttl))
+	if err := lock.CheckArgs(key, owner, ttl); err != nil {
+		return err
+	}
+	return checkLease(ttl)
 }
 
-// checkWaiter is checkArgs of the key and the waiter's owner and TTL, then
-// lock.CheckInbox of its inbox.
+// checkWaiter checks a key and a waiter, whose TTL must fit a lease.
 func checkWaiter(key string, w lock.Waiter) error {
-	return firstErr(checkArgs(key, w.Owner, w.TTL), lock.CheckInbox(w.Inbox))
+	if err := lock.CheckWaiter(key, w); err != nil {
+		return err
+	}
+	return checkLease(w.TTL)
 }

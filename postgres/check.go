@@ -9,7 +9,7 @@ import (
 	"github.com/seed05627090/lock"
 )
 
-// The checks of the root package (lock.CheckKey and the others), and one
+// The checks of the root package (lock.CheckArgs and the others), and one
 // more: text must be valid UTF-8 without NUL bytes, which PostgreSQL cannot
 // store in a text column. Each check below is the root's check of the same
 // name, then checkText on the strings it took.
@@ -56,32 +56,22 @@ func checkInbox(inbox string) error {
 }
 
 func checkKeyOwner(key, owner string) error {
-	if err := firstErr(lock.CheckKey(key), lock.CheckOwner(owner)); err != nil {
+	if err := lock.CheckKeyOwner(key, owner); err != nil {
 		return err
 	}
 	return checkTexts(key, owner, "")
 }
 
 func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := firstErr(lock.CheckKey(key), lock.CheckOwner(owner), lock.CheckTTL(ttl)); err != nil {
+	if err := lock.CheckArgs(key, owner, ttl); err != nil {
 		return err
 	}
 	return checkTexts(key, owner, "")
 }
 
 func checkWaiter(key string, w lock.Waiter) error {
-	if err := firstErr(lock.CheckKey(key), lock.CheckOwner(w.Owner), lock.CheckTTL(w.TTL), lock.CheckInbox(w.Inbox)); err != nil {
+	if err := lock.CheckWaiter(key, w); err != nil {
 		return err
 	}
 	return checkTexts(key, w.Owner, w.Inbox)
-}
-
-// firstErr returns the first error of errs that is not nil.
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
