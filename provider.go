@@ -504,14 +504,6 @@ func CheckWaiter(key string, w Waiter) error {
 	return CheckInbox(w.Inbox)
 }
 
-// The names the Redis provider calls (provider_redis*.go) for the three
-// checks above.
-var (
-	checkKeyOwner = CheckKeyOwner
-	checkArgs     = CheckArgs
-	checkWaiter   = CheckWaiter
-)
-
 // CheckInbox checks an inbox: not empty, at most [MaxKeyLen] bytes, without
 // white space.
 func CheckInbox(inbox string) error {

@@ -201,7 +201,7 @@ func recordKey(key string) (string, error) {
 
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := p.ready(checkArgs(key, owner, ttl)); err != nil {
+	if err := p.ready(CheckArgs(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	rk, err := recordKey(key) // acquire.lua needs no queue
@@ -233,7 +233,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 
 // Queue implements Provider.
 func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	k, err := p.publishingKeys(ctx, key, checkWaiter(key, w))
+	k, err := p.publishingKeys(ctx, key, CheckWaiter(key, w))
 	if err != nil {
 		return Record{}, err
 	}
@@ -277,7 +277,7 @@ func entry(w Waiter, ch string) string {
 
 // Leave implements Provider.
 func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	k, err := p.publishingKeys(ctx, key, checkWaiter(key, w))
+	k, err := p.publishingKeys(ctx, key, CheckWaiter(key, w))
 	if err != nil {
 		return err
 	}
@@ -294,7 +294,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 
 // Release implements Provider.
 func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
-	k, err := p.publishingKeys(ctx, key, checkKeyOwner(key, owner))
+	k, err := p.publishingKeys(ctx, key, CheckKeyOwner(key, owner))
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 
 // Renew implements Provider.
 func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.keys(key, checkArgs(key, owner, ttl))
+	k, err := p.keys(key, CheckArgs(key, owner, ttl))
 	if err != nil {
 		return err
 	}
@@ -328,7 +328,7 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 
 // Finish implements Provider.
 func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.publishingKeys(ctx, key, checkArgs(key, owner, ttl))
+	k, err := p.publishingKeys(ctx, key, CheckArgs(key, owner, ttl))
 	if err != nil {
 		return err
 	}

@@ -267,7 +267,7 @@ func (p *RedisProvider) LeaveClaim(ctx context.Context, key string, c Claim) err
 
 // RenewClaim implements Provider.
 func (p *RedisProvider) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.countedKeys(ctx, key, checkArgs(key, owner, ttl), true)
+	k, err := p.countedKeys(ctx, key, CheckArgs(key, owner, ttl), true)
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func (p *RedisProvider) RenewClaim(ctx context.Context, key, owner string, ttl t
 
 // ReleaseClaim implements Provider.
 func (p *RedisProvider) ReleaseClaim(ctx context.Context, key, owner string) error {
-	k, err := p.countedKeys(ctx, key, checkKeyOwner(key, owner), true)
+	k, err := p.countedKeys(ctx, key, CheckKeyOwner(key, owner), true)
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (p *RedisProvider) ReleaseClaim(ctx context.Context, key, owner string) err
 
 // LowerClaim implements Provider.
 func (p *RedisProvider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
-	err := checkKeyOwner(key, owner)
+	err := CheckKeyOwner(key, owner)
 	if err == nil {
 		err = CheckWeight(weight)
 	}
