@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 	"go.uber.org/goleak"
 
 	"github.com/seed05627090/lock/internal/testenv"
