@@ -12,23 +12,15 @@ import (
 
 var _ Provider = (*RedisProvider)(nil)
 
-// eval runs s with nkeys keys, the first of args, and the rest of args as its
-// arguments (in the layout of scripts/record.lua), at once or with others in
-// a pipeline (see batcher), and decodes its reply for op on key.
-func (p *RedisProvider) eval(ctx context.Context, op, key string, s *script, nkeys int, args ...any) (reply, error) {
-	res, err := p.batch.eval(ctx, s, nkeys, args...)
-	return p.decode(op, key, res, err)
-}
-
 // await calls fn, a call to Redis on ctx, and returns nil once it has
 // returned; or ctx's error once ctx ends, when that comes first: then fn
-// goes on, on a goroutine of its own, until go-redis's own timeouts end it,
-// the caller must not read what fn writes, and undo, when not nil, is
-// called once fn has returned (to close what fn opened). go-redis honours a
-// context's deadline on the socket only with ContextTimeoutEnabled, and
-// not while it dials and sets up a connection (see batcher.eval): without
-// await, a caller would wait for a server that does not answer until the
-// client's own timeouts, past its deadline.
+// goes on, on a goroutine of its own, until the driver's own timeouts end
+// it, the caller must not read what fn writes, and undo, when not nil, is
+// called once fn has returned (to close what fn opened). A driver need not
+// honour a context (go-redis honours a deadline on the socket only with
+// ContextTimeoutEnabled, and not while it dials and sets up a connection;
+// see batcher.eval): without await, a caller would wait for a server that
+// does not answer until the client's own timeouts, past its deadline.
 func await(ctx context.Context, fn, undo func()) error {
 	if ctx.Done() == nil {
 		fn()
@@ -67,8 +59,9 @@ func now() any { return time.Now().UnixMilli() }
 var queueTTLArg any = time.Minute.Milliseconds()
 
 // RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
-// takes any redis.UniversalClient: single node, Sentinel (failover) or
-// Cluster. Each operation is one Lua script, one round trip; scripts that
+// takes any redis.UniversalClient (see [NewRedisProvider]): single node,
+// Sentinel (failover) or Cluster; or another client library's, through a
+// [RedisDriver] (see [NewRedisProviderWithDriver]). Each operation is one Lua script, one round trip; scripts that
 // callers ask for while GOMAXPROCS (at least 2) are under way share one
 // pipeline (see docs/redis.md, "Many callers at once share round trips").
 //
@@ -147,7 +140,7 @@ var ErrNotReplicated = errors.New("lock: not replicated")
 // fails. n must be positive and timeout at least a millisecond, and under
 // the client's ReadTimeout; a Provider built with other values fails every
 // call with [ErrInvalidArgument]. On a Cluster, the script and WAIT go to the
-// key's primary through its own client (MasterForKey), so that WAIT runs
+// key's primary, on one connection ([RedisNode.Exec]), so that WAIT runs
 // on the connection that wrote.
 func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 	return func(p *RedisProvider) { p.waits, p.replicas, p.replicaTimeout = true, n, timeout }
@@ -216,7 +209,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 		return Record{}, err
 	}
 	ms := time.Now().UnixMilli() // the record's since
-	r, acked, err := p.run(ctx, "acquire", key, acquireScript, 2, rk, fenceKey(key, rk), owner, ttl.Milliseconds(), skipArg, skipArg, ms)
+	r, acked, err := p.run(ctx, "acquire", key, acquireScript, true, 2, rk, fenceKey(key, rk), owner, ttl.Milliseconds(), skipArg, skipArg, ms)
 	if err != nil {
 		return Record{}, err
 	}
@@ -251,7 +244,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 		}
 	}
 	mode := lookModes[w.Look]
-	r, acked, err := p.run(ctx, "queue", key, queueScript, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
+	r, acked, err := p.run(ctx, "queue", key, queueScript, true, 3, k.record, k.fence, k.queue, w.Owner, w.TTL.Milliseconds(),
 		key, k.pub, now(), entry(w, ch), mode, queueTTLArg)
 	rec := r.rec
 	switch {
@@ -291,7 +284,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
 	if k.prefix != "" {
 		p.unqueueShard(w.Inbox, w.Owner)
 	}
-	r, err := p.eval(ctx, "leave", key, leaveScript, 3, k.record, k.fence, k.queue, w.Owner, skipArg, key, k.pub, now(),
+	r, _, err := p.run(ctx, "leave", key, leaveScript, false, 3, k.record, k.fence, k.queue, w.Owner, skipArg, key, k.pub, now(),
 		entry(w, channel(w.Inbox, k.prefix)))
 	if err == nil && r.code != replyDone {
 		err = r.unexpected("leave", key)
@@ -310,8 +303,11 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 	if k.record != key {
 		karg = key
 	}
-	r, err := p.eval(ctx, "release", key, releaseScript, 3, rarg, k.fence, k.queue, owner, skipArg, karg, k.pub, now())
-	return r.done("release", key, err)
+	r, _, err := p.run(ctx, "release", key, releaseScript, false, 3, rarg, k.fence, k.queue, owner, skipArg, karg, k.pub, now())
+	if err != nil {
+		return err
+	}
+	return r.done("release", key)
 }
 
 // Renew implements Provider.
@@ -320,8 +316,11 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 	if err != nil {
 		return err
 	}
-	r, acked, err := p.run(ctx, "renew", key, renewScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
-	if err = r.done("renew", key, err); err != nil {
+	r, acked, err := p.run(ctx, "renew", key, renewScript, true, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds())
+	if err != nil {
+		return err
+	}
+	if err = r.done("renew", key); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
@@ -333,25 +332,14 @@ func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.
 	if err != nil {
 		return err
 	}
-	r, acked, err := p.run(ctx, "finish", key, finishScript, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
-	if err = r.done("finish", key, err); err != nil {
+	r, acked, err := p.run(ctx, "finish", key, finishScript, true, 3, k.record, k.fence, k.queue, owner, ttl.Milliseconds(), key, k.pub)
+	if err != nil {
+		return err
+	}
+	if err = r.done("finish", key); err != nil {
 		return err
 	}
 	return p.replicated(key, acked)
-}
-
-// run is eval for a call that grants or renews: with [WaitForReplicas], it
-// runs s and a WAIT after it in one pipeline, on the connection of the key's
-// primary. It returns the script's reply and how many replicas acknowledged
-// it (-1 without WaitForReplicas).
-func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, nkeys int, args ...any) (reply, int64, error) {
-	if !p.waits {
-		r, err := p.eval(ctx, op, key, s, nkeys, args...)
-		return r, -1, err
-	}
-	res, acked, err := p.evalWait(ctx, s, nkeys, args)
-	r, err := p.decode(op, key, res, err)
-	return r, acked, err
 }
 
 // evalWait runs s and a WAIT for [WaitForReplicas]'s replicas after it, in
@@ -360,11 +348,12 @@ func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, nkey
 // the WAIT's.
 func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args []any) (any, int64, error) {
 	cl := s.newCall(nkeys, args)
+	key, _ := args[0].(string) // not args itself in the closure: the callers' arguments stay on their stack
 	wait := &RedisCommand{Args: []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()}}
 	var err error
 	if aerr := await(ctx, func() {
 		var node RedisNode
-		if node, err = p.driver.PrimaryForKey(ctx, args[0].(string)); err == nil {
+		if node, err = p.driver.PrimaryForKey(ctx, key); err == nil {
 			sendScripts(ctx, p.driver, node, []*call{cl}, wait)
 		}
 	}, nil); aerr != nil {
@@ -402,7 +391,7 @@ func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error)
 	if err != nil {
 		return Record{}, err
 	}
-	r, err := p.eval(ctx, "inspect", key, inspectScript, 3, k.record, k.fence, k.queue)
+	r, _, err := p.run(ctx, "inspect", key, inspectScript, false, 3, k.record, k.fence, k.queue)
 	return r.inspected(key, err)
 }
 
@@ -426,9 +415,10 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	// One primary after the other: fn is called by one goroutine at a
 	// time, and not again once it returned false.
 	var nodes []RedisNode
-	var err error
-	if aerr := await(ctx, func() { nodes, err = p.driver.Primaries(ctx) }, nil); aerr != nil {
-		err = aerr
+	var perr error // the call's own: read once await returned nil
+	err := await(ctx, func() { nodes, perr = p.driver.Primaries(ctx) }, nil)
+	if err == nil {
+		err = perr
 	}
 	if err != nil {
 		return fmt.Errorf("lock: list %q: %w", prefix, err)
@@ -557,7 +547,7 @@ func (p *RedisProvider) inspectListed(ctx context.Context, node RedisNode, items
 		if it.counted {
 			var ok, lock bool
 			if err = it.call.cmd.Err; err != nil {
-				err = p.wrap(it.key, err)
+				err = wrap(it.key, err)
 			} else {
 				rec, ok, lock, err = listedClaims(it.key, it.call.cmd.Reply)
 			}
@@ -570,8 +560,13 @@ func (p *RedisProvider) inspectListed(ctx context.Context, node RedisNode, items
 				continue // freed since the scan
 			}
 		} else {
-			r, derr := p.decode("inspect", it.key, it.call.cmd.Reply, it.call.cmd.Err)
-			if rec, err = r.inspected(it.key, derr); err == nil && rec.Owner == "" {
+			var r reply
+			if err = it.call.cmd.Err; err != nil {
+				err = wrap(it.key, err)
+			} else {
+				r, err = decode("inspect", it.key, it.call.cmd.Reply)
+			}
+			if rec, err = r.inspected(it.key, err); err == nil && rec.Owner == "" {
 				continue // freed since the scan
 			}
 		}
@@ -615,7 +610,7 @@ func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, e
 	if err != nil {
 		return Record{}, err
 	}
-	r, err := p.eval(ctx, "force release", key, forceReleaseScript, 3, k.record, k.fence, k.queue, skipArg, skipArg, key, k.pub, now())
+	r, _, err := p.run(ctx, "force release", key, forceReleaseScript, false, 3, k.record, k.fence, k.queue, skipArg, skipArg, key, k.pub, now())
 	if err != nil {
 		return Record{}, err
 	}
@@ -683,7 +678,7 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 // names key, the lock ([RecordError.Lock]); every other error (the server's:
 // OOM, READONLY, CLUSTERDOWN...; the network's; the context's) is returned
 // as it is. The Client names the operation and the key.
-func (p *RedisProvider) wrap(key string, err error) error {
+func wrap(key string, err error) error {
 	var rerr *RedisError
 	if errors.As(err, &rerr) {
 		switch msg := rerr.Msg; {

@@ -44,13 +44,13 @@ import (
 var (
 	claimLua = lua("claim.lua")
 
-	claimAcquireScript = newScript(claimLua + lua("claimacquire.lua"))
-	claimQueueScript   = newScript(claimLua + lua("claimqueue.lua"))
-	claimLeaveScript   = newScript(claimLua + lua("claimleave.lua"))
-	claimRenewScript   = newScript(claimLua + lua("claimrenew.lua"))
-	claimReleaseScript = newScript(claimLua + lua("claimrelease.lua"))
-	claimLowerScript   = newScript(claimLua + lua("claimlower.lua"))
-	claimInspectScript = newScript(lua("claiminspect.lua"))
+	claimAcquireScript = newScript(claimLua+lua("claimacquire.lua"), decodeClaim)
+	claimQueueScript   = newScript(claimLua+lua("claimqueue.lua"), decodeClaim)
+	claimLeaveScript   = newScript(claimLua+lua("claimleave.lua"), decodeClaim)
+	claimRenewScript   = newScript(claimLua+lua("claimrenew.lua"), decodeClaim)
+	claimReleaseScript = newScript(claimLua+lua("claimrelease.lua"), decodeClaim)
+	claimLowerScript   = newScript(claimLua+lua("claimlower.lua"), decodeClaim)
+	claimInspectScript = newScript(lua("claiminspect.lua"), nil) // decoded by decodeClaims
 )
 
 // The suffixes of a counted name's keys, after its record key.
@@ -89,17 +89,6 @@ func (k claimKeys) args(argv ...any) []any {
 	return append(k.keys[:], argv...)
 }
 
-// The codes of the claim scripts' replies (see scripts/claim.lua).
-const (
-	claimDone    = 1 // the call did what it was asked
-	claimValue   = 2 // the caller holds no claim; rec is a live claim, TTL the first expiry at the earliest
-	claimQueued  = 3 // the caller is in the queue at place n
-	claimHeld    = 4 // rec is the caller's claim
-	claimLost    = 5 // the caller holds no live claim; nothing changed
-	claimCorrupt = 6 // a stored value is not the scripts'
-	claimLocked  = 7 // the key holds a lock's record: rec is it, with Kind KindLock; nothing changed
-)
-
 // markPrefix starts the value of a counted name's record key while the
 // name is in use: "counted semaphore", "counted rwmutex" (see
 // scripts/claim.lua). It has a space, which no owner has, so that no
@@ -117,37 +106,10 @@ func countedMark(v string) (Kind, bool) {
 // kindArgs are the kinds of claims as the scripts' argument, boxed once.
 var kindArgs = map[Kind]any{KindSemaphore: string(KindSemaphore), KindRWMutex: string(KindRWMutex)}
 
-// claimReply is a claim script's reply, decoded.
-type claimReply struct {
-	code int64
-	rec  Record // a claim, with the name's Limit and Used
-	n    int64
-	raw  any
-}
-
-// runClaim runs s on k's keys and argv, and decodes its reply for op on
-// key. With [WaitForReplicas], wait sends a WAIT after it (see run) and
-// acked is how many replicas acknowledged it; -1 otherwise.
-func (p *RedisProvider) runClaim(ctx context.Context, op, key string, s *script, wait bool, k claimKeys, argv ...any) (r claimReply, acked int64, err error) {
-	args := k.args(argv...)
-	var res any
-	acked = -1
-	if wait && p.waits {
-		res, acked, err = p.evalWait(ctx, s, len(k.keys), args)
-	} else {
-		res, err = p.batch.eval(ctx, s, len(k.keys), args...)
-	}
-	if err != nil {
-		return claimReply{}, 0, p.wrap(key, err)
-	}
-	r, err = decodeClaim(op, key, res)
-	return r, acked, err
-}
-
 // decodeClaim decodes a claim script's reply, {code, limit, used, n, owner,
 // value, pttl, head, kind}.
-func decodeClaim(op, key string, res any) (claimReply, error) {
-	r := claimReply{raw: res}
+func decodeClaim(op, key string, res any) (reply, error) {
+	r := reply{raw: res}
 	a, _ := res.([]any)
 	if len(a) != 9 {
 		return r, r.unexpected(op, key)
@@ -159,15 +121,15 @@ func decodeClaim(op, key string, res any) (claimReply, error) {
 	pttl, ok5 := a[6].(int64)
 	head, ok6 := a[7].(int64)
 	kind, _ := a[8].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || code < claimDone || code > claimLocked {
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || code < replyDone || code > replyLocked {
 		return r, r.unexpected(op, key)
 	}
 	r.code, r.n = code, n
 	v, _ := a[5].(string)
 	switch code {
-	case claimCorrupt:
+	case replyCorrupt:
 		return r, &RecordError{Key: key, Value: v}
-	case claimLocked:
+	case replyLocked:
 		rec, err := parseRecord(key, v)
 		if err != nil {
 			return r, err
@@ -183,31 +145,15 @@ func decodeClaim(op, key string, res any) (claimReply, error) {
 			return r, err
 		}
 		r.rec = Record{Owner: o, Token: token, TTL: max(time.Duration(pttl)*time.Millisecond, time.Millisecond)}
-		if code == claimHeld {
+		if code == replyGranted {
 			r.rec.Since = since
 		}
 	}
 	r.rec.Limit, r.rec.Used, r.rec.Kind = int(limit), int(used), Kind(kind)
-	if code == claimQueued && head > 0 {
+	if code == replyQueued && head > 0 {
 		r.rec.HeadTTL = time.Duration(head) * time.Millisecond
 	}
 	return r, nil
-}
-
-func (r claimReply) unexpected(op, key string) error {
-	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, r.raw)
-}
-
-// done turns the reply of a renewal, release or lowering into an error:
-// nil when done, a [LostError] when the caller holds no live claim.
-func (r claimReply) done(op, key string) error {
-	switch r.code {
-	case claimDone:
-		return nil
-	case claimLost:
-		return &LostError{Key: key}
-	}
-	return r.unexpected(op, key)
 }
 
 // parseClaim decodes a stored claim, "weight,token,since" (see
@@ -246,15 +192,15 @@ func (p *RedisProvider) AcquireClaim(ctx context.Context, key string, c Claim) (
 	if err != nil {
 		return Record{}, err
 	}
-	r, acked, err := p.runClaim(ctx, "acquire claim", key, claimAcquireScript, true, k,
-		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, skipArg, skipArg, kindArgs[c.Kind])
+	r, acked, err := p.run(ctx, "acquire claim", key, claimAcquireScript, true, len(k.keys),
+		k.args(c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, skipArg, skipArg, kindArgs[c.Kind])...)
 	if err != nil {
 		return Record{}, err
 	}
 	switch r.code {
-	case claimHeld:
+	case replyGranted:
 		err = p.replicated(key, acked)
-	case claimValue, claimLocked:
+	case replyValue, replyLocked:
 	default:
 		return Record{}, r.unexpected("acquire claim", key)
 	}
@@ -280,17 +226,17 @@ func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Re
 			return Record{}, err
 		}
 	}
-	r, acked, err := p.runClaim(ctx, "queue claim", key, claimQueueScript, true, k,
-		c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch), max(cmp.Or(c.QueueTTL, DefaultQueueTTL).Milliseconds(), 1),
-		kindArgs[c.Kind])
+	r, acked, err := p.run(ctx, "queue claim", key, claimQueueScript, true, len(k.keys),
+		k.args(c.Owner, c.TTL.Milliseconds(), key, k.pub, c.Weight, c.Limit, claimEntry(c, ch),
+			max(cmp.Or(c.QueueTTL, DefaultQueueTTL).Milliseconds(), 1), kindArgs[c.Kind])...)
 	rec := r.rec
 	switch {
 	case err != nil:
-	case r.code == claimQueued:
+	case r.code == replyQueued:
 		rec.Queued, rec.Position = true, int(r.n)
-	case r.code == claimHeld:
+	case r.code == replyGranted:
 		err = p.replicated(key, acked)
-	case r.code != claimValue && r.code != claimLocked:
+	case r.code != replyValue && r.code != replyLocked:
 		rec, err = Record{}, r.unexpected("queue claim", key)
 	}
 	if k.prefix != "" && err == nil && !rec.Queued {
@@ -312,8 +258,8 @@ func (p *RedisProvider) LeaveClaim(ctx context.Context, key string, c Claim) err
 	if k.prefix != "" {
 		p.unqueueShard(c.Inbox, c.Owner)
 	}
-	r, _, err := p.runClaim(ctx, "leave claim", key, claimLeaveScript, false, k, c.Owner, skipArg, key, k.pub)
-	if err == nil && r.code != claimDone {
+	r, _, err := p.run(ctx, "leave claim", key, claimLeaveScript, false, len(k.keys), k.args(c.Owner, skipArg, key, k.pub)...)
+	if err == nil && r.code != replyDone {
 		err = r.unexpected("leave claim", key)
 	}
 	return err
@@ -325,7 +271,7 @@ func (p *RedisProvider) RenewClaim(ctx context.Context, key, owner string, ttl t
 	if err != nil {
 		return err
 	}
-	r, acked, err := p.runClaim(ctx, "renew claim", key, claimRenewScript, true, k, owner, ttl.Milliseconds(), key, k.pub)
+	r, acked, err := p.run(ctx, "renew claim", key, claimRenewScript, true, len(k.keys), k.args(owner, ttl.Milliseconds(), key, k.pub)...)
 	if err != nil {
 		return err
 	}
@@ -341,7 +287,7 @@ func (p *RedisProvider) ReleaseClaim(ctx context.Context, key, owner string) err
 	if err != nil {
 		return err
 	}
-	r, _, err := p.runClaim(ctx, "release claim", key, claimReleaseScript, false, k, owner, skipArg, key, k.pub)
+	r, _, err := p.run(ctx, "release claim", key, claimReleaseScript, false, len(k.keys), k.args(owner, skipArg, key, k.pub)...)
 	if err != nil {
 		return err
 	}
@@ -358,7 +304,7 @@ func (p *RedisProvider) LowerClaim(ctx context.Context, key, owner string, weigh
 	if err != nil {
 		return err
 	}
-	r, _, err := p.runClaim(ctx, "lower claim", key, claimLowerScript, false, k, owner, skipArg, key, k.pub, weight)
+	r, _, err := p.run(ctx, "lower claim", key, claimLowerScript, false, len(k.keys), k.args(owner, skipArg, key, k.pub, weight)...)
 	if err != nil {
 		return err
 	}
@@ -373,7 +319,7 @@ func (p *RedisProvider) InspectClaims(ctx context.Context, key string) (Claims, 
 	}
 	res, err := p.batch.eval(ctx, claimInspectScript, 3, k.keys[0], k.keys[1], k.keys[2], skipArg)
 	if err != nil {
-		return Claims{}, p.wrap(key, err)
+		return Claims{}, wrap(key, err)
 	}
 	cs, _, err := decodeClaims(key, res)
 	if err != nil || cs.Limit == 0 {

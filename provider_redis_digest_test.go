@@ -83,8 +83,11 @@ func (h *cmdNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case name == "evalsha":
 			name += " " + a[1].(string)
 		case name == "script" && strings.EqualFold(a[1].(string), "load"):
-			s, _ := cmd.(*redis.StringCmd)
-			name = "script load " + s.Val()
+			digest := ""
+			if c, ok := cmd.(*redis.Cmd); ok {
+				digest, _ = c.Val().(string)
+			}
+			name = "script load " + digest
 		case name == "hello" || name == "client" || name == "ping" || name == "select":
 			return err // the connection's set-up
 		}

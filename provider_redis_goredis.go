@@ -133,10 +133,12 @@ func (n *goRedisNode) PubSub(ctx context.Context) (RedisPubSub, error) {
 // goRedisExec sends cmds on c, and sets their results.
 func goRedisExec(ctx context.Context, c redis.UniversalClient, cmds []*RedisCommand) {
 	if len(cmds) == 1 {
-		var rc redis.Cmd
-		goRedisCmd(ctx, &rc, cmds[0])
-		_ = c.Process(ctx, &rc)
-		goRedisResult(&rc, cmds[0], nil)
+		rc := goRedisCmds.Get().(*redis.Cmd)
+		goRedisCmd(ctx, rc, cmds[0])
+		_ = c.Process(ctx, rc)
+		goRedisResult(rc, cmds[0], nil)
+		*rc = redis.Cmd{}
+		goRedisCmds.Put(rc)
 		return
 	}
 	rcs := make([]redis.Cmd, len(cmds))
@@ -151,6 +153,10 @@ func goRedisExec(ctx context.Context, c redis.UniversalClient, cmds []*RedisComm
 	}
 }
 
+// goRedisCmds holds go-redis commands for goRedisExec to reuse: a command
+// sent alone costs no allocation of its own.
+var goRedisCmds = sync.Pool{New: func() any { return new(redis.Cmd) }}
+
 // goRedisCmd makes rc the go-redis command of cmd.
 func goRedisCmd(ctx context.Context, rc *redis.Cmd, cmd *RedisCommand) {
 	*rc = *redis.NewCmd(ctx, cmd.Args...)
@@ -164,7 +170,7 @@ func goRedisCmd(ctx context.Context, rc *redis.Cmd, cmd *RedisCommand) {
 // command).
 func goRedisResult(rc *redis.Cmd, cmd *RedisCommand, err error) {
 	cmd.Reply, cmd.Err = nil, nil
-	switch val, rerr := rc.Result(); {
+	switch val, rerr := rc.Val(), rc.Err(); {
 	case rerr == redis.Nil:
 	case rerr != nil:
 		cmd.Err = goRedisError(rerr)
@@ -192,41 +198,37 @@ func goRedisError(err error) error {
 // values (see [RedisDriver]): RESP2's need nothing but their arrays' error
 // elements; RESP3's maps, sets, booleans and numbers do.
 func goRedisValue(v any) any {
-	switch v := v.(type) {
-	case int64, string, nil:
-		return v
+	switch x := v.(type) {
 	case []any:
-		for i, e := range v {
-			v[i] = goRedisValue(e)
+		for i, e := range x {
+			x[i] = goRedisValue(e)
 		}
-		return v
 	case map[any]any:
-		a := make([]any, 0, 2*len(v))
-		for k, e := range v {
+		a := make([]any, 0, 2*len(x))
+		for k, e := range x {
 			a = append(a, goRedisValue(k), goRedisValue(e))
 		}
 		return a
 	case map[string]string:
-		a := make([]any, 0, 2*len(v))
-		for k, e := range v {
+		a := make([]any, 0, 2*len(x))
+		for k, e := range x {
 			a = append(a, k, e)
 		}
 		return a
 	case bool:
-		if v {
+		if x {
 			return int64(1)
 		}
 		return nil
 	case error:
-		if v == redis.Nil {
+		if x == redis.Nil {
 			return nil
 		}
-		return goRedisError(v)
+		return goRedisError(x)
 	case float64:
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	default:
-		return v
+		return strconv.FormatFloat(x, 'g', -1, 64)
 	}
+	return v // as it came (int64, string, nil, or an array converted in place): no allocation
 }
 
 // goRedisPubSub is a [RedisPubSub]: a go-redis PubSub.

@@ -207,13 +207,14 @@ func parseWatch(key, s string) (Notice, bool) {
 // calls deliver, on a goroutine of its own, with each message that parse
 // reads (see subscription). stop closes the subscription and waits for the
 // goroutine.
-func (p *RedisProvider) subscribe(ctx context.Context, ch string, sharded bool, parse func(string) (Notice, bool), deliver func(Notice)) (stop func(), err error) {
+func (p *RedisProvider) subscribe(ctx context.Context, ch string, sharded bool, parse func(string) (Notice, bool), deliver func(Notice)) (func(), error) {
 	s := &subscription{driver: p.driver, channel: ch, sharded: sharded, parse: parse, deliver: deliver, done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if aerr := await(ctx, func() { err = s.open(ctx) }, s.abandon); aerr != nil {
+	var oerr error // the open's own: read once await returned nil
+	if aerr := await(ctx, func() { oerr = s.open(ctx) }, s.abandon); aerr != nil {
 		return nil, aerr
 	}
-	if err != nil {
+	if err := oerr; err != nil {
 		s.cancel()
 		return nil, err
 	}

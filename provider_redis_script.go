@@ -46,14 +46,14 @@ var (
 
 	recordLua = lua("record.lua")
 
-	acquireScript      = newScript(lua("acquire.lua")) // self-contained: record.lua not prepended
-	queueScript        = newScript(recordLua + lua("queue.lua"))
-	leaveScript        = newScript(recordLua + lua("leave.lua"))
-	releaseScript      = newScript(recordLua + lua("release.lua"))
-	renewScript        = newScript(recordLua + lua("renew.lua"))
-	finishScript       = newScript(recordLua + lua("finish.lua"))
-	inspectScript      = newScript(lua("inspect.lua"))
-	forceReleaseScript = newScript(recordLua + lua("forcerelease.lua"))
+	acquireScript      = newScript(lua("acquire.lua"), decode) // self-contained: record.lua not prepended
+	queueScript        = newScript(recordLua+lua("queue.lua"), decode)
+	leaveScript        = newScript(recordLua+lua("leave.lua"), decode)
+	releaseScript      = newScript(recordLua+lua("release.lua"), decode)
+	renewScript        = newScript(recordLua+lua("renew.lua"), decode)
+	finishScript       = newScript(recordLua+lua("finish.lua"), decode)
+	inspectScript      = newScript(lua("inspect.lua"), decode)
+	forceReleaseScript = newScript(recordLua+lua("forcerelease.lua"), decode)
 )
 
 // script is a Lua script (one of the provider's, or a [RedisFence]'s), sent
@@ -65,45 +65,75 @@ var (
 // change are boxed once: an acquisition and its release allocate a third
 // less.
 type script struct {
-	text string
-	src  any                 // text, as a command argument
-	sha  atomic.Pointer[any] // its digest, as a command argument; nil until learned
+	text   string
+	src    any                                          // text, as a command argument
+	sha    atomic.Pointer[any]                          // its digest, as a command argument; nil until learned
+	decode func(op, key string, res any) (reply, error) // its replies' decoder (see run); nil for a script run otherwise
 }
 
 // newScript returns the provider's script src, its fragments included (see
-// expand).
-func newScript(src string) *script { return scriptOf(expand(src)) }
+// expand), whose replies decode decodes.
+func newScript(src string, decode func(op, key string, res any) (reply, error)) *script {
+	s := scriptOf(expand(src))
+	s.decode = decode
+	return s
+}
 
 // scriptOf returns the script whose text is src, as it is.
 func scriptOf(src string) *script { return &script{text: src, src: src} }
 
-// reply is a script's reply, {code, value, pttl, n}, decoded (see the
-// replies at the top of scripts/record.lua); each method takes from it what
+// reply is a script's reply, decoded: a lock's script's, {code, value,
+// pttl, n} (see the top of scripts/record.lua), by decode; a counted name's
+// script's, {code, limit, used, n, owner, value, pttl, head, kind} (see the
+// top of scripts/claim.lua), by decodeClaim. Each method takes from it what
 // it needs.
 type reply struct {
 	code int64  // one of the reply codes below
-	rec  Record // the value, parsed, with the pttl as its TTL; zero without a value
-	n    int64  // the queue's length (inspect), the caller's place (queued) or its token (granted)
+	rec  Record // the record or claim the reply names, with its TTL; zero without one
+	n    int64  // the queue's length (inspect), the caller's place (queued) or its token (a lock granted)
 	raw  any    // the reply as received, for an error's message
 }
 
-// The codes of the scripts' replies (see scripts/record.lua).
+// The codes of the scripts' replies, one table for the locks' scripts and
+// the counted names' (see scripts/record.lua).
 const (
-	replyEmpty   = 0 // the key holds nothing
+	replyEmpty   = 0 // the key holds nothing (a lock's scripts)
 	replyDone    = 1 // the call did what it was asked
-	replyValue   = 2 // rec is what the key holds (or held, for forcerelease)
+	replyValue   = 2 // the caller holds nothing; rec is what holds the key (or held it, for forcerelease)
 	replyQueued  = 3 // the caller is in the queue, at place n
-	replyGranted = 4 // the caller's new record was stored, with token n
+	replyGranted = 4 // the caller holds the key: a lock's new record, with token n; a claim, rec
+	replyLost    = 5 // the caller holds no live claim; nothing changed (a counted name's scripts)
+	replyCorrupt = 6 // a stored value is not the scripts' (a counted name's scripts)
+	replyLocked  = 7 // the key holds a lock's record, rec, and no counted name; nothing changed
 )
 
-// decode turns the reply of a script run for op on key, or its error, into a
-// reply. A value that is not a record is reported as a [RecordError], a reply
-// of another shape as an error of its own, and an error of the server as
-// wrap reports it.
-func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error) {
-	if err != nil {
-		return reply{}, p.wrap(key, err)
+// run runs s for op on key, with nkeys keys, the first of args, and the
+// rest of args as its arguments (in the layout of scripts/record.lua or
+// scripts/claim.lua), at once or with others in a pipeline (see batcher),
+// and decodes its reply (s.decode). With wait, for a call that grants or
+// renews, and [WaitForReplicas], it runs s and a WAIT after it in one
+// pipeline, on the connection of the key's primary (evalWait), and returns
+// how many replicas acknowledged it; -1 otherwise.
+func (p *RedisProvider) run(ctx context.Context, op, key string, s *script, wait bool, nkeys int, args ...any) (reply, int64, error) {
+	var res any
+	var err error
+	acked := int64(-1)
+	if wait && p.waits {
+		res, acked, err = p.evalWait(ctx, s, nkeys, args)
+	} else {
+		res, err = p.batch.eval(ctx, s, nkeys, args...)
 	}
+	if err != nil {
+		return reply{}, acked, wrap(key, err)
+	}
+	r, err := s.decode(op, key, res)
+	return r, acked, err
+}
+
+// decode turns the reply of a lock's script run for op on key into a
+// reply. A value that is not a record is reported as a [RecordError], and a
+// reply of another shape as an error of its own.
+func decode(op, key string, res any) (reply, error) {
 	r := reply{raw: res}
 	a, _ := res.([]any)
 	if len(a) != 4 {
@@ -119,6 +149,7 @@ func (p *RedisProvider) decode(op, key string, res any, err error) (reply, error
 	switch v := a[1].(type) {
 	case nil: // false
 	case string:
+		var err error
 		if kind, ok := countedMark(v); ok {
 			r.rec = Record{Kind: kind} // in use as a counted name: no lock's record
 		} else if r.rec, err = parseRecord(key, v); err != nil {
@@ -144,16 +175,15 @@ func (r reply) unexpected(op, key string) error {
 	return fmt.Errorf("lock: %s %q: unexpected reply %v", op, key, r.raw)
 }
 
-// done turns the reply of a release, renewal or finish, or its error, into
-// an error: nil when done, a [LostError] when the key is empty or holds a
-// record of another owner (or an ended one), err otherwise.
-func (r reply) done(op, key string, err error) error {
-	switch {
-	case err != nil:
-		return err
-	case r.code == replyDone:
+// done turns the reply of a release, renewal, finish or lowering into an
+// error: nil when done, a [LostError] when the key is empty or holds a
+// record of another owner (or an ended one), or the caller holds no live
+// claim.
+func (r reply) done(op, key string) error {
+	switch r.code {
+	case replyDone:
 		return nil
-	case r.code == replyEmpty || r.code == replyValue:
+	case replyEmpty, replyValue, replyLost:
 		return &LostError{Key: key}
 	}
 	return r.unexpected(op, key)
@@ -184,7 +214,8 @@ func (r reply) inspected(key string, err error) (Record, error) {
 type call struct {
 	s    *script
 	cmd  RedisCommand
-	args [3 + 4 + 9]any // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
+	args [3 + 4 + 9]any   // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
+	one  [1]*RedisCommand // the commands of a call sent alone: cmd
 }
 
 // newCall returns the call of s with nkeys keys, the first of args, and the
@@ -237,7 +268,12 @@ type execer interface {
 // script whose digest is not known yet is sent in full, and its digest
 // learned afterwards from d (see learn).
 func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, wait *RedisCommand) {
-	cmds := make([]*RedisCommand, 0, len(calls)+1)
+	var cmds []*RedisCommand
+	if len(calls) == 1 && wait == nil {
+		cmds = calls[0].one[:0] // no allocation for a script alone
+	} else {
+		cmds = make([]*RedisCommand, 0, len(calls)+1)
+	}
 	for _, cl := range calls {
 		if cl.cmd.Args[0] == "eval" && cl.s.sha.Load() != nil {
 			cl.by(false) // made before the digest was learned: by digest now
@@ -278,8 +314,7 @@ func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, 
 // handles.
 func learn(ctx context.Context, d RedisDriver, calls []*call) {
 	for _, cl := range calls {
-		var rerr *RedisError
-		if cl.s.sha.Load() != nil || (cl.cmd.Err != nil && !errors.As(cl.cmd.Err, &rerr)) {
+		if cl.s.sha.Load() != nil || (cl.cmd.Err != nil && !isRedisError(cl.cmd.Err)) {
 			continue
 		}
 		var via execer = d
@@ -303,8 +338,18 @@ func learn(ctx context.Context, d RedisDriver, calls []*call) {
 // noScript reports whether err is the server's answer to an EVALSHA of a
 // script it does not know.
 func noScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr *RedisError
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "NOSCRIPT")
+}
+
+// isRedisError reports whether err is, or wraps, an error reply of the
+// server's.
+func isRedisError(err error) bool {
+	var rerr *RedisError
+	return errors.As(err, &rerr)
 }
 
 // expand replaces each line "--#include NAME" of src, indented or not, by

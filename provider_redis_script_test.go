@@ -58,12 +58,12 @@ func TestScriptsShareOneDefinition(t *testing.T) {
 // with ARGV[1] the owner owned.lua looks for, and replies what each found:
 // {owner, token, ended, queued} of parse (false, false, 0, 0 when it is not
 // a record) and {token, rest} of owned.lua (false, false when not owned).
-var parseCheck = newScript(recordLua + `
+var parseCheck = newScript(recordLua+`
 local v = ARGV[2]
 local po, pt, pe, pq = lib().parse(v)
 --#include owned.lua
 return {po or false, pt or false, pe and 1 or 0, pq and 1 or 0, token or false, rest or false}
-`)
+`, nil)
 
 // recordSamples returns values to parse: records, near misses and random
 // strings made of the bytes the parsers look at (seeded: the same each run).

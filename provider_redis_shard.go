@@ -247,10 +247,10 @@ func (p *RedisProvider) unqueueShard(inbox, owner string) {
 // one slot). Each connection has a goroutine that reads it and one that
 // pings it and closes it.
 //
-// go-redis would resubscribe a broken connection with one SSUBSCRIBE of
-// all its channels, which Redis refuses for channels of several slots
-// (CROSSSLOT): so a connection that breaks is closed with its channels
-// instead, and the waiters look again, which subscribes them anew.
+// A connection that breaks is not resubscribed (go-redis would send one
+// SSUBSCRIBE of all its channels, which Redis refuses for channels of
+// several slots: CROSSSLOT): it is closed with its channels instead, and
+// the waiters look again, which subscribes them anew.
 type shardListener struct {
 	p       *RedisProvider
 	inbox   string

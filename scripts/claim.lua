@@ -68,7 +68,8 @@
 --
 -- Every script but claiminspect.lua replies {code, limit, used, n, owner,
 -- value, pttl, head, kind}, decoded by decodeClaim in
--- provider_redis_claims.go: limit, used and kind are the name's after the
+-- provider_redis_claims.go, with a code of the one table of reply codes
+-- (at the top of record.lua): limit, used and kind are the name's after the
 -- call (0, 0, false when it holds nothing; kind false for a name stored
 -- without one), and
 --   code 1 DONE: the call did what it was asked.
@@ -79,7 +80,8 @@
 --   code 3 QUEUED: the caller is in the queue at place n (0 first); owner,
 --     value and pttl as for VALUE; head the ms left to the head's entry
 --     when n > 0 and the call knows it (' hw'), else 0.
---   code 4 HELD: the caller holds the claim value, with pttl ms left.
+--   code 4 GRANTED: the caller holds the claim value (granted by this call
+--     or before it), with pttl ms left.
 --   code 5 LOST: the caller holds no live claim, and nothing changed.
 --   code 6 CORRUPT: value is a stored value that is not one of these
 --     scripts'; nothing was written.
@@ -481,9 +483,9 @@ local function reply(code, n)
   return {code, limit or 0, used, n, o, v, pttl, head, kind or false}
 end
 
--- held finishes the call and returns the HELD reply of the caller's claim
--- v (as a reply shows it), with pttl ms left.
-local function held(v, pttl)
+-- granted finishes the call and returns the GRANTED reply of the caller's
+-- claim v (as a reply shows it), with pttl ms left.
+local function granted(v, pttl)
   local lockv = finish()
   if lockv then return locked(lockv) end
   return {4, limit or 0, used, 0, owner, v, pttl, 0, kind or false}

@@ -2,7 +2,7 @@
 -- nobody is queued, or renew the caller's own. Takes ARGV owner, ttl, key,
 -- pub, weight, limit, "", "", kind (see the layout and the replies at the
 -- top of this script, claim.lua); serves the queue first when a waiter's
--- head fits. Replies HELD with the caller's claim, or VALUE. A limit or a
+-- head fits. Replies GRANTED with the caller's claim, or VALUE. A limit or a
 -- kind that is not the name's changes nothing (but the reaping and
 -- serving): VALUE. A claim that would make the name of a key that holds a
 -- lock's record changes nothing: LOCKED.
@@ -14,15 +14,15 @@ if err then return failed(err) end
 if other() then return reply(2, 0) end
 if changed[owner] then
   -- The caller was queued, and granted from the queue just now.
-  return held(short(changed[owner]), ttl)
+  return granted(short(changed[owner]), ttl)
 end
 if mine then
   renew(ttl)
-  return held(short(mine), ttl)
+  return granted(short(mine), ttl)
 end
 if qlen <= 0 and used + w <= limit then
   local v, e = grant(owner, w, ttl)
   if not v then return failed(e) end
-  return held(v, ttl)
+  return granted(v, ttl)
 end
 return reply(2, 0)

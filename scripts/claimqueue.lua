@@ -2,7 +2,7 @@
 -- claimacquire.lua does, or put the caller at the back of the queue, or
 -- keep its place there. Takes ARGV owner, ttl, key, pub, weight, limit,
 -- entry, queue ttl, kind (see the layout and the replies at the top of
--- this script, claim.lua). Replies HELD with the caller's claim (granted
+-- this script, claim.lua). Replies GRANTED with the caller's claim (granted
 -- from the queue too: the caller is told with a message as well), QUEUED
 -- with its place, VALUE when its limit or kind is not the name's (which
 -- changes nothing but the reaping and serving), or LOCKED when it would
@@ -23,7 +23,7 @@ if err then return failed(err) end
 if other() then return reply(2, 0) end
 if changed[owner] then
   -- Granted from the queue, just now.
-  return held(short(changed[owner]), ttl)
+  return granted(short(changed[owner]), ttl)
 end
 if waiting and waitdl <= now then
   -- Its entry ran out (a look that came late): it is gone.
@@ -39,11 +39,11 @@ if mine or (qlen <= 0 and used + w <= limit) then
   end
   if mine then
     renew(ttl)
-    return held(short(mine), ttl)
+    return granted(short(mine), ttl)
   end
   local v, e = grant(owner, w, ttl)
   if not v then return failed(e) end
-  return held(v, ttl)
+  return granted(v, ttl)
 end
 local place = false
 local dl = now + tonumber(ARGV[8])

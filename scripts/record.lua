@@ -25,22 +25,34 @@
 --   ARGV[8] queue ttl: how long the queue outlives its last look, in ms
 -- (RedisProvider's methods in provider_redis.go pass them in this order.)
 --
--- Every script replies {code, value, pttl, n}, decoded by decode in
+-- The reply codes, one table for these scripts and the counted names'
+-- (claim.lua), decoded into one reply type (reply, whose constants
+-- replyEmpty... name them, in provider_redis_script.go):
+--   0 EMPTY    the key holds nothing
+--   1 DONE     the call did what it was asked
+--   2 VALUE    the caller holds nothing; the reply says what holds the key
+--   3 QUEUED   the caller is in the queue
+--   4 GRANTED  the caller holds the key: a lock's new record, a claim
+--   5 LOST     the caller holds no live claim; nothing changed
+--   6 CORRUPT  a stored value is not the scripts'; nothing was written
+--   7 LOCKED   the key holds a lock's record; nothing was written
+-- These scripts reply codes 0 to 4, the counted names' 1 to 7.
+--
+-- Every script here replies {code, value, pttl, n}, decoded by decode in
 -- provider_redis_script.go:
---   code 0 EMPTY: the key holds nothing; value false, pttl and n 0.
---   code 1 DONE: the call did what it was asked (release, renew, finish,
---     leave); value false, pttl and n 0.
---   code 2 VALUE: value is what the key holds (after the call; for
---     forcerelease, what it held), pttl its remaining TTL in ms (0 when not
---     read), n the length of the queue for inspect, else 0. A value that is
---     not a record is returned as it is: the caller reports it, but for a
+--   EMPTY: value false, pttl and n 0.
+--   DONE (release, renew, finish, leave): value false, pttl and n 0.
+--   VALUE: value is what the key holds (after the call; for forcerelease,
+--     what it held), pttl its remaining TTL in ms (0 when not read), n the
+--     length of the queue for inspect, else 0. A value that is not a
+--     record is returned as it is: the caller reports it, but for a
 --     counted name's mark, "counted <kind>" (see claim.lua), which says
 --     that the key is in use as that name: no lock's record. For release,
 --     renew and finish, VALUE means the caller does not hold the key.
---   code 3 QUEUED: the caller is in the queue (queue.lua); value is the
---     record that holds the key with its pttl, or false and 0 when it was
---     not read, n the caller's place (0 first).
---   code 4 GRANTED: acquire.lua stored the caller's new record; value false
+--   QUEUED (queue.lua): value is the record that holds the key with its
+--     pttl, or false and 0 when it was not read, n the caller's place (0
+--     first).
+--   GRANTED (acquire.lua): the caller's new record was stored; value false
 --     (the caller knows it), pttl 0, n its token.
 --
 -- A record is "owner,token,since" while held, "owner,token,since,q" while
