@@ -1,24 +1,29 @@
 // Package valkey is the Redis provider of github.com/seed05627090/lock over
 // a github.com/valkey-io/valkey-go client: the same [lock.RedisProvider] as
-// [lock.NewRedisProvider] makes over go-redis (its scripts, queues,
-// hand-offs and fences), with its commands sent through valkey-go, which
-// pipelines concurrent commands on one connection by itself. Single
-// servers, Sentinel and Redis Cluster clients all work.
+// [lock.NewRedisProvider] makes over go-redis (its scripts, wait queues,
+// hand-offs, fencing tokens), with its commands sent through valkey-go, which
+// pipelines the commands of concurrent callers on one connection by
+// itself. Single servers, Sentinel and Redis Cluster clients all work;
+// [Fence] is [lock.RedisFence] through the same client.
 //
-// The package has the name of the client's, so a file that uses both names
-// one of them:
+// The package has the name of the client's, so a file that uses both
+// names one of them:
 //
 //	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
-//	// ...
-//	c := lock.New(lockvalkey.NewProvider(client))
-//	defer c.Close()
-//	l, err := c.Acquire(ctx, "invoice:7", lock.Options{TTL: 10 * time.Second})
+//	if err != nil { ... }
+//	defer client.Close()
+//	c, err := lock.NewClient(lockvalkey.NewProvider(client))
+//	if err != nil { ... }
+//	defer c.Close() // before client.Close
+//	err = c.Do(ctx, "nightly-report", lock.Options{}, func(ctx context.Context) error {
+//		return sendReport(ctx) // in one replica at a time
+//	})
 package valkey
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,9 +36,10 @@ import (
 )
 
 // NewProvider returns a lock.RedisProvider that sends its commands through
-// client, with opts as [lock.NewRedisProvider] takes them. The client stays
-// the caller's to close. Each command ends when its context ends, or at the
-// client's own timeouts (ClientOption.ConnWriteTimeout).
+// client, with opts as [lock.NewRedisProvider] takes them ([lock.WaitForReplicas],
+// [lock.ShardedPubSub]). The client stays the caller's to close, after the
+// lock Clients that use the provider. valkey-go ends each command when its
+// context ends.
 func NewProvider(client valkey.Client, opts ...lock.RedisOption) *lock.RedisProvider {
 	if client == nil {
 		return lock.NewRedisProviderWithDriver(nil, opts...)
@@ -165,10 +171,7 @@ func (d *driver) loadSlots(ctx context.Context) ([]string, error) {
 		}
 		host, _ := primary[0].(string)
 		port, _ := primary[1].(int64)
-		addr := host + ":" + strconv.FormatInt(port, 10)
-		if strings.Contains(host, ":") {
-			addr = "[" + host + "]:" + strconv.FormatInt(port, 10)
-		}
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
 		for s := start; s <= end; s++ {
 			slots[s] = addr
 		}
@@ -297,6 +300,3 @@ func value(m *valkey.ValkeyMessage) any {
 	}
 	return s
 }
-
-// errClosed is what a closed pub/sub connection's Receive returns.
-var errClosed = errors.New("lock: pub/sub connection closed")

@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -26,6 +27,10 @@ type pubsub struct {
 	closed chan struct{}
 	once   sync.Once
 }
+
+// errClosed is what Receive returns once the connection was closed, or
+// ended without an error of its own.
+var errClosed = errors.New("lock: pub/sub connection closed")
 
 // received is a message, or an error reply to a command sent on the
 // connection (Receive returns those too).
