@@ -81,9 +81,10 @@ func (d *driver) Exec(ctx context.Context, cmds []*lock.RedisCommand) { exec(ctx
 // Cluster implements lock.RedisDriver.
 func (d *driver) Cluster() bool { return d.self == nil }
 
-// ReadOnly implements lock.RedisDriver: false, since the driver sends every
-// command as a write (to a primary, whatever ClientOption.SendToReplicas
-// says of reads) and subscribes on primaries only.
+// ReadOnly implements lock.RedisDriver: false, since the driver builds
+// every command as a write (not ReadOnly: a ClientOption.SendToReplicas
+// that sends read-only commands to replicas sends none of them) and
+// subscribes on primaries only.
 func (d *driver) ReadOnly() bool { return false }
 
 // Primaries implements lock.RedisDriver: on a Cluster, it asks a node for
