@@ -59,6 +59,23 @@ func TestCluster(t *testing.T) {
 		SkipsUnlistened: rep.Server == "valkey" || !strings.HasPrefix(rep.Version, "6."),
 		Remote:          true,
 	})
+
+	// A pipeline of commands in two slots and one without a key, which
+	// rueidis alone would refuse with a panic, is sent; every command has
+	// its reply.
+	t.Run("KeyedAndKeylessCommands", func(t *testing.T) {
+		ctx := ctxTimeout(t, 10*time.Second)
+		cmds := []*lock.RedisCommand{
+			{Args: []any{"set", "{a}" + uniqueName(t), "1"}, Key: 1, Keys: 1},
+			{Args: []any{"set", "{b}" + uniqueName(t), "2"}, Key: 1, Keys: 1},
+			{Args: []any{"ping"}},
+		}
+		lockrueidis.NewDriver(newCluster(t)).Exec(ctx, cmds)
+		for _, cmd := range cmds {
+			require.NoError(t, cmd.Err, "%v", cmd.Args)
+		}
+		require.Equal(t, []any{"OK", "OK", "PONG"}, []any{cmds[0].Reply, cmds[1].Reply, cmds[2].Reply})
+	})
 }
 
 // TestWaitForReplicas: with WaitForReplicas, a grant counts once a replica

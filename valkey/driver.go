@@ -75,8 +75,29 @@ func newDriver(client valkey.Client) *driver {
 
 // Exec implements lock.RedisDriver: one command alone with Do, several with
 // DoMulti, which valkey-go sends in one round trip per node and, on a
-// Cluster, routes by each command's slot, following redirections.
-func (d *driver) Exec(ctx context.Context, cmds []*lock.RedisCommand) { exec(ctx, d.client, cmds) }
+// Cluster, routes by each command's slot, following redirections. On a
+// Cluster, valkey-go sends the commands without a key of a DoMulti to the
+// node of its keyed ones, and refuses (panics) when those are in several
+// slots: the commands without a key are sent apart, after the others.
+func (d *driver) Exec(ctx context.Context, cmds []*lock.RedisCommand) {
+	if d.self != nil {
+		exec(ctx, d.client, cmds)
+		return
+	}
+	var keyed, keyless []*lock.RedisCommand
+	for _, cmd := range cmds {
+		if cmd.Key > 0 {
+			keyed = append(keyed, cmd)
+		} else {
+			keyless = append(keyless, cmd)
+		}
+	}
+	for _, part := range [][]*lock.RedisCommand{keyed, keyless} {
+		if len(part) > 0 {
+			exec(ctx, d.client, part)
+		}
+	}
+}
 
 // Cluster implements lock.RedisDriver.
 func (d *driver) Cluster() bool { return d.self == nil }
