@@ -69,6 +69,16 @@ func (p *RedisProvider) CheckServer(ctx context.Context) (ServerReport, error) {
 	if err := p.check(); err != nil {
 		return ServerReport{}, err
 	}
+	var r ServerReport
+	var cerr error // the call's own: read once await returned nil
+	if err := await(ctx, func() { r, cerr = p.checkServer(ctx) }, nil); err != nil {
+		return ServerReport{}, fmt.Errorf("lock: check server: %w", err)
+	}
+	return r, cerr
+}
+
+// checkServer is CheckServer, once the provider is checked.
+func (p *RedisProvider) checkServer(ctx context.Context) (ServerReport, error) {
 	if !p.cluster {
 		nodes, err := p.driver.Primaries(ctx)
 		if err == nil && len(nodes) != 1 {

@@ -53,7 +53,7 @@ func newGoRedis(client redis.UniversalClient) *goRedis {
 		d.cluster = cc
 	} else {
 		addr := ""
-		if rc, ok := client.(*redis.Client); ok {
+		if rc, ok := client.(*redis.Client); ok && rc != nil {
 			addr = rc.Options().Addr
 		}
 		d.self = &goRedisNode{client: client, addr: addr}

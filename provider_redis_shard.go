@@ -426,7 +426,7 @@ func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan,
 			// Not the caller's ctx: the connection may be dialled now, and
 			// it serves other waiters too.
 			if err := c.conn.ps.SSubscribe(context.WithoutCancel(ctx), ch); err != nil {
-				l.broken(c.conn, err)
+				l.refused(c.conn, err) // a MOVED, or a broken connection
 			}
 		}
 		return c, nil

@@ -121,10 +121,11 @@ type RedisNode interface {
 // again).
 type RedisPubSub interface {
 	// Subscribe sends SUBSCRIBE channel, SSubscribe SSUBSCRIBE channel,
-	// and SUnsubscribe SUNSUBSCRIBE channel. Each returns once the command
-	// is written, without waiting for the server's confirmation, which
-	// Receive returns (an error reply, such as MOVED to an SSUBSCRIBE of a
-	// slot that moved, is returned by Receive as a *[RedisError]).
+	// and SUnsubscribe SUNSUBSCRIBE channel. Each may return once the
+	// command is written, without waiting for the server's confirmation,
+	// which Receive returns in any case. An error reply, such as MOVED to
+	// an SSUBSCRIBE of a slot that moved, is a *[RedisError], returned by
+	// the command itself or by Receive.
 	Subscribe(ctx context.Context, channel string) error
 	SSubscribe(ctx context.Context, channel string) error
 	SUnsubscribe(ctx context.Context, channel string) error
