@@ -21,7 +21,7 @@ type pubsub struct {
 	broken <-chan error // the hooks' end: an error, or closed, when the connection ends
 
 	mu     sync.Mutex
-	queue  []received
+	queue  []lock.RedisMessage
 	err    error         // once the connection ended or was closed: what Receive returns
 	ready  chan struct{} // holds a token while the queue is not empty
 	closed chan struct{}
@@ -32,23 +32,16 @@ type pubsub struct {
 // ended without an error of its own.
 var errClosed = errors.New("lock: pub/sub connection closed")
 
-// received is a message, or an error reply to a command sent on the
-// connection (Receive returns those too).
-type received struct {
-	m   lock.RedisMessage
-	err error
-}
-
 // newPubSub opens a dedicated connection of c and sets its hooks.
 func newPubSub(c valkey.Client) (*pubsub, error) {
 	conn, _ := c.Dedicate() // the release function is conn.Close's too
 	p := &pubsub{conn: conn, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	p.broken = conn.SetPubSubHooks(valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
-			p.push(received{m: lock.RedisMessage{Kind: "message", Channel: m.Channel, Payload: m.Message}})
+			p.push(lock.RedisMessage{Kind: "message", Channel: m.Channel, Payload: m.Message})
 		},
 		OnSubscription: func(s valkey.PubSubSubscription) {
-			p.push(received{m: lock.RedisMessage{Kind: s.Kind, Channel: s.Channel, Count: int(s.Count)}})
+			p.push(lock.RedisMessage{Kind: s.Kind, Channel: s.Channel, Count: int(s.Count)})
 		},
 	})
 	select {
@@ -63,10 +56,10 @@ func newPubSub(c valkey.Client) (*pubsub, error) {
 	}
 }
 
-// push queues r, and wakes Receive.
-func (p *pubsub) push(r received) {
+// push queues m, and wakes Receive.
+func (p *pubsub) push(m lock.RedisMessage) {
 	p.mu.Lock()
-	p.queue = append(p.queue, r)
+	p.queue = append(p.queue, m)
 	p.mu.Unlock()
 	select {
 	case p.ready <- struct{}{}:
@@ -94,18 +87,20 @@ func (p *pubsub) Ping(ctx context.Context) error {
 
 // do sends cmd on the connection; valkey-go returns once the server has
 // answered it (a subscription's confirmation arrives through the hooks
-// first). An error reply is queued for Receive, as the interface has it;
-// when kind is not empty, so is a message of that kind for the answer.
+// first). An error reply (MOVED) is returned as a *lock.RedisError; when
+// kind is not empty, the answer is queued for Receive as a message of that
+// kind.
 func (p *pubsub) do(ctx context.Context, cmd valkey.Completed, kind string) error {
 	r := p.conn.Do(ctx, cmd)
 	if err := r.NonValkeyError(); err != nil {
 		return err
 	}
-	m, _ := r.ToMessage()
-	if rerr, ok := value(&m).(*lock.RedisError); ok {
-		p.push(received{err: rerr})
-	} else if kind != "" {
-		p.push(received{m: lock.RedisMessage{Kind: kind}})
+	msg, _ := r.ToMessage()
+	if rerr, ok := value(&msg).(*lock.RedisError); ok {
+		return rerr
+	}
+	if kind != "" {
+		p.push(lock.RedisMessage{Kind: kind})
 	}
 	return nil
 }
@@ -122,10 +117,10 @@ func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (lock.Redis
 	for {
 		p.mu.Lock()
 		if len(p.queue) > 0 {
-			r := p.queue[0]
+			m := p.queue[0]
 			p.queue = p.queue[1:]
 			p.mu.Unlock()
-			return r.m, r.err
+			return m, nil
 		}
 		err := p.err
 		p.mu.Unlock()
