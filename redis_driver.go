@@ -203,6 +203,7 @@ type RedisError struct {
 	Err error
 }
 
+// Error returns e.Msg.
 func (e *RedisError) Error() string { return e.Msg }
 
 // Unwrap returns e.Err.
