@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
@@ -156,4 +157,106 @@ func startCluster(t *testing.T) []string {
 		}, 15*time.Second, 50*time.Millisecond, "node %s has the whole map of slots", addr)
 	}
 	return addrs
+}
+
+// TestClusterSlotMoveResubscribes moves the slot of a lock, while a waiter
+// (polling once a minute) is queued for it, to another primary: Redis ends
+// the waiter's shard subscription on the old node, the waiter looks again,
+// and its provider subscribes on the new node (after the MOVED of an
+// SSUBSCRIBE sent where the driver's map of slots still said, the driver
+// loads the map again: Primaries), so that the release's SPUBLISH there
+// hands it the lock at once.
+func TestClusterSlotMoveResubscribes(t *testing.T) {
+	testenv.SkipShort(t, "a Redis Cluster")
+	addrs := startCluster(t)
+	ctx := ctxTimeout(t, time.Minute)
+	newCluster := func(t testing.TB) valkey.Client { return dial(t, valkey.ClientOption{InitAddress: addrs}) }
+	rep, err := lockvalkey.NewProvider(newCluster(t)).CheckServer(ctx)
+	require.NoError(t, err)
+	if rep.Server == "redis" && strings.HasPrefix(rep.Version, "6.") {
+		t.Skip("no sharded pub/sub before Redis 7.0")
+	}
+	holder := newClient(t, lockvalkey.NewProvider(newCluster(t)))
+	waiter := newClient(t, lockvalkey.NewProvider(newCluster(t)), lock.WithPollInterval(time.Minute))
+	const name = "moving"
+	key, _, _, err := lock.RedisKeys(lock.DefaultPrefix + "{" + name + "}")
+	require.NoError(t, err)
+	src, err := lockvalkey.NewDriver(newCluster(t)).PrimaryForKey(ctx, key)
+	require.NoError(t, err)
+	dst := addrs[0]
+	if dst == src.Addr() {
+		dst = addrs[1]
+	}
+	nodes := map[string]valkey.Client{}
+	for _, a := range addrs {
+		nodes[a] = dial(t, valkey.ClientOption{InitAddress: []string{a}, ForceSingleClient: true})
+	}
+
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	type waited struct {
+		l   *lock.Lock
+		err error
+		at  time.Time
+	}
+	done := make(chan waited, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 30 * time.Second})
+		done <- waited{l, err, time.Now()}
+	}()
+	require.Eventually(t, func() bool {
+		st, err := holder.Inspect(ctx, name)
+		return err == nil && st.Waiters == 1
+	}, 10*time.Second, 5*time.Millisecond, "the waiter queues")
+	c := nodes[src.Addr()]
+	chans, err := c.Do(ctx, c.B().PubsubShardchannels().Pattern("*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	require.Len(t, chans, 1, "the waiter's shard channel on %s", src.Addr())
+
+	moveSlot(t, ctx, nodes, key, src.Addr(), dst)
+	d := nodes[dst]
+	require.Eventually(t, func() bool {
+		n, err := d.Do(ctx, d.B().PubsubShardnumsub().Channel(chans[0]).Build()).AsIntMap()
+		return err == nil && n[chans[0]] == 1
+	}, 10*time.Second, 20*time.Millisecond, "the waiter subscribes to %s on %s, where the slot moved", chans[0], dst)
+
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	r := <-done
+	require.NoError(t, r.err, "the waiter's acquisition")
+	assert.Less(t, r.at.Sub(released), 5*time.Second, "the SPUBLISH on %s wakes the waiter (it polls once a minute)", dst)
+	require.NoError(t, r.l.Release(ctx))
+}
+
+// moveSlot moves the slot of key, with its keys, from the primary at src to
+// the one at dst: CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE, then
+// SETSLOT NODE on every node.
+func moveSlot(t *testing.T, ctx context.Context, nodes map[string]valkey.Client, key, src, dst string) {
+	t.Helper()
+	slot, err := nodes[src].Do(ctx, nodes[src].B().ClusterKeyslot().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	ids := map[string]string{}
+	for a, c := range nodes {
+		id, err := c.Do(ctx, c.B().ClusterMyid().Build()).ToString()
+		require.NoError(t, err)
+		ids[a] = id
+	}
+	do := func(addr string, args ...string) {
+		c := nodes[addr]
+		err := c.Do(ctx, c.B().Arbitrary(args...).Build()).Error()
+		require.NoError(t, err, "%v on %s", args, addr)
+	}
+	s := strconv.FormatInt(slot, 10)
+	do(dst, "CLUSTER", "SETSLOT", s, "IMPORTING", ids[src])
+	do(src, "CLUSTER", "SETSLOT", s, "MIGRATING", ids[dst])
+	c := nodes[src]
+	keys, err := c.Do(ctx, c.B().ClusterGetkeysinslot().Slot(slot).Count(1000).Build()).AsStrSlice()
+	require.NoError(t, err)
+	if len(keys) > 0 {
+		host, port, _ := net.SplitHostPort(dst)
+		do(src, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)...)
+	}
+	for a := range nodes {
+		do(a, "CLUSTER", "SETSLOT", s, "NODE", ids[dst])
+	}
 }
