@@ -13,8 +13,8 @@ import (
 // The clients the columns get, one per column (and per cell), each counting
 // the commands it sends (the row "client round trips per section"). Every
 // go-redis column gets newRedisClient, with the same settings; the rueidis
-// and valkey-go columns get their client's defaults, with the options their
-// lock package sets.
+// and valkey-go columns get their client's defaults, rueidislock's and
+// valkeylock's with the options their lock package sets.
 
 // newRedisClient returns the go-redis client every library gets: the same
 // settings for all, with a hook that counts the commands it sends.
@@ -55,10 +55,12 @@ func newRueidisClient(o rueidis.ClientOption, sent *atomic.Int64) (rueidis.Clien
 }
 
 // countedRueidis counts the commands sent through a rueidis client; an
-// auto-pipelined write of several commands counts each. Commands sent by
-// DoStream or DoMultiStream, on a dedicated connection (Dedicated,
-// Dedicate) or through Nodes are not counted: rueidislock uses none of
-// them (a column that does must count them too).
+// auto-pipelined write of several commands counts each, and so do those
+// sent on a connection that Dedicate returns (this library's pub/sub
+// connections). Commands sent by DoStream or DoMultiStream, on a Dedicated
+// connection or through Nodes are not counted: neither rueidislock nor
+// this library on a single server uses them (a column that does must
+// count them too).
 type countedRueidis struct {
 	rueidis.Client
 	n *atomic.Int64
@@ -87,6 +89,28 @@ func (c countedRueidis) DoMultiCache(ctx context.Context, cmds ...rueidis.Cachea
 func (c countedRueidis) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(rueidis.PubSubMessage)) error {
 	c.n.Add(1)
 	return c.Client.Receive(ctx, subscribe, fn)
+}
+
+func (c countedRueidis) Dedicate() (rueidis.DedicatedClient, func()) {
+	dc, cancel := c.Client.Dedicate()
+	return countedRueidisDedicated{dc, c.n}, cancel
+}
+
+// countedRueidisDedicated counts the commands sent on a dedicated
+// connection.
+type countedRueidisDedicated struct {
+	rueidis.DedicatedClient
+	n *atomic.Int64
+}
+
+func (c countedRueidisDedicated) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.DedicatedClient.Do(ctx, cmd)
+}
+
+func (c countedRueidisDedicated) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(int64(len(cmds)))
+	return c.DedicatedClient.DoMulti(ctx, cmds...)
 }
 
 // newValkeyClient is newRueidisClient for valkey-go.
@@ -127,4 +151,25 @@ func (c countedValkey) DoMultiCache(ctx context.Context, cmds ...valkey.Cacheabl
 func (c countedValkey) Receive(ctx context.Context, subscribe valkey.Completed, fn func(valkey.PubSubMessage)) error {
 	c.n.Add(1)
 	return c.Client.Receive(ctx, subscribe, fn)
+}
+
+func (c countedValkey) Dedicate() (valkey.DedicatedClient, func()) {
+	dc, cancel := c.Client.Dedicate()
+	return countedValkeyDedicated{dc, c.n}, cancel
+}
+
+// countedValkeyDedicated is countedRueidisDedicated for valkey-go.
+type countedValkeyDedicated struct {
+	valkey.DedicatedClient
+	n *atomic.Int64
+}
+
+func (c countedValkeyDedicated) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	c.n.Add(1)
+	return c.DedicatedClient.Do(ctx, cmd)
+}
+
+func (c countedValkeyDedicated) DoMulti(ctx context.Context, cmds ...valkey.Completed) []valkey.ValkeyResult {
+	c.n.Add(int64(len(cmds)))
+	return c.DedicatedClient.DoMulti(ctx, cmds...)
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/valkey-io/valkey-go/valkeylock"
 
 	"github.com/seed05627090/lock"
+	lockrueidis "github.com/seed05627090/lock/rueidis"
+	lockvalkey "github.com/seed05627090/lock/valkey"
 )
 
 // locker takes the lock called key, waiting for it the way the library waits,
@@ -58,17 +60,26 @@ func onGoRedis(lockers func(rc *redis.Client, n int) ([]locker, func(), error)) 
 // peerTTL is the lease the peers' locks get: redsync's default expiry.
 const peerTTL = 8 * time.Second
 
-// This library's columns. Its columns on rueidis and valkey-go, "lock
-// (rueidis)" and "lock (valkey-go)", go here once the library has those
-// drivers (the modules rueidis/ and valkey/ at the repository root), each
-// with an open that makes its client with newRueidisClient or
+// This library's columns. "lock (rueidis)" and "lock (valkey-go)" are
+// libLock on the drivers of the modules rueidis/ and valkey/ at the
+// repository root, each on a client made with newRueidisClient or
 // newValkeyClient (clients.go), so that its commands are counted as the
-// peers' are, and in drivers (main.go).
+// peers' are.
 var (
 	libLock = library{
 		name:   "lock",
 		detail: "this library: one lock.Client on lock.NewRedisProvider, Acquire with Options{Wait: true}, Lock.Release",
 		open:   onGoRedis(ourLockers(false, false)),
+	}
+	libLockRueidis = library{
+		name:   "lock (rueidis)",
+		detail: "as lock, with lockrueidis.NewProvider on a rueidis client of its own with rueidis's defaults (concurrent commands auto-pipelined on one connection)",
+		open:   rueidisLockOpen,
+	}
+	libLockValkey = library{
+		name:   "lock (valkey-go)",
+		detail: "as lock (rueidis), with lockvalkey.NewProvider on a valkey-go client",
+		open:   valkeyLockOpen,
 	}
 	libLockMulti = library{
 		name:   "lock multi",
@@ -157,35 +168,72 @@ func ourLockersSpread(clients int) func(rc *redis.Client, n int) ([]locker, func
 
 func ourLockers(clientPerGoroutine, fair bool) func(rc *redis.Client, n int) ([]locker, func(), error) {
 	return func(rc *redis.Client, n int) ([]locker, func(), error) {
-		p := lock.NewRedisProvider(rc)
-		var clients []*lock.Client
-		free := func() {
-			for _, c := range clients {
-				_ = c.Close()
-			}
-		}
-		ls := make([]locker, n)
-		for i := range ls {
-			if i > 0 && !clientPerGoroutine {
-				ls[i] = ls[0]
-				continue
-			}
-			c, err := lock.NewClient(p)
-			if err != nil {
-				free()
-				return nil, nil, err
-			}
-			clients = append(clients, c)
-			ls[i] = func(ctx context.Context, key string) (func(context.Context) error, error) {
-				l, err := c.Acquire(ctx, key, lock.Options{Wait: true, Fair: fair})
-				if err != nil {
-					return nil, err
-				}
-				return l.Release, nil
-			}
-		}
-		return ls, free, nil
+		return providerLockers(lock.NewRedisProvider(rc), n, clientPerGoroutine, fair)
 	}
+}
+
+// providerLockers returns n lockers on p: on one lock.Client, or on one
+// Client each with clientPerGoroutine; and the function that closes the
+// Clients.
+func providerLockers(p lock.Provider, n int, clientPerGoroutine, fair bool) ([]locker, func(), error) {
+	var clients []*lock.Client
+	free := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	ls := make([]locker, n)
+	for i := range ls {
+		if i > 0 && !clientPerGoroutine {
+			ls[i] = ls[0]
+			continue
+		}
+		c, err := lock.NewClient(p)
+		if err != nil {
+			free()
+			return nil, nil, err
+		}
+		clients = append(clients, c)
+		ls[i] = func(ctx context.Context, key string) (func(context.Context) error, error) {
+			l, err := c.Acquire(ctx, key, lock.Options{Wait: true, Fair: fair})
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		}
+	}
+	return ls, free, nil
+}
+
+// rueidisLockOpen opens libLock on the rueidis driver, on a rueidis client
+// of its own with rueidis's defaults.
+func rueidisLockOpen(addr string, n int) (*opened, error) {
+	sent := new(atomic.Int64)
+	c, err := newRueidisClient(rueidis.ClientOption{InitAddress: []string{addr}}, sent)
+	if err != nil {
+		return nil, err
+	}
+	ls, free, err := providerLockers(lockrueidis.NewProvider(c), n, false, false)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &opened{lockers: ls, sent: sent, close: func() { free(); c.Close() }}, nil
+}
+
+// valkeyLockOpen is rueidisLockOpen on the valkey-go driver.
+func valkeyLockOpen(addr string, n int) (*opened, error) {
+	sent := new(atomic.Int64)
+	c, err := newValkeyClient(valkey.ClientOption{InitAddress: []string{addr}}, sent)
+	if err != nil {
+		return nil, err
+	}
+	ls, free, err := providerLockers(lockvalkey.NewProvider(c), n, false, false)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &opened{lockers: ls, sent: sent, close: func() { free(); c.Close() }}, nil
 }
 
 func redsyncLockers(rc *redis.Client, n int) ([]locker, func(), error) {

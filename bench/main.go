@@ -203,9 +203,8 @@ type scenario struct {
 // the function that opens it on the server's address (libs.go).
 var (
 	// drivers are this library's columns on each Redis client it has a
-	// driver for, in scenarios (a) to (d): libLock on go-redis; "lock
-	// (rueidis)" and "lock (valkey-go)" join it here (see libs.go).
-	drivers = []library{libLock}
+	// driver for, in scenarios (a) to (d): go-redis, rueidis, valkey-go.
+	drivers = []library{libLock, libLockRueidis, libLockValkey}
 	// multiFair are this library with a Client per goroutine, unfair and
 	// fair, in the contended scenarios.
 	multiFair = []library{libLockMulti, libLockFair}

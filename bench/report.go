@@ -141,7 +141,8 @@ func printTable(w io.Writer, results map[string]result, d time.Duration) {
 		fmt.Fprintf(w, "%-*s %s\n", nameWidth, lib.name+":", lib.detail)
 	}
 	fmt.Fprintln(w, `Every column gets a client of its own: the go-redis ones the same settings (PoolSize 64),
-rueidislock and valkeylock their client's defaults with the options their Locker sets.
+lock (rueidis) and lock (valkey-go) their client's defaults, rueidislock and valkeylock
+those with the options their Locker sets.
 Client round trips: the commands the column's client sent (auto-pipelined ones count each).
 A handoff is a grant to a goroutine other than the one that released last, timed from the
 start of that release. Longest wait counts waits still unfinished when the run ended.

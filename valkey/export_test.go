@@ -1,0 +1,5 @@
+package valkey
+
+// NewDriver returns the driver of a client, for the tests that send it
+// commands themselves.
+var NewDriver = newDriver
