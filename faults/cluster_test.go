@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -22,9 +21,12 @@ import (
 	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
-// redisCLI is the redis-cli used to create the cluster; without it the test
-// joins the nodes and assigns the slots itself.
-const redisCLI = "/usr/bin/redis-cli"
+// redisCLI is the redis-cli on PATH, used to create the cluster; without
+// one the test joins the nodes and assigns the slots itself.
+func redisCLI() (string, bool) {
+	path, err := exec.LookPath("redis-cli")
+	return path, err == nil
+}
 
 const (
 	clusterNodes = 3
@@ -335,12 +337,12 @@ func startCluster(t *testing.T) []string {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := os.Stat(redisCLI); err == nil {
+	if cli, ok := redisCLI(); ok {
 		args := append([]string{"--cluster", "create"}, addrs...)
 		args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-		out, err := exec.CommandContext(ctx, redisCLI, args...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
 		require.NoError(t, err, "redis-cli --cluster create:\n%s\n%s", out, logs())
-		t.Logf("cluster created with %s", redisCLI)
+		t.Logf("cluster created with %s", cli)
 	} else {
 		meetCluster(t, ctx, addrs)
 		t.Logf("cluster created with CLUSTER MEET and CLUSTER ADDSLOTSRANGE")
