@@ -243,7 +243,12 @@ func exec(ctx context.Context, c rueidis.CommandClient, cmds []*lock.RedisComman
 // connection of its own rather than the one that pipelines every caller's
 // commands, with the commands sent along with it.
 func build(b rueidis.Builder, cmd *lock.RedisCommand) rueidis.Completed {
-	args := make([]string, len(cmd.Args))
+	var buf [16]string // the provider's commands have fewer: args stays on the stack
+	args := buf[:0]
+	if len(cmd.Args) > len(buf) {
+		args = make([]string, 0, len(cmd.Args))
+	}
+	args = args[:len(cmd.Args)]
 	for i, a := range cmd.Args {
 		switch a := a.(type) {
 		case string:
