@@ -58,51 +58,21 @@ func now() any { return time.Now().UnixMilli() }
 // whose waiters all died goes away.
 var queueTTLArg any = time.Minute.Milliseconds()
 
-// RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey. It
-// takes any redis.UniversalClient (see [NewRedisProvider]): single node,
-// Sentinel (failover) or Cluster; or another client library's, through a
-// [RedisDriver] (see [NewRedisProviderWithDriver]). Each operation is one Lua script, one round trip; scripts that
-// callers ask for while GOMAXPROCS (at least 2) are under way share one
-// pipeline (see docs/redis.md, "Many callers at once share round trips").
+// RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey: a
+// single node, Sentinel (failover) or a Cluster, through go-redis
+// ([NewRedisProvider]) or another client's [RedisDriver]
+// ([NewRedisProviderWithDriver]). Each operation is one Lua script, one
+// round trip; the scripts of concurrent callers share pipelines.
 //
-// For a key K it writes the record at K and the wait queue at K+":q", and
-// takes fencing tokens from the counter of K's hash slot (see [RedisKeys] and
-// provider_redis_token.go): one slot, so Cluster works. The record lives
-// until it is released or its TTL ends, the queue while its waiters look;
-// nothing per key outlives them, and the counters (at most 16,384 per key
-// prefix) never expire. A counted name K (see [Provider.AcquireClaim]) keeps
-// its claims (with their deadlines) and its queue at R+":c" and R+":cq",
-// R the record's key, apart from the lock of K; its claims expire by the
-// server's clock, and its Since is the server's too (see
-// provider_redis_claims.go). A message
-// is published only to hand a lock to a waiter (on that waiter's inbox
-// channel) and to tell waiters that the lock entered a grace period: a
-// release that nobody waits for publishes nothing. A waiter whose inbox
-// nobody listens to (the message reaches no one) is skipped, and the lock
-// handed to the next.
-//
-// On a single node or with Sentinel, the message is a PUBLISH on the inbox
-// channel. On a Cluster, PUBLISH is forwarded to every node over the
-// cluster bus, so that each grant costs every node; there, when every
-// primary knows SPUBLISH (Redis 7.0 or later, Valkey; asked once, with
-// COMMAND INFO, at the first call that needs it), the message is an
-// SPUBLISH on a shard channel of the inbox in the lock's own hash slot
-// ("{t}" followed by the inbox, t a tag of that slot), which only the
-// slot's primary (and its replicas) handle: a grant costs one node whatever
-// the size of the Cluster. Listen then subscribes (SSUBSCRIBE) to the shard
-// channel of each slot its waiters wait in, before their first Queue there,
-// and unsubscribes it (SUNSUBSCRIBE) 3 seconds after the last of them was
-// granted the lock or left: at most one pub/sub connection per primary,
-// carrying the channels of that node's slots that are waited in now, and
-// closed once it carries none (measured: 1,000 waits that queued on
-// distinct names used 3 connections on a 3-node Cluster, and 300 such
-// waits left no connection and no channel 3 s after they ended). An
-// SPUBLISH counts the subscribers of its shard channel exactly, so unheard
-// waiters are skipped there too (not with a ReadOnly, RouteByLatency or
-// RouteRandomly client). On older Clusters, or with ShardedPubSub(false), grants are PUBLISHed as
-// on a single node, and, since a PUBLISH on a Cluster counts the listeners
-// of one node only, waiters nobody listens to are not skipped (they find
-// the lock theirs at their next look, or it expires).
+// A lock K is a record at K and a wait queue at K+":q", its fencing tokens
+// come from a counter of K's hash slot (see [RedisKeys]); a counted name
+// keeps its claims and queue beside them. Nothing per name outlives its
+// lock and its waiters (a queue expires a minute after their last look);
+// the counters, at most 16,384 per key prefix, never expire. A message is published only to hand a
+// lock to a waiter or to tell waiters of a grace period; on a Cluster it is
+// an SPUBLISH in the lock's own slot where every primary knows it. The
+// keys, the messages, what a Cluster costs and what Redis must be
+// configured for are in docs/redis.md.
 type RedisProvider struct {
 	driver  RedisDriver
 	cluster bool // the driver's client is a Cluster's (asked once)
