@@ -91,20 +91,55 @@ type cluster struct {
 	admin     *clientv3.Client
 }
 
-// startCluster starts the 3 members and waits until they serve.
+// startCluster starts the 3 members and waits until they serve. A member
+// that does not start (its ports, free a moment before, were taken in
+// between: by another process, or as the local port of a connection) is
+// given other ports: the whole cluster is started again, at most 3 times.
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
+	c, err := launchCluster(t)
+	for try := 2; err != nil && try <= 3; try++ {
+		t.Logf("etcd cluster, start %d: %v", try-1, err)
+		c, err = launchCluster(t)
+	}
+	require.NoError(t, err)
+	c.admin = newFaultClient(t, c.endpoints...)
+	c.ids = make([]uint64, len(c.specs))
+	hex := make([]string, len(c.specs))
+	for i, ep := range c.endpoints {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := c.admin.Status(ctx, ep)
+		cancel()
+		require.NoError(t, err)
+		c.ids[i] = st.Header.MemberId
+		hex[i] = strconv.FormatUint(st.Header.MemberId, 16) // as etcd writes X-Server-From
+	}
+	c.net.setIDs(hex)
+	return c
+}
+
+// launchCluster starts the 3 members' processes on ports of their own and
+// waits until each says it is ready; on an error it stops those it started.
+func launchCluster(t *testing.T) (*cluster, error) {
 	const n = 3
 	c := &cluster{t: t, procs: make([]*exec.Cmd, n), stdins: make([]io.WriteCloser, n), net: newPeerNet()}
-	t.Cleanup(c.stop)
 	var peers []string
 	for i := range n {
 		cp, err := freePort()
-		require.NoError(t, err)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
 		pp, err := freePort()
-		require.NoError(t, err)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
 		px, err := c.net.add(i, "127.0.0.1:"+strconv.Itoa(pp))
-		require.NoError(t, err)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
 		name := "m" + strconv.Itoa(i)
 		c.specs = append(c.specs, memberSpec{
 			Name: name, Dir: filepath.Join(t.TempDir(), name), ClientPort: cp, PeerPort: pp,
@@ -120,22 +155,16 @@ func startCluster(t *testing.T) *cluster {
 	for i := range n {
 		go func() { errs <- c.spawn(i) }()
 	}
+	var err error
 	for range n {
-		require.NoError(t, <-errs)
+		err = errors.Join(err, <-errs)
 	}
-	c.admin = newFaultClient(t, c.endpoints...)
-	c.ids = make([]uint64, n)
-	hex := make([]string, n)
-	for i, ep := range c.endpoints {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st, err := c.admin.Status(ctx, ep)
-		cancel()
-		require.NoError(t, err)
-		c.ids[i] = st.Header.MemberId
-		hex[i] = strconv.FormatUint(st.Header.MemberId, 16) // as etcd writes X-Server-From
+	if err != nil {
+		c.stop()
+		return nil, err
 	}
-	c.net.setIDs(hex)
-	return c
+	t.Cleanup(c.stop)
+	return c, nil
 }
 
 // newFaultClient is an etcd client whose gRPC keepalive finds a dead or
@@ -186,7 +215,7 @@ func (c *cluster) spawn(i int) error {
 		if !ok {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return fmt.Errorf("member %d did not start (see %s.log)", i, c.specs[i].Dir)
+			return fmt.Errorf("member %d did not start: %s", i, logTail(c.specs[i].Dir+".log"))
 		}
 	case <-time.After(60 * time.Second):
 		_ = cmd.Process.Kill()
@@ -195,6 +224,17 @@ func (c *cluster) spawn(i int) error {
 	}
 	c.procs[i], c.stdins[i] = cmd, in
 	return nil
+}
+
+// logTail returns the last lines of a member's log, which is gone with the
+// test's temporary directory.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-5):], "\n")
 }
 
 // kill SIGKILLs member i and waits for its process.
