@@ -23,9 +23,9 @@ func (cl claim) of(owner string, ttl time.Duration) Claim {
 	return Claim{Owner: owner, Weight: cl.weight, Limit: cl.limit, Kind: cl.kind, TTL: ttl}
 }
 
-// take asks for the lock or claim under key once ([Provider.Acquire],
+// tryAcquire asks for the lock or claim under key once ([Provider.Acquire],
 // AcquireClaim).
-func (c *Client) take(ctx context.Context, key, owner string, cl claim, ttl time.Duration) (Record, error) {
+func (c *Client) tryAcquire(ctx context.Context, key, owner string, cl claim, ttl time.Duration) (Record, error) {
 	if cl.counted() {
 		return c.provider.AcquireClaim(ctx, key, cl.of(owner, ttl))
 	}
@@ -34,7 +34,7 @@ func (c *Client) take(ctx context.Context, key, owner string, cl claim, ttl time
 
 // queue asks for it as waiter w ([Provider.Queue], QueueClaim); a
 // counted waiter's entry lasts queueTTL (see [Claim.QueueTTL]).
-func (c *Client) queue(ctx context.Context, key string, cl claim, w Waiter, queueTTL time.Duration) (Record, error) {
+func (c *Client) queue(ctx context.Context, key string, cl claim, w Wait, queueTTL time.Duration) (Record, error) {
 	if cl.counted() {
 		q := cl.waiter(w)
 		q.QueueTTL = queueTTL
@@ -44,14 +44,14 @@ func (c *Client) queue(ctx context.Context, key string, cl claim, w Waiter, queu
 }
 
 // leave takes waiter w out of key's queue ([Provider.Leave], LeaveClaim).
-func (c *Client) leave(ctx context.Context, key string, cl claim, w Waiter) error {
+func (c *Client) leave(ctx context.Context, key string, cl claim, w Wait) error {
 	if cl.counted() {
 		return c.provider.LeaveClaim(ctx, key, cl.waiter(w))
 	}
 	return c.provider.Leave(ctx, key, w)
 }
 
-func (cl claim) waiter(w Waiter) Claim {
+func (cl claim) waiter(w Wait) Claim {
 	q := cl.of(w.Owner, w.TTL)
 	q.Inbox, q.Look = w.Inbox, w.Look
 	return q

@@ -23,7 +23,7 @@ type Client struct {
 	hooks          []func(Event)
 	debug          bool // log is enabled at debug level
 	poll           time.Duration
-	claim          time.Duration // see WithClaimWindow
+	handoff        time.Duration // see WithHandoffWindow
 	releaseTimeout time.Duration
 
 	identity string // see WithIdentity
@@ -33,7 +33,7 @@ type Client struct {
 
 	inbox  inbox       // the waiters, and the grants handed to them (topic.go)
 	leases leaseTimers // the timers of held locks (lease.go)
-	busy   busyKeys    // keys seen contended lately (wait.go)
+	busy   busyKeys    // keys seen contended lately (acquire.go)
 
 	shared  atomic.Pointer[sharedBound] // the deadline of detached contexts (see bound)
 	lastErr atomic.Pointer[error]       // the provider's last error since its last success (see lastError)
@@ -57,7 +57,7 @@ func NewClient(p Provider, opts ...ClientOption) (*Client, error) {
 		log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		clock:          systemClock{},
 		poll:           time.Second,
-		claim:          time.Second,
+		handoff:        time.Second,
 		releaseTimeout: 5 * time.Second,
 		id:             uuid.NewString(),
 	}

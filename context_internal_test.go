@@ -99,7 +99,7 @@ func TestLookAgain(t *testing.T) {
 	}
 }
 
-// TestQueueTTL: a counted waiter's queue entry lasts until a claim window
+// TestQueueTTL: a counted waiter's queue entry lasts until a handoff window
 // after its next look is due, and it promises that look (issue 38).
 func TestQueueTTL(t *testing.T) {
 	c := &Client{poll: time.Second}
@@ -107,7 +107,7 @@ func TestQueueTTL(t *testing.T) {
 		place int
 		want  time.Duration
 	}{{0, 1300 * time.Millisecond}, {lookers - 1, 1300 * time.Millisecond}, {2 * lookers, 3300 * time.Millisecond}, {1000 * lookers, time.Minute + 300*time.Millisecond}} {
-		w := &waiter{acquisition: acquisition{c: c}, req: Waiter{TTL: 300 * time.Millisecond}, place: tc.place}
+		w := &waiter{acquisition: acquisition{c: c}, req: Wait{TTL: 300 * time.Millisecond}, place: tc.place}
 		if got := w.queueTTL(); got != tc.want {
 			t.Errorf("place %d: queueTTL() = %v, want %v", tc.place, got, tc.want)
 		}

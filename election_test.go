@@ -130,7 +130,7 @@ func grantThenCancel(p lock.Provider, cancel context.CancelFunc) *hookedProvider
 			cancel()
 			return rec, err
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			rec, err := p.Queue(ctx, key, w)
 			cancel()
 			return rec, err
@@ -276,7 +276,7 @@ func failingCampaigns(n int32, calls chan<- time.Time) *hookedProvider {
 			}
 			return mem.Acquire(ctx, key, owner, ttl)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			if fail() {
 				return lock.Record{}, errElectionDown
 			}

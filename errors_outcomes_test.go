@@ -293,7 +293,7 @@ func TestErrorOutcomes(t *testing.T) {
 // benchmark module: "lock: wait ...: context deadline exceeded").
 func TestDeadlineErrorBeforeTheTimer(t *testing.T) {
 	mem := lock.NewMemoryProvider()
-	p := &testenv.Hooked{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	p := &testenv.Hooked{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 		d, _ := ctx.Deadline()
 		time.Sleep(time.Until(d)) // the socket's deadline: the context's timer may not have run yet
 		return lock.Record{}, fmt.Errorf("read: %w", context.DeadlineExceeded)

@@ -35,7 +35,7 @@ func failingProvider(mem *lock.MemoryProvider, fail map[string]bool) *hookedProv
 			}
 			return mem.Acquire(ctx, key, owner, ttl)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			if fail["queue"] {
 				return lock.Record{}, errBackend
 			}

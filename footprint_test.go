@@ -230,7 +230,7 @@ func TestMemoryProviderGivesMemoryBack(t *testing.T) {
 	ctx := context.Background()
 	clock := testenv.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	p := lock.NewMemoryProvider(lock.MemoryClock(clock))
-	waiter := lock.Waiter{Owner: "waiter", TTL: time.Second, Inbox: "scale-inbox"}
+	waiter := lock.Wait{Owner: "waiter", TTL: time.Second, Inbox: "scale-inbox"}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "scale-" + strconv.Itoa(i)

@@ -75,7 +75,7 @@ func FuzzMemoryProvider(f *testing.F) {
 		require.NoError(t, err, "Acquire(%q, %q, %v)", key, owner, ttl)
 		require.Equal(t, owner, rec.Owner)
 		require.NotZero(t, rec.Token)
-		require.False(t, rec.Finished)
+		require.False(t, rec.GracePeriod)
 		require.Equal(t, ttl, rec.TTL)
 		require.Equal(t, 1, lock.MemoryLen(p))
 
@@ -223,7 +223,7 @@ func FuzzRedisRecord(f *testing.F) {
 		rec, err := p.Acquire(ctx, key, fuzzOwner, time.Minute)
 		switch {
 		case kind == 3:
-			if err != nil || rec.Owner != fuzzOwner || rec.Token == 0 || rec.Finished {
+			if err != nil || rec.Owner != fuzzOwner || rec.Token == 0 || rec.GracePeriod {
 				bad("Acquire of a free key returned %+v, %v", rec, err)
 			}
 		case !isRecord:
@@ -241,7 +241,7 @@ func FuzzRedisRecord(f *testing.F) {
 		case err != nil:
 			bad("Acquire on a record returned %v", err)
 		default:
-			if rec.Owner != owner || rec.Token != token || rec.Finished != ended {
+			if rec.Owner != owner || rec.Token != token || rec.GracePeriod != ended {
 				bad("Acquire returned %+v, want the stored record", rec)
 			}
 			after := fuzzSnapshot(t, mr, rkey)
@@ -313,7 +313,7 @@ func FuzzRedisRecord(f *testing.F) {
 			}
 		case !isRecord:
 			unchanged("Inspect", before, err)
-		case err != nil || rec.Owner != owner || rec.Token != token || rec.Finished != ended:
+		case err != nil || rec.Owner != owner || rec.Token != token || rec.GracePeriod != ended:
 			bad("Inspect of a record returned %+v, %v", rec, err)
 		default:
 			if after := fuzzSnapshot(t, mr, rkey); after.value != before.value {
@@ -331,7 +331,7 @@ func FuzzRedisRecord(f *testing.F) {
 			}
 		case !isRecord:
 			unchanged("ForceRelease", before, err)
-		case err != nil || rec.Owner != owner || rec.Token != token || rec.Finished != ended:
+		case err != nil || rec.Owner != owner || rec.Token != token || rec.GracePeriod != ended:
 			bad("ForceRelease of a record returned %+v, %v", rec, err)
 		default:
 			if after := fuzzSnapshot(t, mr, rkey); after.typ != "" {

@@ -415,7 +415,7 @@ func downProvider(p lock.Provider, mode *atomic.Value) *hookedProvider {
 			}
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			if err := down(ctx, true); err != nil {
 				return lock.Record{}, err
 			}
@@ -443,14 +443,14 @@ func mwDownProvider(p lock.Provider) *hookedProvider {
 	return &hookedProvider{
 		Provider:  p,
 		OnAcquire: acquire,
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			return acquire(ctx, key, w.Owner, w.TTL)
 		},
 		OnRelease: func(ctx context.Context, _, _ string) error {
 			<-ctx.Done()
 			return ctx.Err()
 		},
-		OnLeave: func(ctx context.Context, _ string, _ lock.Waiter) error {
+		OnLeave: func(ctx context.Context, _ string, _ lock.Wait) error {
 			<-ctx.Done()
 			return ctx.Err()
 		},

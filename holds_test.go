@@ -121,7 +121,7 @@ func TestHoldBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "a negative lease")
 	_, err = c.RWMutex("m", 0)
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "no readers")
-	_, err = c.Semaphore("s", lock.MaxPermits+1)
+	_, err = c.Semaphore("s", lock.MaxLimit+1)
 	assert.ErrorIs(t, err, lock.ErrInvalidArgument, "too many permits")
 	m, err := c.RWMutex("m", 2)
 	require.NoError(t, err)

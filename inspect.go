@@ -208,7 +208,7 @@ func status(name, key string, rec Record, now time.Time) Status {
 	if rec.Owner == "" {
 		return s
 	}
-	s.Owner, s.Token, s.Since, s.GracePeriod, s.Waiters = rec.Owner, rec.Token, rec.Since, rec.Finished, rec.Waiters
+	s.Owner, s.Token, s.Since, s.GracePeriod, s.Waiters = rec.Owner, rec.Token, rec.Since, rec.GracePeriod, rec.Waiters
 	s.Identity = identityOf(rec.Owner)
 	if rec.TTL > 0 {
 		s.Until = now.Add(rec.TTL)

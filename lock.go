@@ -37,10 +37,10 @@
 // # Writing a backend
 //
 // Only a backend's author needs these: the [Provider] contract and its
-// values ([Record], [Waiter], [Look], [Notice], [Claim], [Claims]), the
+// values ([Record], [Wait], [Look], [Notice], [Claim], [Claims]), the
 // input checks every provider makes first ([CheckKey], [CheckOwner],
 // [CheckTTL], [CheckInbox], [CheckWeight], and for each method's
-// arguments [CheckKeyOwner], [CheckArgs], [CheckWaiter], [CheckClaim]),
+// arguments [CheckKeyOwner], [CheckArgs], [CheckWait], [CheckClaim]),
 // and the conformance suite in the locktest package, which the built-in
 // providers pass as any other backend must.
 package lock
@@ -309,10 +309,10 @@ func (l *Lock) heldErrLocked() error {
 	return nil
 }
 
-// closedFor returns how long the lock stays closed after a release now: the
+// gracePeriod returns how long the lock stays closed after a release now: the
 // GracePeriod, or what is left of OncePer since the hold began, whichever is
 // longer; zero (free it) when that is under a millisecond.
-func (l *Lock) closedFor() time.Duration {
+func (l *Lock) gracePeriod() time.Duration {
 	if l.opts.GracePeriod == 0 && l.opts.OncePer == 0 {
 		return 0
 	}
@@ -381,7 +381,7 @@ func (l *Lock) Release(ctx context.Context) error {
 func (l *Lock) release(rctx context.Context, end time.Time) error {
 	c := l.c
 	var err error
-	closed := l.closedFor()
+	closed := l.gracePeriod()
 	if closed > 0 {
 		err = c.provider.Finish(rctx, l.key, l.owner, closed)
 	} else {

@@ -99,13 +99,13 @@ func (c *Client) observe(ctx context.Context, role string, ch chan<- Leader) {
 		if unwatch == nil {
 			unwatch = c.watch(ctx, key, h.add) // before the read: no change between them is missed
 		}
-		terms := h.take(0)
+		terms := h.drain(0)
 		now, until, err := c.leader(ctx, role)
 		if err == nil && now.Term != 0 {
 			// Terms heard of during the read, older than the one it
 			// found, came before it: they are sent before it, not
 			// dropped later as older than a term sent.
-			terms = append(terms, h.take(now.Term)...)
+			terms = append(terms, h.drain(now.Term)...)
 		}
 		slices.SortFunc(terms, func(a, b Notice) int { return cmp.Compare(a.Token, b.Token) })
 		if err != nil {
@@ -225,9 +225,9 @@ func (h *heard) keep(terms []Notice) {
 	h.mu.Unlock()
 }
 
-// take returns the terms heard of since the last take: all of them, or
+// drain returns the terms heard of since the last drain: all of them, or
 // when upTo is not zero, those numbered up to upTo (the others stay).
-func (h *heard) take(upTo uint64) []Notice {
+func (h *heard) drain(upTo uint64) []Notice {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if upTo == 0 {

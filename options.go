@@ -200,10 +200,10 @@ func WithPollInterval(d time.Duration) ClientOption {
 	}
 }
 
-// WithClaimWindow sets how long a lock handed to a waiter stays its own
+// WithHandoffWindow sets how long a lock handed to a waiter stays its own
 // before the waiter takes it up (the default is one second). A waiter's
 // record, whether a release handed it over or the waiter's own request took
-// it, is stored for the claim window only, and the waiter's lease timer
+// it, is stored for the handoff window only, and the waiter's lease timer
 // extends it to its lease a third of the window later; a grant handed over
 // with less than half the window left, or whose age the waiter cannot tell,
 // is extended before the waiter relies on it. A waiter whose process is
@@ -214,10 +214,10 @@ func WithPollInterval(d time.Duration) ClientOption {
 // finds the grant gone and waits again, at the back of the queue. A window
 // at least as long as the lease turns this off: a handed-over record then
 // lives a lease. d must be at least a millisecond; other values are ignored.
-func WithClaimWindow(d time.Duration) ClientOption {
+func WithHandoffWindow(d time.Duration) ClientOption {
 	return func(c *Client) {
 		if d >= time.Millisecond {
-			c.claim = d
+			c.handoff = d
 		}
 	}
 }

@@ -36,7 +36,7 @@ type Provider interface {
 	// otherwise the existing one, left unchanged, with its remaining TTL. When the
 	// existing record is owner's own and not ended (an earlier attempt whose reply
 	// was lost), its TTL is reset to ttl and it is returned. The caller holds the
-	// lock iff the returned record's Owner is owner and Finished is false.
+	// lock iff the returned record's Owner is owner and GracePeriod is false.
 	//
 	// A key in use as a counted name (see [Kind]) is not a lock's to take:
 	// Acquire changes nothing then, and returns a Record whose Kind is the
@@ -61,12 +61,12 @@ type Provider interface {
 	// returns the Record Acquire does then. (A LookJoin that joins the key's
 	// queue without reading the record may queue the caller; its next look
 	// is refused.)
-	Queue(ctx context.Context, key string, w Waiter) (Record, error)
+	Queue(ctx context.Context, key string, w Wait) (Record, error)
 
 	// Leave takes owner out of key's wait queue. If the lock was handed to
 	// owner meanwhile, Leave releases it as Release does. Nothing else
 	// changes; a key without owner in its queue is not an error.
-	Leave(ctx context.Context, key string, w Waiter) error
+	Leave(ctx context.Context, key string, w Wait) error
 
 	// Listen calls deliver, until stop is called, with every Notice addressed
 	// to inbox after Listen returns, and with a Notice without Key when grants
@@ -153,7 +153,7 @@ type Provider interface {
 	// (see Acquire), and AcquireClaim and QueueClaim do not make a counted
 	// name of a key whose lock record exists, held or in a grace period:
 	// they change nothing then, and return a Record with Kind [KindLock],
-	// Owner the record's holder and Finished set in a grace period (Limit
+	// Owner the record's holder and GracePeriod set in a grace period (Limit
 	// and Used 0). Each of these checks is atomic with the call's own
 	// work, so that two callers racing never make a key both kinds. Each
 	// call below is atomic, as the lock's are, and judges expiry by the
@@ -195,7 +195,7 @@ type Provider interface {
 	// own weight, with its c.TTL, and a Notice with its Weight on its inbox
 	// (see Listen); a waiter whose inbox nobody listens to may be skipped.
 	// QueueClaim serves the queue first, so that it may grant the caller
-	// itself (and tell it, too). c.Look is as in Waiter, for a provider
+	// itself (and tell it, too). c.Look is as in [Wait], for a provider
 	// that wants it; a claim is never granted past a queued caller.
 	//
 	// The caller's entry lasts c.QueueTTL after the call: a waiter that
@@ -246,13 +246,13 @@ type Claim struct {
 	Owner string
 	// Weight is how much of the limit the claim takes: 1 to Limit.
 	Weight int
-	// Limit is the name's limit: 1 to [MaxPermits].
+	// Limit is the name's limit: 1 to [MaxLimit].
 	Limit int
 	// Kind is the name's kind: [KindSemaphore] or [KindRWMutex].
 	Kind Kind
 	// TTL is the claim's time to live.
 	TTL time.Duration
-	// Inbox and Look are a waiter's, as in Waiter.
+	// Inbox and Look are a waiter's, as in [Wait].
 	Inbox string
 	Look  Look
 	// QueueTTL is, for QueueClaim, how long the caller's queue entry lasts
@@ -283,8 +283,8 @@ type Claims struct {
 	Queue []Claim
 }
 
-// Waiter describes a waiting caller to [Provider.Queue] and [Provider.Leave].
-type Waiter struct {
+// Wait describes a waiting caller to [Provider.Queue] and [Provider.Leave].
+type Wait struct {
 	// Owner identifies the acquisition, as in [Provider.Acquire].
 	Owner string
 	// TTL is the time to live of a record stored for Owner.
@@ -354,9 +354,9 @@ type Record struct {
 	// Token is the fencing token of the grant: strictly greater than the token of
 	// every earlier grant of the same key by the same backend.
 	Token uint64
-	// Finished is true during a grace period: the holder has finished
+	// GracePeriod is true during a grace period: the holder has finished
 	// ([Provider.Finish]) and the key stays closed until the record expires.
-	Finished bool
+	GracePeriod bool
 	// TTL is the time the record had left to live when it was read; zero when the
 	// provider does not know. A record still there reports at least 1ms (in
 	// its last millisecond, too).
@@ -382,7 +382,7 @@ type Record struct {
 	// Limit and Used are a counted name's limit and the weight its live
 	// claims hold, as the claim methods and List read them (List reports
 	// a counted name that holds claims or waiters with Limit set, and
-	// Owner, Token, Finished and Since empty); zero for a lock.
+	// Owner, Token, GracePeriod and Since empty); zero for a lock.
 	Limit, Used int
 	// Kind says what the key is in use as, in a Record of a counted name
 	// and in a refusal for the kind (see [Kind]): the name's kind in the
@@ -495,9 +495,9 @@ func CheckArgs(key, owner string, ttl time.Duration) error {
 	return CheckTTL(ttl)
 }
 
-// CheckWaiter checks the arguments of Queue and Leave: [CheckArgs] of the
+// CheckWait checks the arguments of Queue and Leave: [CheckArgs] of the
 // key and the waiter's owner and TTL, then [CheckInbox] of its inbox.
-func CheckWaiter(key string, w Waiter) error {
+func CheckWait(key string, w Wait) error {
 	if err := CheckArgs(key, w.Owner, w.TTL); err != nil {
 		return err
 	}
@@ -518,12 +518,12 @@ func CheckInbox(inbox string) error {
 	return nil
 }
 
-// MaxPermits is the largest limit of a counted name: the most permits of a
+// MaxLimit is the largest limit of a counted name: the most permits of a
 // Semaphore, and readers of an [RWMutex].
-const MaxPermits = 1024
+const MaxLimit = 1024
 
 // CheckClaim checks the arguments of AcquireClaim: [CheckKey], [CheckOwner]
-// and [CheckTTL] of c's, a Limit from 1 to [MaxPermits], a Weight from 1
+// and [CheckTTL] of c's, a Limit from 1 to [MaxLimit], a Weight from 1
 // to Limit, a QueueTTL that is not negative, and a Kind of a counted name
 // ([KindSemaphore] or [KindRWMutex]). QueueClaim and LeaveClaim check
 // [CheckInbox] of c.Inbox too.
@@ -532,8 +532,8 @@ func CheckClaim(key string, c Claim) error {
 		return err
 	}
 	switch {
-	case c.Limit < 1 || c.Limit > MaxPermits:
-		return invalidf("limit %d, not between 1 and %d", c.Limit, MaxPermits)
+	case c.Limit < 1 || c.Limit > MaxLimit:
+		return invalidf("limit %d, not between 1 and %d", c.Limit, MaxLimit)
 	case c.Weight < 1 || c.Weight > c.Limit:
 		return invalidf("weight %d, not between 1 and the limit %d", c.Weight, c.Limit)
 	case c.QueueTTL < 0:
@@ -545,10 +545,10 @@ func CheckClaim(key string, c Claim) error {
 }
 
 // CheckWeight checks the weight of LowerClaim: at least 1, at most
-// [MaxPermits].
+// [MaxLimit].
 func CheckWeight(weight int) error {
-	if weight < 1 || weight > MaxPermits {
-		return invalidf("weight %d, not between 1 and %d", weight, MaxPermits)
+	if weight < 1 || weight > MaxLimit {
+		return invalidf("weight %d, not between 1 and %d", weight, MaxLimit)
 	}
 	return nil
 }

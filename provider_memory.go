@@ -27,7 +27,7 @@ type MemoryProvider struct {
 	records map[string]*memRecord
 	expiry  timeHeap[*memRecord] // by deadline, soonest first
 	token   uint64
-	queues  map[string][]Waiter // wait queues, in arrival order
+	queues  map[string][]Wait // wait queues, in arrival order
 	inboxes map[string]*memInbox
 	watches map[string][]*memInbox // by key
 	spare   []*memRecord           // deleted records, for grant to use again
@@ -119,7 +119,7 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 	m := &MemoryProvider{
 		clock:   systemClock{},
 		records: make(map[string]*memRecord),
-		queues:  make(map[string][]Waiter),
+		queues:  make(map[string][]Wait),
 		inboxes: make(map[string]*memInbox),
 		watches: make(map[string][]*memInbox),
 		names:   make(map[string]*memName),
@@ -148,8 +148,8 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 }
 
 // Queue implements Provider.
-func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	if err := ready(ctx, CheckWaiter(key, w)); err != nil {
+func (m *MemoryProvider) Queue(ctx context.Context, key string, w Wait) (Record, error) {
+	if err := ready(ctx, CheckWait(key, w)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -173,7 +173,7 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 		return rec, nil
 	}
 	rec := m.held(r, w.Owner, w.TTL, now)
-	if rec.Finished || rec.Owner == w.Owner {
+	if rec.GracePeriod || rec.Owner == w.Owner {
 		m.dequeue(key, w.Owner) // granted, or closed for a window: not waiting
 	} else {
 		rec.Queued, rec.Position = true, m.enqueue(key, w)
@@ -184,8 +184,8 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Waiter) (Recor
 }
 
 // Leave implements Provider.
-func (m *MemoryProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	if err := ready(ctx, CheckWaiter(key, w)); err != nil {
+func (m *MemoryProvider) Leave(ctx context.Context, key string, w Wait) error {
+	if err := ready(ctx, CheckWait(key, w)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -415,7 +415,7 @@ func (m *MemoryProvider) inspect(r *memRecord, now time.Time) Record {
 
 // record returns r as a Record, its TTL counted from now.
 func (r *memRecord) record(now time.Time) Record {
-	return Record{Owner: r.owner, Token: r.token, Finished: r.ended, TTL: r.deadline.Sub(now), Since: r.since}
+	return Record{Owner: r.owner, Token: r.token, GracePeriod: r.ended, TTL: r.deadline.Sub(now), Since: r.since}
 }
 
 // grant stores a new record for owner under the free key. The caller holds m.mu.
@@ -485,7 +485,7 @@ func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, tim
 
 // enqueue puts w at the back of key's queue, or keeps its place, and
 // returns its place. The caller holds m.mu.
-func (m *MemoryProvider) enqueue(key string, w Waiter) int {
+func (m *MemoryProvider) enqueue(key string, w Wait) int {
 	q := m.queues[key]
 	for i := range q {
 		if q[i].Owner == w.Owner {

@@ -73,10 +73,10 @@ func TestMemoryProviderFakeClock(t *testing.T) {
 	clock.Advance(9 * time.Second)
 	rec, err := m.Acquire(ctx, "k", a, time.Minute)
 	require.NoError(t, err)
-	assert.True(t, rec.Finished, "the grace period lasts its TTL")
+	assert.True(t, rec.GracePeriod, "the grace period lasts its TTL")
 	clock.Advance(time.Second)
 	rec = mustAcquire(t, m, "k", a, time.Minute)
-	assert.False(t, rec.Finished, "the key is free after the grace period")
+	assert.False(t, rec.GracePeriod, "the key is free after the grace period")
 
 	require.NoError(t, m.Renew(ctx, "k", a, 30*24*time.Hour))
 	clock.Advance(29 * 24 * time.Hour)

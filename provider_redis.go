@@ -195,15 +195,15 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 	default:
 		return Record{}, r.unexpected("acquire", key)
 	}
-	if rec.Owner == owner && !rec.Finished {
+	if rec.Owner == owner && !rec.GracePeriod {
 		err = p.replicated(key, acked)
 	}
 	return rec, err
 }
 
 // Queue implements Provider.
-func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record, error) {
-	k, err := p.publishingKeys(ctx, key, CheckWaiter(key, w))
+func (p *RedisProvider) Queue(ctx context.Context, key string, w Wait) (Record, error) {
+	k, err := p.publishingKeys(ctx, key, CheckWait(key, w))
 	if err != nil {
 		return Record{}, err
 	}
@@ -230,7 +230,7 @@ func (p *RedisProvider) Queue(ctx context.Context, key string, w Waiter) (Record
 	if err == nil {
 		err = checkVersion(key, rec)
 	}
-	if err == nil && rec.Owner == w.Owner && !rec.Finished && !rec.Queued {
+	if err == nil && rec.Owner == w.Owner && !rec.GracePeriod && !rec.Queued {
 		err = p.replicated(key, acked)
 	}
 	return rec, err
@@ -241,13 +241,13 @@ var lookModes = map[Look]any{LookFirst: "", LookFair: "f", LookJoin: "c", LookAg
 
 // entry is w's element of a wait queue, whose grant is sent on ch (w's
 // inbox, or its shard channel; see publishing).
-func entry(w Waiter, ch string) string {
+func entry(w Wait, ch string) string {
 	return w.Owner + " " + strconv.FormatInt(w.TTL.Milliseconds(), 10) + " " + ch
 }
 
 // Leave implements Provider.
-func (p *RedisProvider) Leave(ctx context.Context, key string, w Waiter) error {
-	k, err := p.publishingKeys(ctx, key, CheckWaiter(key, w))
+func (p *RedisProvider) Leave(ctx context.Context, key string, w Wait) error {
+	k, err := p.publishingKeys(ctx, key, CheckWait(key, w))
 	if err != nil {
 		return err
 	}
@@ -694,5 +694,5 @@ func parseRecord(key, v string) (Record, error) {
 	if err != nil || len(since) > 15 {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
-	return Record{Owner: owner, Token: token, Finished: ended, Since: time.UnixMilli(int64(ms))}, nil
+	return Record{Owner: owner, Token: token, GracePeriod: ended, Since: time.UnixMilli(int64(ms))}, nil
 }

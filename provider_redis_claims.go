@@ -354,7 +354,7 @@ func decodeClaims(key string, res any) (Claims, int, error) {
 		return Claims{}, 0, nil // and no kind
 	case string:
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > MaxPermits {
+		if err != nil || n < 1 || n > MaxLimit {
 			return Claims{}, 0, &RecordError{Key: key, Value: l}
 		}
 		cs.Limit = n

@@ -97,7 +97,7 @@ func parseGrant(s string) (Notice, bool) {
 	ttl, weight, claim := strings.Cut(ttl, " ")
 	rec, err := parseRecord(key, v)
 	ms, terr := strconv.ParseInt(ttl, 10, 64)
-	if err != nil || terr != nil || rec.Finished {
+	if err != nil || terr != nil || rec.GracePeriod {
 		return Notice{}, false
 	}
 	g := Notice{Key: key, Owner: rec.Owner, Token: rec.Token, TTL: time.Duration(ms) * time.Millisecond}

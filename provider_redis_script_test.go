@@ -165,12 +165,12 @@ func TestRecordParsersAgree(t *testing.T) {
 				}
 				token := strconv.FormatUint(rec.Token, 10)
 				queued := strings.HasSuffix(c.v, ",q")
-				if luaOwner != rec.Owner || luaToken != token || (res[2] == int64(1)) != rec.Finished || (res[3] == int64(1)) != queued {
+				if luaOwner != rec.Owner || luaToken != token || (res[2] == int64(1)) != rec.GracePeriod || (res[3] == int64(1)) != queued {
 					t.Errorf("%q: record.lua's parse read %v, parseRecord %+v", c.v, res[:4], rec)
 				}
 				if owned {
 					want := ""
-					if rec.Finished {
+					if rec.GracePeriod {
 						want = ",ended"
 					} else if queued {
 						want = ",q"

@@ -27,7 +27,7 @@ func TestReleaseSkipsAtMost64DeadWaiters(t *testing.T) {
 			holder := newOwner()
 			mustAcquire(t, p, key, holder, time.Minute)
 			for i := range 100 {
-				rec, err := p.Queue(ctx, key, lock.Waiter{Owner: "dead-" + strconv.Itoa(i), TTL: time.Minute, Inbox: "nobody-listens-" + strconv.Itoa(i)})
+				rec, err := p.Queue(ctx, key, lock.Wait{Owner: "dead-" + strconv.Itoa(i), TTL: time.Minute, Inbox: "nobody-listens-" + strconv.Itoa(i)})
 				require.NoError(t, err)
 				require.True(t, rec.Queued)
 			}
@@ -41,7 +41,7 @@ func TestReleaseSkipsAtMost64DeadWaiters(t *testing.T) {
 
 			// A live waiter's look again serves the rest, skipping the dead.
 			live := newOwner()
-			rec, err = p.Queue(ctx, key, lock.Waiter{Owner: live, TTL: time.Minute, Inbox: "nobody-either", Look: lock.LookAgain})
+			rec, err = p.Queue(ctx, key, lock.Wait{Owner: live, TTL: time.Minute, Inbox: "nobody-either", Look: lock.LookAgain})
 			require.NoError(t, err)
 			assert.Equal(t, live, rec.Owner, "the look again took the lock after the dead waiters")
 			require.NoError(t, p.Release(ctx, key, live))

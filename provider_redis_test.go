@@ -63,8 +63,8 @@ func redisStorageConformance(t *testing.T, b backend) {
 
 	t.Run("RedisLeaveNotQueuedStoresNothing", func(t *testing.T) {
 		free, inbox := uniqueName(t)+":free", "inbox:"+uniqueName(t)
-		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}))
-		require.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox, Look: lock.LookAgain}))
+		require.NoError(t, p.Leave(ctx, free, lock.Wait{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}))
+		require.NoError(t, p.Leave(ctx, free, lock.Wait{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox, Look: lock.LookAgain}))
 		o := newOwner() // the probe: Leave on a free key leaves it free
 		mustAcquire(t, p, free, o, 10*time.Second)
 		require.NoError(t, p.Release(ctx, free, o))
@@ -75,9 +75,9 @@ func redisStorageConformance(t *testing.T, b backend) {
 
 	t.Run("RedisQueueBadInputStoresNothing", func(t *testing.T) {
 		key, inbox := uniqueName(t), "inbox:"+uniqueName(t)
-		good := lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
+		good := lock.Wait{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
 		check := func(t *testing.T, held bool) {
-			for _, c := range locktest.BadWaiters(key, good) {
+			for _, c := range locktest.BadWaits(key, good) {
 				t.Run(c.Name, func(t *testing.T) {
 					c.Check(t, ctx, p)
 					keys := []string{queueKey(c.Key)}
@@ -114,7 +114,7 @@ func redisStorageConformance(t *testing.T, b backend) {
 			assertCorrupt(t, p.Release(ctx, key, o), key, want, "Release")
 			assertCorrupt(t, p.Renew(ctx, key, o, time.Second), key, want, "Renew")
 			assertCorrupt(t, p.Finish(ctx, key, o, time.Second), key, want, "Finish")
-			w := lock.Waiter{Owner: o, TTL: time.Second, Inbox: "inbox-" + o}
+			w := lock.Wait{Owner: o, TTL: time.Second, Inbox: "inbox-" + o}
 			_, err = p.Queue(ctx, key, w)
 			assertCorrupt(t, err, key, want, "Queue")
 			w.Look = lock.LookAgain

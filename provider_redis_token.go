@@ -59,7 +59,7 @@ var ErrIncompatible = errors.New("lock: held by a process of lock before v0.2.0,
 // 0.2.0 (its token is below tokenBase). An ended record (a grace period)
 // is left to run its course.
 func checkVersion(key string, rec Record) error {
-	if rec.Owner == "" || rec.Finished || rec.Token >= tokenBase {
+	if rec.Owner == "" || rec.GracePeriod || rec.Token >= tokenBase {
 		return nil
 	}
 	return fmt.Errorf("%w: %q has token %d (owner %s)", ErrIncompatible, key, rec.Token, rec.Owner)

@@ -5,7 +5,7 @@ import "time"
 // recent is a set of strings, each remembered for a while (keep) after it
 // was last added, and 4096 of them at most: when that many are there, those
 // older than keep are forgotten, or all of them when that is not enough.
-// Its user guards it: the busy keys of a Client (wait.go), the owners of
+// Its user guards it: the busy keys of a Client (acquire.go), the owners of
 // the waiters that gave up (topic.go).
 type recent struct {
 	seen map[string]time.Time
@@ -33,9 +33,9 @@ func (r *recent) has(s string, now time.Time, keep time.Duration) bool {
 	return ok && now.Sub(t) < keep
 }
 
-// take reports whether s was added less than keep before now, and forgets
+// remove reports whether s was added less than keep before now, and forgets
 // it.
-func (r *recent) take(s string, now time.Time, keep time.Duration) bool {
+func (r *recent) remove(s string, now time.Time, keep time.Duration) bool {
 	ok := r.has(s, now, keep)
 	delete(r.seen, s)
 	return ok

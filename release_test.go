@@ -180,7 +180,7 @@ func TestReleaseFindsLockGone(t *testing.T) {
 
 			h := holder(t, b.replica(t), l2.Key())
 			assert.Equal(t, l2.Owner(), h.Owner, "grace %v: the late release left the new holder's record", grace)
-			assert.False(t, h.Finished, "grace %v: the late release did not end the new holder's record", grace)
+			assert.False(t, h.GracePeriod, "grace %v: the late release did not end the new holder's record", grace)
 			assert.NoError(t, l2.Release(ctx), "grace %v: the new holder still holds the lock", grace)
 		}
 	})

@@ -6,7 +6,7 @@ import (
 
 // RWMutex is a read-write lock across processes: many readers at once, or
 // one writer and no reader. It is a counted name (see Semaphore) whose
-// limit is maxReaders: a reader claims 1 of it, a writer all of it, each
+// limit is the most readers at once: a reader claims 1 of it, a writer all of it, each
 // hold one claim with its own lease and fencing token, so that a dead
 // reader's share frees within its lease while the others renew theirs.
 //
@@ -24,34 +24,34 @@ import (
 // itself, as a second read hold would once a writer queues between them).
 // Downgrade turns a write hold into a read hold.
 type RWMutex struct {
-	c          *Client
-	name       string
-	key        string
-	maxReaders int
-	read       string // the end of every reader's owner: ~r<maxReaders>
-	write      string // of every writer's: ~w<maxReaders>
+	c     *Client
+	name  string
+	key   string
+	limit int    // readers at once
+	read  string // the end of every reader's owner: ~r<limit>
+	write string // of every writer's: ~w<limit>
 }
 
-// RWMutex returns the read-write lock called name, for at most maxReaders
-// readers at once (1 to [MaxPermits]; a reader beyond them waits). Like a
-// Semaphore's N, maxReaders is a property of the name: every caller must
+// RWMutex returns the read-write lock called name, for at most limit
+// readers at once (1 to [MaxLimit]; a reader beyond them waits). Like a
+// Semaphore's, the limit is a property of the name: every caller must
 // give the same one. So is its kind: a name held or waited for as an
 // RWMutex is not a lock's, an election role's or a Semaphore's, and the
 // other way round (see [Kind]): the other fails at once with
 // [ErrInvalidArgument]. It stores nothing until a hold is taken.
-func (c *Client) RWMutex(name string, maxReaders int) (*RWMutex, error) {
-	if maxReaders < 1 || maxReaders > MaxPermits {
-		return nil, invalidf("read-write lock %q: %d readers, not between 1 and %d", name, maxReaders, MaxPermits)
+func (c *Client) RWMutex(name string, limit int) (*RWMutex, error) {
+	if limit < 1 || limit > MaxLimit {
+		return nil, invalidf("read-write lock %q: limit %d, not between 1 and %d", name, limit, MaxLimit)
 	}
 	key, err := c.checkName(name)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{c: c, name: name, key: key, maxReaders: maxReaders, read: ownerTag(tagReader, maxReaders), write: ownerTag(tagWriter, maxReaders)}, nil
+	return &RWMutex{c: c, name: name, key: key, limit: limit, read: ownerTag(tagReader, limit), write: ownerTag(tagWriter, limit)}, nil
 }
 
 // RLock takes a read hold. Without o.Wait it fails at once, with a
-// *NotAcquiredError ([ErrHeld]), when a writer holds the lock, maxReaders
+// *NotAcquiredError ([ErrHeld]), when a writer holds the lock, its limit of
 // readers do, or others wait for it; with o.Wait it waits its turn, up to
 // o.MaxWait. o.Lease and o.MaxDuration apply to the hold; o.GracePeriod
 // and o.OncePer are refused.
@@ -59,7 +59,7 @@ func (m *RWMutex) RLock(ctx context.Context, o Options) (*Hold, error) {
 	if err := m.notInChain(ctx, "read"); err != nil {
 		return nil, err
 	}
-	return m.c.acquireHold(ctx, m.key, m.read, claim{weight: 1, limit: m.maxReaders, kind: KindRWMutex}, o)
+	return m.c.acquireHold(ctx, m.key, m.read, claim{weight: 1, limit: m.limit, kind: KindRWMutex}, o)
 }
 
 // Lock takes the write hold: no reader and no other writer until it is
@@ -71,7 +71,7 @@ func (m *RWMutex) Lock(ctx context.Context, o Options) (*Hold, error) {
 	if err := m.notInChain(ctx, "write"); err != nil {
 		return nil, err
 	}
-	h, err := m.c.acquireHold(ctx, m.key, m.write, claim{weight: m.maxReaders, limit: m.maxReaders, kind: KindRWMutex}, o)
+	h, err := m.c.acquireHold(ctx, m.key, m.write, claim{weight: m.limit, limit: m.limit, kind: KindRWMutex}, o)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (m *RWMutex) notInChain(ctx context.Context, want string) error {
 		if l.c != m.c || l.key != m.key || !l.claim.counted() {
 			continue
 		}
-		if want == "write" && l.claim.weight < m.maxReaders {
+		if want == "write" && l.claim.weight < m.limit {
 			return invalidf("read-write lock %q: a read hold cannot be upgraded to a write hold (this call chain reads)", m.name)
 		}
 		return invalidf("read-write lock %q: this call chain holds it already: a %s hold would wait for itself", m.name, want)

@@ -130,7 +130,7 @@ func (in *inbox) deliver(g Notice) {
 			in.mu.Unlock()
 			return
 		}
-		gone := in.gone.take(g.Owner, time.Now(), goneFor)
+		gone := in.gone.remove(g.Owner, time.Now(), goneFor)
 		in.mu.Unlock()
 		if gone {
 			in.handBack(g)

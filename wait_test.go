@@ -38,7 +38,7 @@ func TestWaitWakesPromptlyOnRelease(t *testing.T) {
 				defer attempts.Add(1)
 				return wp.Acquire(ctx, key, owner, ttl)
 			},
-			OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 				defer attempts.Add(1)
 				return wp.Queue(ctx, key, w)
 			},
@@ -141,7 +141,7 @@ func stallProvider(p lock.Provider, stall *atomic.Bool, err func(ctx context.Con
 			}
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			if stall.Load() {
 				<-ctx.Done()
 				return lock.Record{}, err(ctx)
@@ -572,7 +572,7 @@ func TestFairOrderAcrossClients(t *testing.T) {
 		for i := range clients {
 			recs[i] = newRecorder()
 			r := b.replica(t)
-			p := &hookedProvider{Provider: r, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			p := &hookedProvider{Provider: r, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 				attempts.Add(1) // the provider's acquisition attempts
 				return r.Queue(ctx, key, w)
 			}}
@@ -661,7 +661,7 @@ func slowProvider(p lock.Provider, delay time.Duration, joined *atomic.Bool) *ho
 			time.Sleep(delay)
 			return p.Acquire(ctx, key, owner, ttl)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			time.Sleep(delay)
 			rec, err := p.Queue(ctx, key, w)
 			if err == nil && rec.Queued {
@@ -680,7 +680,7 @@ func TestFailedFairAttemptLeavesNoQueueEntry(t *testing.T) {
 	mem := lock.NewMemoryProvider()
 	var failOnce atomic.Bool
 	failOnce.Store(true)
-	p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 		if failOnce.CompareAndSwap(true, false) {
 			_, _ = mem.Queue(ctx, key, w) // queued; the reply is lost
 			return lock.Record{}, errors.New("i/o timeout")
@@ -690,7 +690,7 @@ func TestFailedFairAttemptLeavesNoQueueEntry(t *testing.T) {
 	// A poll far longer than a handoff on a loaded machine: a waiter woken
 	// before poll/2 was woken by the release. (With the fault, the lock is
 	// handed to the failed attempt's entry, which nobody takes up; the
-	// waiter finds it free at its next poll, after the claim window.)
+	// waiter finds it free at its next poll, after the handoff window.)
 	const poll = 10 * time.Second
 	ctx := ctxTimeout(t, 30*time.Second)
 	name := uniqueName(t)
@@ -724,7 +724,7 @@ func TestGrantToGoneWaiterIsHandedBack(t *testing.T) {
 	holder := newClient(t, mem)
 	// Leave fails, as during a failover. The Client listens, so the provider
 	// does not skip it.
-	gone := newClient(t, &hookedProvider{Provider: mem, OnLeave: func(context.Context, string, lock.Waiter) error {
+	gone := newClient(t, &hookedProvider{Provider: mem, OnLeave: func(context.Context, string, lock.Wait) error {
 		return errors.New("connection refused")
 	}})
 	live := newClient(t, mem, lock.WithPollInterval(time.Minute))
@@ -844,7 +844,7 @@ func TestLateGrantLeavesTheLockToItsHolder(t *testing.T) {
 func TestLateGrantAfterANewerLookIsNotTaken(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		if !canExpire(t, b) {
-			return // the claim window must run out
+			return // the handoff window must run out
 		}
 		lateGrantAfterANewerLook(t, b)
 	})
@@ -860,7 +860,7 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 	)
 	resume := make(chan struct{}) // closed when the waiter's process continues
 	var stopped atomic.Bool
-	slowInbox := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	slowInbox := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 		if stopped.Load() {
 			<-resume // a look made while the process is stopped is sent when it continues
 		}
@@ -883,7 +883,7 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 	name := uniqueName(t)
 	holder := newClient(t, b.replica(t))
 	other := newClient(t, b.replica(t))
-	waiterC := newClient(t, slowInbox, lock.WithClaimWindow(50*time.Millisecond), lock.WithPollInterval(30*time.Millisecond))
+	waiterC := newClient(t, slowInbox, lock.WithHandoffWindow(50*time.Millisecond), lock.WithPollInterval(30*time.Millisecond))
 
 	first, err := holder.Acquire(ctx, name, lock.Options{Lease: 10 * time.Second})
 	require.NoError(t, err)
@@ -895,7 +895,7 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 	}()
 	awaitWaiters(t, holder, name, 1, "the waiter queues")
 	// The waiter's process stops: the handoff's grant is held back, its
-	// looks wait; its record expires at the end of its claim window; the
+	// looks wait; its record expires at the end of its handoff window; the
 	// other owner takes the lock.
 	stopped.Store(true)
 	require.NoError(t, first.Release(ctx))
@@ -903,7 +903,7 @@ func lateGrantAfterANewerLook(t *testing.T, b backend) {
 	require.Eventually(t, func() bool {
 		second, err = other.Acquire(ctx, name, lock.Options{Lease: 10 * time.Second})
 		return err == nil
-	}, 5*time.Second, 5*time.Millisecond, "the other owner takes the lock after the claim window")
+	}, 5*time.Second, 5*time.Millisecond, "the other owner takes the lock after the handoff window")
 	stopped.Store(false)
 	close(resume)                      // the process continues: its look is sent first
 	time.Sleep(100 * time.Millisecond) // the waiter looks again, and is told to wait
@@ -954,7 +954,7 @@ func TestGrantAfterTheWaitEndedIsHandedOn(t *testing.T) {
 			// The waiter's look again: its context ends, then the holder
 			// releases, which hands the lock to the waiter (and sends the
 			// grant's message).
-			onAgain := func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			onAgain := func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 				if w.Look != lock.LookAgain || h.Load() == nil {
 					return mem.Queue(ctx, key, w)
 				}
@@ -1002,7 +1002,7 @@ func TestGrantAfterTheWaitEndedIsHandedOn(t *testing.T) {
 }
 
 // Issue 31, item 8: a waiter's request is held up (in go-redis's dial
-// retries during an outage) past its claim window, and its reply grants the
+// retries during an outage) past its handoff window, and its reply grants the
 // lock. The lease counted from the request has run out: the grant is
 // renewed before it is relied on, or, when its record is gone meanwhile,
 // the waiter looks again. Either way the waiter gets the lock, and nothing
@@ -1016,13 +1016,13 @@ func TestGrantTooLateToUseIsNotALoss(t *testing.T) {
 			mem := lock.NewMemoryProvider()
 			const window = 100 * time.Millisecond
 			var once atomic.Bool
-			p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+			p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 				rec, err := mem.Queue(ctx, key, w)
 				if err == nil && rec.Owner == w.Owner && once.CompareAndSwap(false, true) {
 					if gone {
 						_, _ = mem.ForceRelease(ctx, key)
 					}
-					time.Sleep(3 * window) // the reply is held up past the claim window
+					time.Sleep(3 * window) // the reply is held up past the handoff window
 				}
 				return rec, err
 			}}
@@ -1034,7 +1034,7 @@ func TestGrantTooLateToUseIsNotALoss(t *testing.T) {
 				return logs.Write(b)
 			}), nil))
 			rec := newRecorder()
-			c := newClient(t, p, lock.WithClaimWindow(window), lock.WithLogger(log), rec.option())
+			c := newClient(t, p, lock.WithHandoffWindow(window), lock.WithLogger(log), rec.option())
 			l, err := c.Acquire(ctx, uniqueName(t), lock.Options{Wait: true, Fair: true, MaxWait: 10 * time.Second})
 			require.NoError(t, err)
 			require.True(t, once.Load(), "the reply was held up")
@@ -1061,7 +1061,7 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // "server" applies the waiter's request only once the lock is free again,
 // after the wait ended, and it grants the lock to the waiter in its reply.
 // Nothing of the waiter's may be left: the lock used to stay granted to
-// nobody for the claim window (the Leave had run before the request).
+// nobody for the handoff window (the Leave had run before the request).
 func TestWaitEndedDuringItsRequestCleansUpAfterTheAnswer(t *testing.T) {
 	for _, end := range []string{"cancel", "deadline"} {
 		t.Run(end, func(t *testing.T) { waitEndedDuringItsRequest(t, end) })
@@ -1098,7 +1098,7 @@ func waitEndedDuringItsRequest(t *testing.T, end string) {
 		}
 	}
 	var asked atomic.Bool
-	p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (rec lock.Record, err error) {
+	p := &hookedProvider{Provider: mem, OnQueue: func(ctx context.Context, key string, w lock.Wait) (rec lock.Record, err error) {
 		if asked.Swap(true) {
 			return mem.Queue(ctx, key, w)
 		}

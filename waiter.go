@@ -25,7 +25,7 @@ import (
 // never held for a waiter that is gone.
 type waiter struct {
 	acquisition
-	req   Waiter
+	req   Wait
 	state waiterState
 
 	grants chan Notice   // a lock handed over from the queue
@@ -75,7 +75,7 @@ func (w *waiter) run(ctx context.Context) (*Lock, error) {
 		poll.Reset(w.lookAgain())
 		select {
 		case g := <-w.grants:
-			if l, err := w.take(ctx, g); l != nil || err != nil {
+			if l, err := w.accept(ctx, g); l != nil || err != nil {
 				return l, err
 			}
 		case <-w.wake:
@@ -110,7 +110,7 @@ func (w *waiter) lookAgain() time.Duration {
 		return back
 	}
 	if w.promised > 0 {
-		back = min(back, w.promised) // its entry lasts a claim window longer
+		back = min(back, w.promised) // its entry lasts a handoff window longer
 	}
 	ahead := time.Duration(w.place) * time.Millisecond
 	soon, known := back, false
@@ -135,7 +135,7 @@ func (w *waiter) every() time.Duration {
 
 // queueTTL returns how long the provider keeps the queue entry of w's next
 // request, of a counted name: w promises to look again within every()
-// (from its place in the last reply), and the entry lasts a claim window
+// (from its place in the last reply), and the entry lasts a handoff window
 // (w.req.TTL) longer, for a look that reaches the provider late. A waiter
 // that stops looking holds up those behind it that long at most.
 func (w *waiter) queueTTL() time.Duration {
@@ -165,12 +165,12 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 		return nil, w.giveUp(ctx, err)
 	}
 	switch {
-	case rec.Owner == w.req.Owner && !rec.Finished && ended(ctx):
+	case rec.Owner == w.req.Owner && !rec.GracePeriod && ended(ctx):
 		// Granted after the wait ended: giveUp's Leave hands it on.
 		return nil, w.giveUp(ctx, nil)
-	case rec.Owner == w.req.Owner && !rec.Finished:
+	case rec.Owner == w.req.Owner && !rec.GracePeriod:
 		return w.confirm(ctx, rec, sent, false)
-	case rec.Finished:
+	case rec.GracePeriod:
 		w.holder, w.retryAfter = rec.Owner, rec.TTL
 		return nil, w.giveUp(ctx, ErrGracePeriod)
 	}
@@ -194,14 +194,14 @@ func (w *waiter) ask(ctx context.Context) (*Lock, error) {
 	return nil, nil
 }
 
-// take turns a grant from the queue into the lock. A grant made before a
+// accept turns a grant from the queue into the lock. A grant made before a
 // later look of w's that left it queued (a message that came late: a stalled
 // process, a slow connection) is stale: its record expired, and another
 // owner may hold the lock; w looks again. Otherwise the provider stored the
 // record after w's last request was sent, so the lease counts from then
 // (see confirm); when w cannot tell the grant's age (a later look did not
 // show the holder's token), it renews it before it relies on it.
-func (w *waiter) take(ctx context.Context, g Notice) (*Lock, error) {
+func (w *waiter) accept(ctx context.Context, g Notice) (*Lock, error) {
 	if ended(ctx) {
 		// The wait ended as the grant came (select chose it over
 		// ctx.Done): giveUp's Leave hands it on.
@@ -262,7 +262,7 @@ const slowAnswer = time.Second
 // sent next on another connection, may run before it, leaving the lock
 // granted to nobody, or a waiter queued that has gone (issue 38: on
 // PostgreSQL, under waits cancelled, short MaxWaits and Clients closed
-// under their waiters, the lock sat free for the claim window while live
+// under their waiters, the lock sat free for the handoff window while live
 // waiters waited). A request answered is cleaned up after its answer. The
 // moment is slowAnswer after a cancellation, and no later than settleSlack
 // past ctx's deadline, which bounds the caller (see settle); a request cut
@@ -323,7 +323,7 @@ func (w *waiter) callFailed(ctx context.Context, op string, err error, sent time
 
 func (w *waiter) grant(rec Record, sent time.Time) *Lock {
 	w.state = granted
-	return w.hold(rec, sent)
+	return w.lockFor(rec, sent)
 }
 
 // giveUp leaves the queue, passing on a lock handed to w meanwhile, and

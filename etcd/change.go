@@ -83,7 +83,7 @@ func (ch *change) dropEntry(e entry) {
 // place there (a Put keeps a key's create revision), and rewrites its entry
 // either way: a release that read the entry before this call cannot commit
 // after it (see handTo).
-func (ch *change) enqueue(w lock.Waiter, session clientv3.LeaseID) {
+func (ch *change) enqueue(w lock.Wait, session clientv3.LeaseID) {
 	k := ch.p.entryKey(ch.key, w.Owner)
 	if own := ch.st.own; own != nil {
 		ch.cmps = append(ch.cmps, clientv3.Compare(clientv3.ModRevision(k), "=", own.mod))

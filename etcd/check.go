@@ -36,9 +36,9 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 	return checkLease(ttl)
 }
 
-// checkWaiter checks a key and a waiter, whose TTL must fit a lease.
-func checkWaiter(key string, w lock.Waiter) error {
-	if err := lock.CheckWaiter(key, w); err != nil {
+// checkWait checks a key and a waiter, whose TTL must fit a lease.
+func checkWait(key string, w lock.Wait) error {
+	if err := lock.CheckWait(key, w); err != nil {
 		return err
 	}
 	return checkLease(w.TTL)

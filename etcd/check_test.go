@@ -13,13 +13,13 @@ import (
 // takes a TTL, after the root's checks; one that fits passes.
 func TestCheckLease(t *testing.T) {
 	long := (maxLeaseSeconds + 1) * time.Second
-	w := lock.Waiter{Owner: "o", TTL: long, Inbox: "i"}
+	w := lock.Wait{Owner: "o", TTL: long, Inbox: "i"}
 	assert.ErrorIs(t, checkArgs("k", "o", long), lock.ErrInvalidArgument, "checkArgs")
-	assert.ErrorIs(t, checkWaiter("k", w), lock.ErrInvalidArgument, "checkWaiter")
+	assert.ErrorIs(t, checkWait("k", w), lock.ErrInvalidArgument, "checkWait")
 	assert.ErrorContains(t, checkArgs("k", "o", long), "longer than etcd's longest lease")
 
 	w.TTL = maxLeaseSeconds * time.Second
 	assert.NoError(t, checkArgs("k", "o", w.TTL), "the longest lease fits")
-	assert.NoError(t, checkWaiter("k", w), "the longest lease fits")
+	assert.NoError(t, checkWait("k", w), "the longest lease fits")
 	assert.ErrorContains(t, checkArgs("", "o", long), "empty lock name", "the root's checks come first")
 }

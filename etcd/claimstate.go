@@ -112,7 +112,7 @@ func parseClaim(owner string, kv *mvccKV) (c claim, ok bool) {
 			return claim{}, false
 		}
 	}
-	if c.limit < 1 || c.limit > lock.MaxPermits || c.weight < 1 || c.weight > c.limit || c.ttl <= 0 {
+	if c.limit < 1 || c.limit > lock.MaxLimit || c.weight < 1 || c.weight > c.limit || c.ttl <= 0 {
 		return claim{}, false
 	}
 	c.token, c.mod, c.lease = uint64(kv.CreateRevision), kv.ModRevision, clientv3.LeaseID(kv.Lease)
@@ -174,7 +174,7 @@ func parseClaimWaiter(owner string, kv *mvccKV) (w claimWaiter, ok bool) {
 			return claimWaiter{}, false
 		}
 	}
-	if w.limit < 1 || w.limit > lock.MaxPermits || w.weight < 1 || w.weight > w.limit || ms <= 0 {
+	if w.limit < 1 || w.limit > lock.MaxLimit || w.weight < 1 || w.weight > w.limit || ms <= 0 {
 		return claimWaiter{}, false
 	}
 	w.owner, w.inbox, w.ttl, w.mod = owner, f[4], time.Duration(ms)*time.Millisecond, kv.ModRevision

@@ -23,7 +23,7 @@ func TestListPages(t *testing.T) {
 		_, err := p.Acquire(ctx, fmt.Sprintf("%s%03d", prefix, i), newOwner(), time.Minute)
 		require.NoError(t, err)
 	}
-	w := lock.Waiter{Owner: newOwner(), TTL: time.Minute, Inbox: "inbox:" + uniqueName(t)}
+	w := lock.Wait{Owner: newOwner(), TTL: time.Minute, Inbox: "inbox:" + uniqueName(t)}
 	_, err := p.Queue(ctx, prefix+"007", w)
 	require.NoError(t, err)
 

@@ -34,12 +34,12 @@ func proxied(t *testing.T, ns string, opts ...etcd.Option) (*etcd.Provider, *fau
 // heldAndQueued makes a key held by a new owner on holder, with a waiter
 // on inbox queued behind it on queuer (both for 10s), and returns the
 // key, the holder's owner and the waiter.
-func heldAndQueued(t *testing.T, ctx context.Context, holder, queuer *etcd.Provider, inbox string) (key, owner string, w lock.Waiter) {
+func heldAndQueued(t *testing.T, ctx context.Context, holder, queuer *etcd.Provider, inbox string) (key, owner string, w lock.Wait) {
 	t.Helper()
 	key, owner = uniqueName(t), newOwner()
 	_, err := holder.Acquire(ctx, key, owner, 10*time.Second)
 	require.NoError(t, err)
-	w = lock.Waiter{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
+	w = lock.Wait{Owner: newOwner(), TTL: 10 * time.Second, Inbox: inbox}
 	rec, err := queuer.Queue(ctx, key, w)
 	require.NoError(t, err)
 	require.True(t, rec.Queued)

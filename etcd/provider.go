@@ -295,8 +295,8 @@ func granted(rec lock.Record, rev int64) lock.Record {
 // delivered that grant's message (or after half a second, when a stalled
 // one has not): the message does not reach the inbox after the reply, when
 // the caller may have released the lock already.
-func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if err := checkWaiter(key, w); err != nil {
+func (p *Provider) Queue(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
+	if err := checkWait(key, w); err != nil {
 		return lock.Record{}, err
 	}
 	var rec lock.Record
@@ -373,7 +373,7 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 // Queued with its place, counting out the dropped entries before it. When
 // its place is past the entries read, join returns the create revision of
 // its entry, for place to count.
-func (ch *change) join(ctx context.Context, w lock.Waiter, rec *lock.Record, dropped int) (int64, error) {
+func (ch *change) join(ctx context.Context, w lock.Wait, rec *lock.Record, dropped int) (int64, error) {
 	session, err := ch.p.sess.lease(ctx)
 	if err != nil {
 		return 0, err
@@ -408,8 +408,8 @@ func (p *Provider) place(ctx context.Context, key string, create, rev int64) (in
 }
 
 // Leave implements lock.Provider.
-func (p *Provider) Leave(ctx context.Context, key string, w lock.Waiter) error {
-	if err := checkWaiter(key, w); err != nil {
+func (p *Provider) Leave(ctx context.Context, key string, w lock.Wait) error {
+	if err := checkWait(key, w); err != nil {
 		return err
 	}
 	_, err := p.update(ctx, key, reads{owner: w.Owner}, nil, true, func(st *state, ls *leases) (*change, error) {

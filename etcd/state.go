@@ -124,11 +124,11 @@ const overdueTTL = 100 * time.Millisecond
 // written), or overdueTTL when that has run out.
 func (s *stored) record(now time.Time, minTTL time.Duration) lock.Record {
 	return lock.Record{
-		Owner:    s.owner,
-		Token:    s.token,
-		Finished: s.ended,
-		TTL:      leaseLeft(s.written, s.ttl, now, minTTL),
-		Since:    time.UnixMilli(s.since),
+		Owner:       s.owner,
+		Token:       s.token,
+		GracePeriod: s.ended,
+		TTL:         leaseLeft(s.written, s.ttl, now, minTTL),
+		Since:       time.UnixMilli(s.since),
 	}
 }
 
@@ -159,7 +159,7 @@ type entry struct {
 	create int64 // its place: entries are served by create revision
 }
 
-func entryValue(w lock.Waiter) string {
+func entryValue(w lock.Wait) string {
 	return strconv.FormatInt(max(w.TTL.Milliseconds(), 1), 10) + " " + w.Inbox
 }
 

@@ -16,7 +16,7 @@ func init() { roles["rwwriter"] = roleRWWriter }
 const (
 	deadReaders = 12 // the RWMutex's readers
 	// deadEntry is how long the killed writer's queue entry lasts after
-	// its last look: its poll interval and claim window (the defaults).
+	// its last look: its poll interval and handoff window (the defaults).
 	deadEntry = 2 * time.Second
 	// deadHold is how long the long reader holds at most: the reader
 	// behind the dead writer is granted long before, or it was held up
@@ -26,10 +26,10 @@ const (
 
 // TestKilledWriterHoldsUpReadersOnlyItsEntry: a reader holds an RWMutex
 // (a lease of 5 s, renewed); a writer in a child process queues behind it,
-// with the Client's defaults (a poll of 1 s, a claim window of 1 s), and is
+// with the Client's defaults (a poll of 1 s, a handoff window of 1 s), and is
 // killed (SIGKILL). A reader that asks 0.2 s after the kill is granted
 // beside the long reader once the dead writer's queue entry has run out
-// (its poll interval and claim window after its last look), not when the
+// (its poll interval and handoff window after its last look), not when the
 // long reader leaves (issue 38: 4.78 s later, when it released; the reader
 // holds 12 s here).
 func TestKilledWriterHoldsUpReadersOnlyItsEntry(t *testing.T) {

@@ -156,7 +156,7 @@ type looks struct {
 
 // provider returns p, with its Queue calls recorded.
 func (ls *looks) provider(p lock.Provider) lock.Provider {
-	return &testenv.Hooked{Provider: p, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	return &testenv.Hooked{Provider: p, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 		sent := time.Now()
 		rec, err := p.Queue(ctx, key, w)
 		if err == nil {
@@ -539,7 +539,7 @@ func TestLookInTheRecordsLastMillisecond(t *testing.T) {
 	rp := lock.NewRedisProvider(newRedis(t, srv.Addr))
 	var aim atomic.Int64 // when the round's first look is sent, Unix ns: 0 once it was
 	var landed atomic.Bool
-	hooked := &testenv.Hooked{Provider: rp, OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+	hooked := &testenv.Hooked{Provider: rp, OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 		if ns := aim.Swap(0); ns > 0 {
 			at := time.Unix(0, ns)
 			time.Sleep(time.Until(at) - 2*time.Millisecond)

@@ -21,19 +21,19 @@ const (
 	stalledPoll   = 100 * time.Millisecond
 	stalledLive   = 4 // live waiters behind the stopped one
 	// stalledFirst bounds when the first live waiter gets the lock after
-	// the release: the claim window and a look (~400 ms), and 1.2 s for a
+	// the release: the handoff window and a look (~400 ms), and 1.2 s for a
 	// loaded machine; under the lease (2 s) the lock idled for, for the
-	// stopped waiter, before the claim window (2.002 s measured then).
+	// stopped waiter, before the handoff window (2.002 s measured then).
 	stalledFirst = stalledWindow + stalledPoll + 1200*time.Millisecond
 )
 
 // TestStoppedWaiterDoesNotIdleTheLock queues five waiters for a held lock:
 // first a child process, then four live Clients. The child is stopped
 // (SIGSTOP) and the holder releases, which hands the lock to the child.
-// Nobody takes it up, so it passes on at the end of the claim window: the
-// live waiters get the lock in turn, the first within the claim window plus
+// Nobody takes it up, so it passes on at the end of the handoff window: the
+// live waiters get the lock in turn, the first within the handoff window plus
 // a poll interval of the release, each next one within a handoff of the
-// release before it (before the claim window, the lock idled for the
+// release before it (before the handoff window, the lock idled for the
 // stopped waiter's lease). The child, continued two leases after it was
 // stopped, finds its grant gone, waits again and gets the lock last. Tokens
 // increase in grant order; no two holders overlap (issue 23).
@@ -41,7 +41,7 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 	srv := faults.StartRedis(t)
 	ctx := ctxTimeout(t, 60*time.Second)
 	const name = "stalled"
-	opts := []lock.ClientOption{lock.WithPollInterval(stalledPoll), lock.WithClaimWindow(stalledWindow)}
+	opts := []lock.ClientOption{lock.WithPollInterval(stalledPoll), lock.WithHandoffWindow(stalledWindow)}
 	holder := newClient(t, newRedis(t, srv.Addr), opts...)
 	h, err := holder.Acquire(ctx, name, lock.Options{Lease: stalledLease})
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 	require.NoError(t, ch.Wait(ctx), "the child failed; its output:\n%s", ch.Out())
 	stats.grants.Add(int64(len(grants)) + 1)
 
-	require.Less(t, stalledFirst, stalledLease, "the first grant's bound must be under the lease the lock idled for without the claim window")
+	require.Less(t, stalledFirst, stalledLease, "the first grant's bound must be under the lease the lock idled for without the handoff window")
 	sort.Slice(grants, func(i, j int) bool { return grants[i].got.Before(grants[j].got) })
 	require.Len(t, grants, stalledLive)
 	prev, prevToken := released, h.Token()
@@ -126,7 +126,7 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 		expect(t, g.token > prevToken, "token %d of live grant %d is not above %d", g.token, i, prevToken)
 		prev, prevToken = g.freed, g.token
 	}
-	t.Logf("live waiters: first granted %v after the release (claim window %v, poll %v, lease %v); longest gap %v; the stopped waiter, continued after %v, granted %v after the last live release",
+	t.Logf("live waiters: first granted %v after the release (handoff window %v, poll %v, lease %v); longest gap %v; the stopped waiter, continued after %v, granted %v after the last live release",
 		grants[0].got.Sub(released).Round(time.Millisecond), stalledWindow, stalledPoll, stalledLease, longest.Round(time.Millisecond),
 		2*stalledLease, childAt.Sub(prev).Round(time.Millisecond))
 	expect(t, childToken > prevToken, "the resumed waiter's token %d is not above the last live one %d", childToken, prevToken)
@@ -139,7 +139,7 @@ func TestStoppedWaiterDoesNotIdleTheLock(t *testing.T) {
 func roleWaiter(t *testing.T) {
 	rc, name := childRedis(t)
 	lease, window, poll := childDuration(t, "FAULTS_LEASE"), childDuration(t, "FAULTS_WINDOW"), childDuration(t, "FAULTS_POLL")
-	c := newClient(t, rc, lock.WithClaimWindow(window), lock.WithPollInterval(poll))
+	c := newClient(t, rc, lock.WithHandoffWindow(window), lock.WithPollInterval(poll))
 	ctx := ctxTimeout(t, 50*time.Second)
 	l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 45 * time.Second, Lease: lease})
 	require.NoError(t, err)

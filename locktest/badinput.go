@@ -54,49 +54,49 @@ func (in BadInput) Check(t *testing.T, ctx context.Context, p lock.Provider) {
 	}
 }
 
-// BadWaiter is a call of Queue and Leave with one bad argument, which
-// every provider refuses with lock.ErrInvalidArgument (see BadWaiters).
-type BadWaiter struct {
-	Name   string // what is wrong, the name of its subtest
-	Key    string
-	Waiter lock.Waiter
+// BadWait is a call of Queue and Leave with one bad argument, which
+// every provider refuses with lock.ErrInvalidArgument (see BadWaits).
+type BadWait struct {
+	Name string // what is wrong, the name of its subtest
+	Key  string
+	Wait lock.Wait
 }
 
-// BadWaiters returns the calls the suite's QueueBadInput check makes: a bad
+// BadWaits returns the calls the suite's QueueBadInput check makes: a bad
 // key, or good with a bad owner, inbox or TTL on key. A backend's
 // own tests may make them too, as with BadInputs.
-func BadWaiters(key string, good lock.Waiter) []BadWaiter {
-	with := func(name string, change func(w *lock.Waiter)) BadWaiter {
+func BadWaits(key string, good lock.Wait) []BadWait {
+	with := func(name string, change func(w *lock.Wait)) BadWait {
 		w := good
 		change(&w)
-		return BadWaiter{name, key, w}
+		return BadWait{name, key, w}
 	}
-	return []BadWaiter{
+	return []BadWait{
 		{"EmptyKey", "", good},
 		{"KeyTooLong", strings.Repeat("k", lock.MaxKeyLen+1), good},
-		with("EmptyOwner", func(w *lock.Waiter) { w.Owner = "" }),
-		with("OwnerWithComma", func(w *lock.Waiter) { w.Owner = "a,1" }),
-		with("OwnerWithSpace", func(w *lock.Waiter) { w.Owner = "a b" }),
-		with("OwnerTooLong", func(w *lock.Waiter) { w.Owner = strings.Repeat("o", lock.MaxOwnerLen+1) }),
-		with("EmptyInbox", func(w *lock.Waiter) { w.Inbox = "" }),
-		with("InboxWithSpace", func(w *lock.Waiter) { w.Inbox = "in box" }),
-		with("InboxWithNewline", func(w *lock.Waiter) { w.Inbox += "\n" }),
-		with("InboxTooLong", func(w *lock.Waiter) { w.Inbox = strings.Repeat("i", lock.MaxKeyLen+1) }),
-		with("ZeroTTL", func(w *lock.Waiter) { w.TTL = 0 }),
-		with("TTLUnderOneMillisecond", func(w *lock.Waiter) { w.TTL = 999 * time.Microsecond }),
-		with("NegativeTTL", func(w *lock.Waiter) { w.TTL = -time.Second }),
+		with("EmptyOwner", func(w *lock.Wait) { w.Owner = "" }),
+		with("OwnerWithComma", func(w *lock.Wait) { w.Owner = "a,1" }),
+		with("OwnerWithSpace", func(w *lock.Wait) { w.Owner = "a b" }),
+		with("OwnerTooLong", func(w *lock.Wait) { w.Owner = strings.Repeat("o", lock.MaxOwnerLen+1) }),
+		with("EmptyInbox", func(w *lock.Wait) { w.Inbox = "" }),
+		with("InboxWithSpace", func(w *lock.Wait) { w.Inbox = "in box" }),
+		with("InboxWithNewline", func(w *lock.Wait) { w.Inbox += "\n" }),
+		with("InboxTooLong", func(w *lock.Wait) { w.Inbox = strings.Repeat("i", lock.MaxKeyLen+1) }),
+		with("ZeroTTL", func(w *lock.Wait) { w.TTL = 0 }),
+		with("TTLUnderOneMillisecond", func(w *lock.Wait) { w.TTL = 999 * time.Microsecond }),
+		with("NegativeTTL", func(w *lock.Wait) { w.TTL = -time.Second }),
 	}
 }
 
 // Check checks that p refuses the call with lock.ErrInvalidArgument: in
 // Queue, with each Look, and in Leave.
-func (in BadWaiter) Check(t *testing.T, ctx context.Context, p lock.Provider) {
+func (in BadWait) Check(t *testing.T, ctx context.Context, p lock.Provider) {
 	t.Helper()
 	for _, look := range []lock.Look{lock.LookFirst, lock.LookJoin, lock.LookFair, lock.LookAgain} {
-		w := in.Waiter
+		w := in.Wait
 		w.Look = look
 		_, err := p.Queue(ctx, in.Key, w)
 		assert.ErrorIs(t, err, lock.ErrInvalidArgument, "Queue with %v rejects it", look)
 	}
-	assert.ErrorIs(t, p.Leave(ctx, in.Key, in.Waiter), lock.ErrInvalidArgument, "Leave rejects it")
+	assert.ErrorIs(t, p.Leave(ctx, in.Key, in.Wait), lock.ErrInvalidArgument, "Leave rejects it")
 }

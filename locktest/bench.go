@@ -74,7 +74,7 @@ func HandOver(b *testing.B, p lock.Provider) {
 	}
 	b.ResetTimer()
 	for i := 1; i <= b.N; i++ {
-		w := lock.Waiter{Owner: "o-" + strconv.Itoa(i), TTL: 10 * time.Second, Inbox: key + ":inbox"}
+		w := lock.Wait{Owner: "o-" + strconv.Itoa(i), TTL: 10 * time.Second, Inbox: key + ":inbox"}
 		if _, err := p.Queue(ctx, key, w); err != nil {
 			b.Fatal(err)
 		}

@@ -457,7 +457,7 @@ func (s *suite) claimBadInput(t *testing.T) {
 		"zero weight":        func(c *lock.Claim) { c.Weight = 0 },
 		"weight over limit":  func(c *lock.Claim) { c.Weight = 3 },
 		"zero limit":         func(c *lock.Claim) { c.Limit, c.Weight = 0, 0 },
-		"limit too high":     func(c *lock.Claim) { c.Limit = lock.MaxPermits + 1 },
+		"limit too high":     func(c *lock.Claim) { c.Limit = lock.MaxLimit + 1 },
 		"short ttl":          func(c *lock.Claim) { c.TTL = time.Microsecond },
 		"negative queue ttl": func(c *lock.Claim) { c.QueueTTL = -time.Second },
 		"empty owner":        func(c *lock.Claim) { c.Owner = "" },

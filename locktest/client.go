@@ -119,7 +119,7 @@ func (s *suite) renewalFindsLockRemovedOrTaken(t *testing.T) {
 
 // grantToStalledWaiterPassesOn: a release hands the lock to the first
 // waiter, whose process is stalled (its grants held back, its polls an hour
-// apart). The live waiter behind it gets the lock once the claim window has
+// apart). The live waiter behind it gets the lock once the handoff window has
 // run out, not a lease later; the stalled one, when it resumes, finds the
 // grant gone, waits again and gets the lock after the live one, with a
 // greater token; never two holders at once (issue 23: the lock used to idle
@@ -136,8 +136,8 @@ func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
 	name := uniqueName(t)
 	holder := newClient(t, s.b.New(t))
 	var sp grantStall
-	stalled := newClient(t, sp.over(s.b.New(t)), lock.WithPollInterval(time.Hour), lock.WithClaimWindow(window))
-	live := newClient(t, s.b.New(t), lock.WithPollInterval(50*time.Millisecond), lock.WithClaimWindow(window))
+	stalled := newClient(t, sp.over(s.b.New(t)), lock.WithPollInterval(time.Hour), lock.WithHandoffWindow(window))
+	live := newClient(t, s.b.New(t), lock.WithPollInterval(50*time.Millisecond), lock.WithHandoffWindow(window))
 
 	h, err := holder.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
@@ -168,7 +168,7 @@ func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
 	lv := receive(t, liveGot, 20*time.Second, "the live waiter did not get the lock")
 	require.NoError(t, lv.err)
 	waited := lv.when.Sub(released)
-	t.Logf("the live waiter got the lock %v after the release (claim window %v, lease %v)", waited.Round(time.Millisecond), window, lease)
+	t.Logf("the live waiter got the lock %v after the release (handoff window %v, lease %v)", waited.Round(time.Millisecond), window, lease)
 	assert.Less(t, waited, lease/2, "the live waiter waited for the stalled waiter's lease")
 	assert.Greater(t, lv.l.Token(), h.Token())
 

@@ -14,15 +14,15 @@ import (
 
 // The checks of a waiter whose process died while it waited (issue 38): it
 // holds up the waiters behind it for its own queue entry's lease (its look
-// interval and claim window), not until a holder leaves.
+// interval and handoff window), not until a holder leaves.
 
 // deadWaiterPoll is the poll interval of the dying Clients (see
 // suite.dying), and deadWaiterBound how long a dead waiter may hold up
-// those behind it: its look interval and its claim window, with a poll of
+// those behind it: its look interval and its handoff window, with a poll of
 // the live waiter's.
 const (
 	deadWaiterPoll  = 100 * time.Millisecond
-	deadWaiterBound = deadWaiterPoll + claimWindow + deadWaiterPoll
+	deadWaiterBound = deadWaiterPoll + handoffWindow + deadWaiterPoll
 )
 
 // rwDeadWriter: a reader holds an RWMutex for long; a writer queues behind
@@ -117,7 +117,7 @@ func (s *suite) lockDeadWaiter(t *testing.T) {
 	took := time.Since(released)
 	bound := deadWaiterBound + s.b.TTLGranularity + s.b.MinLease
 	t.Logf("the waiter behind the dead one got the lock %v after the release (bound %v)", took.Round(time.Millisecond), bound)
-	assert.Less(t, took, bound+5*time.Second, "granted within the dead waiter's claim window and a poll, not its lease of %v", lease)
+	assert.Less(t, took, bound+5*time.Second, "granted within the dead waiter's handoff window and a poll, not its lease of %v", lease)
 	if l != nil {
 		assert.NoError(t, l.Release(context.WithoutCancel(s.ctx)))
 	}

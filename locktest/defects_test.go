@@ -53,7 +53,7 @@ func doubled(p lock.Provider) *testenv.Hooked {
 		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 			return double(p.Acquire(ctx, key, owner, ttl))
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			return double(p.Queue(ctx, key, w))
 		},
 		OnInspect: func(ctx context.Context, key string) (lock.Record, error) {
@@ -78,7 +78,7 @@ func TestCatchesGrantOfHeldLock(t *testing.T) {
 	mem := doubled(lock.NewMemoryProvider())
 	bad := &testenv.Hooked{Provider: mem, OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
 		rec, err := mem.Acquire(ctx, key, owner, ttl)
-		if err == nil && rec.Owner != owner && rec.Owner != "" && !rec.Finished {
+		if err == nil && rec.Owner != owner && rec.Owner != "" && !rec.GracePeriod {
 			fired.Add(1)
 			return lock.Record{Owner: owner, Token: rec.Token + 1, TTL: ttl, Since: time.Now()}, nil
 		}
@@ -95,7 +95,7 @@ func TestCatchesReusedToken(t *testing.T) {
 	var mu sync.Mutex
 	last := make(map[string]uint64)
 	reuse := func(key, owner string, rec lock.Record, err error) (lock.Record, error) {
-		if err == nil && rec.Owner == owner && !rec.Finished {
+		if err == nil && rec.Owner == owner && !rec.GracePeriod {
 			mu.Lock()
 			if prev := last[key]; prev != 0 && prev != rec.Token {
 				fired.Add(1)
@@ -113,7 +113,7 @@ func TestCatchesReusedToken(t *testing.T) {
 			rec, err := mem.Acquire(ctx, key, owner, ttl)
 			return reuse(key, owner, rec, err)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			rec, err := mem.Queue(ctx, key, w)
 			return reuse(key, w.Owner, rec, err)
 		},

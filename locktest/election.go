@@ -269,11 +269,11 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 	)
 	role := uniqueName(t)
 	cut := newClient(t, stalledRenewals(s.b.New(t)), lock.WithIdentity("cut-off"))
-	// The successor's record lives for its claim window until its first
+	// The successor's record lives for its handoff window until its first
 	// renewal: 5 s, not the default 1 s, so that a CI machine too loaded to
 	// renew within a second does not take the successor's term from it
 	// while the round is checked (seen once, with two CI runs at once).
-	next := newClient(t, s.b.New(t), lock.WithPollInterval(20*time.Millisecond), lock.WithClaimWindow(5*time.Second))
+	next := newClient(t, s.b.New(t), lock.WithPollInterval(20*time.Millisecond), lock.WithHandoffWindow(5*time.Second))
 	stall := testenv.WatchStalls(t)
 	checked := 0
 	for round := 0; checked < conclude && round < maxRounds; round++ {
@@ -329,7 +329,7 @@ func (s *suite) termEndsBeforeSuccessor(t *testing.T) {
 // lostHeldUp reports whether err, a Campaign's, is the loss of a grant
 // that the process was held up long enough to lose before Campaign
 // returned (a grant is taken with half its TTL left at least: 500 ms of a
-// waiter's one-second claim window, 600 ms of the leader's lease), and
+// waiter's one-second handoff window, 600 ms of the leader's lease), and
 // logs it: the round says nothing. Such a loss without a hold-up of 450 ms
 // fails the check later, at the NoError.
 func lostHeldUp(t *testing.T, err error, held time.Duration, round int, who string) bool {

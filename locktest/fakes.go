@@ -42,13 +42,13 @@ func silenced(p lock.Provider, dead *atomic.Bool) *testenv.Hooked {
 			}
 			return p.Renew(ctx, key, owner, ttl)
 		},
-		OnQueue: func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 			if dead.Load() {
 				return lock.Record{}, errDead
 			}
 			return p.Queue(ctx, key, w)
 		},
-		OnLeave: func(ctx context.Context, key string, w lock.Waiter) error {
+		OnLeave: func(ctx context.Context, key string, w lock.Wait) error {
 			if dead.Load() {
 				return errDead
 			}

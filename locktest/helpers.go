@@ -70,8 +70,8 @@ func record(t *testing.T, name string, open func(deliver func(lock.Notice)) (fun
 }
 
 // waiter returns a new waiter with in's inbox.
-func (in *listener) waiter(ttl time.Duration) lock.Waiter {
-	return lock.Waiter{Owner: newOwner(), TTL: ttl, Inbox: in.name}
+func (in *listener) waiter(ttl time.Duration) lock.Wait {
+	return lock.Wait{Owner: newOwner(), TTL: ttl, Inbox: in.name}
 }
 
 // next returns the first grant not read yet, waiting up to 5s for it.
@@ -122,7 +122,7 @@ func quietBut(t *testing.T, ctx context.Context, p lock.Provider, allowed func(l
 }
 
 // mustQueue queues w on the held key.
-func mustQueue(t *testing.T, ctx context.Context, p lock.Provider, key string, w lock.Waiter) {
+func mustQueue(t *testing.T, ctx context.Context, p lock.Provider, key string, w lock.Wait) {
 	t.Helper()
 	rec, err := p.Queue(ctx, key, w)
 	require.NoError(t, err)
@@ -144,7 +144,7 @@ func receive[T any](t *testing.T, ch <-chan T, d time.Duration, msg string, args
 
 // queueBehind takes a new key for a new owner and queues a waiter of in for
 // it: it returns the key, the holder's record and the waiter.
-func queueBehind(t *testing.T, ctx context.Context, p lock.Provider, in *listener) (string, lock.Record, lock.Waiter) {
+func queueBehind(t *testing.T, ctx context.Context, p lock.Provider, in *listener) (string, lock.Record, lock.Wait) {
 	t.Helper()
 	key := uniqueName(t)
 	held := mustAcquire(t, p, key, newOwner(), queueTTL)
@@ -156,7 +156,7 @@ func queueBehind(t *testing.T, ctx context.Context, p lock.Provider, in *listene
 // freeWithWaiter returns a key that is free with a waiter of in still
 // queued for it: the key's holder's record (returned) expired. It skips the
 // test when the backend's records do not expire in real time.
-func (s *suite) freeWithWaiter(t *testing.T, in *listener) (string, lock.Record, lock.Waiter) {
+func (s *suite) freeWithWaiter(t *testing.T, in *listener) (string, lock.Record, lock.Wait) {
 	t.Helper()
 	if !s.expires(t) {
 		t.Skip("needs a record that expires, with its waiter still queued")
@@ -186,7 +186,7 @@ func assertFree(t *testing.T, ctx context.Context, p lock.Provider, key, msg str
 	rec, err := p.Acquire(ctx, key, o, queueTTL)
 	require.NoError(t, err)
 	if assert.Equal(t, o, rec.Owner, "%s: wanted the key free, found it held (%+v)", msg, rec) {
-		assert.False(t, rec.Finished, "%s: a new record is not in a grace period", msg)
+		assert.False(t, rec.GracePeriod, "%s: a new record is not in a grace period", msg)
 		assert.NoError(t, p.Release(ctx, key, o))
 	}
 }

@@ -208,7 +208,7 @@ func (r *recorded) grant(key, owner, via string, call int64, rec lock.Record, er
 	switch {
 	case err != nil:
 		out.res = resUnknown
-	case rec.Owner == owner && !rec.Finished:
+	case rec.Owner == owner && !rec.GracePeriod:
 		out = output{res: resOK, token: rec.Token}
 	}
 	r.h.add(r.proc, input{kind: opGrant, part: partLock + key, owner: owner, via: via}, call, out, r.h.now())
@@ -250,12 +250,12 @@ func (r *recorded) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 // handed the lock to the queued owner may have stored its record at any
 // point since; this call may only tell it (the inbox was not told, or not
 // yet: a cut connection).
-func (r *recorded) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+func (r *recorded) Queue(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 	call := r.h.now()
 	part := partLock + key
 	r.h.queuedAt(part, w.Owner, call, 0)
 	rec, err := r.Provider.Queue(ctx, key, w)
-	if err != nil || rec.Owner == w.Owner && !rec.Finished {
+	if err != nil || rec.Owner == w.Owner && !rec.GracePeriod {
 		call = r.h.firstQueued(part, w.Owner).call
 	}
 	r.grant(key, w.Owner, "queue", call, rec, err)
@@ -269,7 +269,7 @@ func (r *recorded) store(kind opKind, part, owner string, call int64, err error)
 	return err
 }
 
-func (r *recorded) Leave(ctx context.Context, key string, w lock.Waiter) error {
+func (r *recorded) Leave(ctx context.Context, key string, w lock.Wait) error {
 	call := r.h.now()
 	return r.store(opLeave, partLock+key, w.Owner, call, r.Provider.Leave(ctx, key, w))
 }

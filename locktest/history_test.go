@@ -40,7 +40,7 @@ func TestQueueTellsAHandOff(t *testing.T) {
 		stop, err := mem.Listen(ctx, "inbox-b", func(lock.Notice) {})
 		require.NoError(t, err)
 		defer stop()
-		w := lock.Waiter{Owner: "owner-b", TTL: ttl, Inbox: "inbox-b", Look: lock.LookFirst}
+		w := lock.Wait{Owner: "owner-b", TTL: ttl, Inbox: "inbox-b", Look: lock.LookFirst}
 		rec, err := b.Queue(ctx, key, w)
 		require.NoError(t, err)
 		require.True(t, rec.Queued, "b queues behind a")
@@ -104,13 +104,13 @@ func TestQueueTellsAHandOff(t *testing.T) {
 		h := NewHistory()
 		key := "lock:{role}"
 		b := h.Provider(&testenv.Hooked{Provider: mem,
-			OnQueue: func(context.Context, string, lock.Waiter) (lock.Record, error) {
+			OnQueue: func(context.Context, string, lock.Wait) (lock.Record, error) {
 				return lock.Record{Owner: "owner-b", Token: 9, TTL: ttl}, nil
 			}})
 		call := h.Now()
 		h.add(h.Process(), input{kind: opObserved, part: partObserve + key + " #0", via: key}, call,
 			output{res: resOK, token: 9, owner: "owner-b"}, h.Now())
-		_, err := b.Queue(ctx, key, lock.Waiter{Owner: "owner-b", TTL: ttl, Inbox: "inbox-b"})
+		_, err := b.Queue(ctx, key, lock.Wait{Owner: "owner-b", TTL: ttl, Inbox: "inbox-b"})
 		require.NoError(t, err)
 
 		r := h.Check(t.TempDir(), t.Name())

@@ -27,7 +27,7 @@ func (s *suite) runHolds(t *testing.T) {
 	t.Run("SemaphoreLargeRequestAtHeadIsNotOvertaken", s.semaphoreNoBarging)
 	t.Run("SemaphoreCancelledHeadDoesNotStallQueue", s.semaphoreCancelledHead)
 	t.Run("SemaphoreDeadHoldersPermitComesBack", s.semaphoreDeadHolder)
-	t.Run("SemaphoreDeadHeadStallsAtMostClaimWindow", s.semaphoreDeadHead)
+	t.Run("SemaphoreDeadHeadStallsAtMostHandoffWindow", s.semaphoreDeadHead)
 	t.Run("SemaphoreRefusesAnotherN", s.semaphoreRefusesAnotherN)
 	t.Run("LockDeadWaiterPassedOver", s.lockDeadWaiter)
 	t.Run("RWDeadWriterHoldsUpReadersOnlyItsLease", s.rwDeadWriter)
@@ -84,9 +84,9 @@ func (s *suite) servedAfter(t *testing.T, sem *lock.Semaphore, died time.Time, b
 	assert.NoError(t, h.Release(s.ctx))
 }
 
-// claimWindow is the Client's default claim window (see
-// lock.WithClaimWindow).
-const claimWindow = time.Second
+// handoffWindow is the Client's default handoff window (see
+// lock.WithHandoffWindow).
+const handoffWindow = time.Second
 
 // waitOpts waits up to 20s, with leases of 5s.
 var waitOpts = lock.Options{Wait: true, MaxWait: 20 * time.Second, Lease: 5 * time.Second}
@@ -270,7 +270,7 @@ func (s *suite) semaphoreDeadHolder(t *testing.T) {
 // semaphoreDeadHead: the caller at the head of the queue, waiting for both
 // of two permits while one is held, dies; the held permit is released and
 // both are granted to the dead one. The caller behind it is granted a
-// permit once that grant expires: within the claim window (1s), not the
+// permit once that grant expires: within the handoff window (1s), not the
 // dead one's lease.
 func (s *suite) semaphoreDeadHead(t *testing.T) {
 	testenv.SkipShort(t, "a conformance check of 1 s (a dead head's gate lease runs out)")
@@ -294,7 +294,7 @@ func (s *suite) semaphoreDeadHead(t *testing.T) {
 	dead.Store(true)
 	died := time.Now()
 	require.NoError(t, a.Release(s.ctx))
-	s.servedAfter(t, semB, died, claimWindow, "the caller behind a dead head is served (bound: the claim window, not the dead one's lease of 20s)")
+	s.servedAfter(t, semB, died, handoffWindow, "the caller behind a dead head is served (bound: the handoff window, not the dead one's lease of 20s)")
 }
 
 // semaphoreRefusesAnotherN: a caller that finds the semaphore held under

@@ -49,7 +49,7 @@ func (s *suite) inspectHeldKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a, rec.Owner, "Inspect shows the holder")
 	assert.Equal(t, recA.Token, rec.Token, "Inspect shows the holder's token")
-	assert.False(t, rec.Finished)
+	assert.False(t, rec.GracePeriod)
 	assertTTL(t, 10*time.Second, rec.TTL, "Inspect shows the TTL left")
 	assert.WithinDuration(t, before, rec.Since, time.Minute, "Since is the time of the grant (within a minute: clocks differ)")
 	assert.Equal(t, recA.Since, rec.Since, "Acquire and Inspect show the same Since")
@@ -64,7 +64,7 @@ func (s *suite) inspectHeldKey(t *testing.T) {
 	require.NoError(t, p.Finish(ctx, key, a, 10*time.Second), "end the record: a grace period")
 	rec, err = p.Inspect(ctx, key)
 	require.NoError(t, err)
-	assert.True(t, rec.Finished, "Inspect shows a grace period")
+	assert.True(t, rec.GracePeriod, "Inspect shows a grace period")
 	assert.Equal(t, a, rec.Owner, "an ended record keeps its owner")
 	assert.Equal(t, recA.Since, rec.Since, "an ended record keeps Since")
 }
@@ -74,7 +74,7 @@ func (s *suite) inspectCountsWaiters(t *testing.T) {
 	key, a := uniqueName(t), newOwner()
 	mustAcquire(t, p, key, a, queueTTL)
 	in := listen(t, ctx, p)
-	ws := []lock.Waiter{in.waiter(queueTTL), in.waiter(queueTTL)}
+	ws := []lock.Wait{in.waiter(queueTTL), in.waiter(queueTTL)}
 	for _, w := range ws {
 		mustQueue(t, ctx, p, key, w)
 	}
@@ -126,7 +126,7 @@ func (s *suite) listFindsRecordsUnderPrefix(t *testing.T) {
 			assert.Equal(t, owner, r.Owner, "key %q is listed with its owner", key)
 			assert.NotZero(t, r.Token, "key %q is listed with its token", key)
 			assert.Positive(t, r.TTL, "key %q is listed with its TTL", key)
-			assert.Equal(t, key == prefix+"b", r.Finished, "key %q: ended as stored", key)
+			assert.Equal(t, key == prefix+"b", r.GracePeriod, "key %q: ended as stored", key)
 		}
 	}
 }
@@ -174,7 +174,7 @@ func (s *suite) forceReleaseEndsGracePeriod(t *testing.T) {
 	rec, err := p.ForceRelease(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, a, rec.Owner)
-	assert.True(t, rec.Finished, "ForceRelease returns the ended record")
+	assert.True(t, rec.GracePeriod, "ForceRelease returns the ended record")
 	assertFree(t, ctx, p, key, "a forced release ends the grace period")
 }
 

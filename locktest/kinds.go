@@ -146,7 +146,7 @@ func (s *suite) kindLockRefusesClaims(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, lock.KindLock, rec.Kind, "refused for the lock's record (queue %v, grace period %v): %+v", queue, grace, rec)
 			assert.Equal(t, o, rec.Owner, "the reply names the lock's holder")
-			assert.Equal(t, grace, rec.Finished, "and its grace period")
+			assert.Equal(t, grace, rec.GracePeriod, "and its grace period")
 			assert.False(t, rec.Queued, "not queued")
 			assert.Zero(t, rec.Limit, "no counted name")
 		}
@@ -183,7 +183,7 @@ func (s *suite) kindClaimsRefuseLock(t *testing.T) {
 	assert.Equal(t, lock.KindRWMutex, rec.Kind, "Acquire refused for the counted name: %+v", rec)
 	assert.Empty(t, rec.Owner, "no lock holds it")
 	for _, look := range []lock.Look{lock.LookFirst, lock.LookFair, lock.LookJoin, lock.LookAgain} {
-		rec, err := s.p.Queue(s.ctx, key, lock.Waiter{Owner: o, TTL: time.Minute, Inbox: in.name, Look: look})
+		rec, err := s.p.Queue(s.ctx, key, lock.Wait{Owner: o, TTL: time.Minute, Inbox: in.name, Look: look})
 		require.NoError(t, err)
 		assert.Equal(t, lock.KindRWMutex, rec.Kind, "Queue (%v) refused for the counted name: %+v", look, rec)
 		assert.Empty(t, rec.Owner, "no lock holds it")

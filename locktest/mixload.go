@@ -25,13 +25,13 @@ import (
 // live waiter waited for it (its Acquire under way, its context not ended,
 // its Client not closing). A free lock with a live waiter is granted
 // within a few round trips: no such stretch may last a poll interval or a
-// claim window, which is what a lost wake-up, or a grant to a waiter that
+// handoff window, which is what a lost wake-up, or a grant to a waiter that
 // has gone, costs (issue 38: on PostgreSQL, waits ran out while the lock
 // sat free for 139-399 ms, and waits lasted 1.26-1.6 s where memory and
 // Redis waited 99 ms at most).
 //
 // The Clients poll every 5 s and hold a grant nobody takes up for 2 s (the
-// claim window), so that either loss shows as seconds, far above the bound
+// handoff window), so that either loss shows as seconds, far above the bound
 // a loaded machine needs (1 s). The waits that end early (a cancel, a short
 // MaxWait, a Client closed) are Fair: their requests are all the waiter's,
 // whose answer the Client waits for before it cleans up. A non-Fair wait
@@ -58,7 +58,7 @@ func (s *suite) mixedLoadFreeLockGoesToLiveWaiter(t *testing.T) {
 	for i := range providers {
 		providers[i] = s.b.New(t)
 	}
-	opts := []lock.ClientOption{lock.WithPollInterval(poll), lock.WithClaimWindow(window)}
+	opts := []lock.ClientOption{lock.WithPollInterval(poll), lock.WithHandoffWindow(window)}
 	clients := make([]*lock.Client, len(providers))
 	for i, p := range providers {
 		clients[i] = newClient(t, p, opts...)

@@ -38,8 +38,8 @@ func (s *suite) runQueue(t *testing.T) {
 	t.Run("GracePeriodTellsWaiters", s.gracePeriodTellsWaiters)
 	t.Run("UnlistenedWaiterIsSkipped", s.unlistenedWaiterIsSkipped)
 	t.Run("AgainFindsOwnGrant", s.againFindsOwnGrant)
-	t.Run("FairServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Look: lock.LookFair}) })
-	t.Run("AgainServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Waiter{Look: lock.LookAgain}) })
+	t.Run("FairServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Wait{Look: lock.LookFair}) })
+	t.Run("AgainServesFirstWaiter", func(t *testing.T) { s.freeKeyServesFirstWaiter(t, lock.Wait{Look: lock.LookAgain}) })
 	t.Run("NonFairTakesFreeKey", func(t *testing.T) {
 		t.Run("Acquire", func(t *testing.T) { s.nonFairTakesFreeKey(t, false, false) })
 		t.Run("Queue", func(t *testing.T) { s.nonFairTakesFreeKey(t, true, false) })
@@ -63,7 +63,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 	key, a := uniqueName(t), newOwner()
 	recA := mustAcquire(t, p, key, a, queueTTL)
 	ins := make([]*listener, 3)
-	ws := make([]lock.Waiter, 3)
+	ws := make([]lock.Wait, 3)
 	for i := range ws {
 		ins[i] = listen(t, ctx, p)
 		ws[i] = ins[i].waiter(queueTTL + time.Duration(i+1)*time.Second) // each its own TTL
@@ -76,7 +76,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 		}
 		assert.Equal(t, a, rec.Owner, "waiter %d: a queued caller is shown the holder", i+1)
 		assert.Equal(t, recA.Token, rec.Token, "waiter %d: the holder's token", i+1)
-		assert.False(t, rec.Finished, "waiter %d", i+1)
+		assert.False(t, rec.GracePeriod, "waiter %d", i+1)
 		assert.Positive(t, rec.TTL, "waiter %d: the holder's remaining TTL", i+1)
 		assert.LessOrEqual(t, rec.TTL, queueTTL, "waiter %d: queueing does not extend the holder's TTL", i+1)
 	}
@@ -96,7 +96,7 @@ func (s *suite) handsOverInOrder(t *testing.T, contended bool) {
 		h := holder(t, p, key)
 		assert.Equal(t, w.Owner, h.Owner, "Release hands the key to waiter %d, the first in the queue", i+1)
 		assert.Equal(t, g.Token, h.Token, "the stored record carries the token of the Notice")
-		assert.False(t, h.Finished, "a handed-over record is not ended")
+		assert.False(t, h.GracePeriod, "a handed-over record is not ended")
 		assertTTL(t, w.TTL, h.TTL, "the handed-over record has the waiter's TTL")
 		prev, last = w.Owner, g.Token
 	}
@@ -118,7 +118,7 @@ func (s *suite) freeKeyTakesIt(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, w.Owner, rec.Owner, "a Queue on a free key takes it")
 			assert.False(t, rec.Queued, "a caller that took the key is not queued")
-			assert.False(t, rec.Finished)
+			assert.False(t, rec.GracePeriod)
 			assert.NotZero(t, rec.Token, "the grant carries a fencing token")
 			assertTTL(t, queueTTL, rec.TTL, "the record has the waiter's TTL")
 			assertHolder(t, s.p, key, w.Owner, rec.Token, "the record is stored")
@@ -225,7 +225,7 @@ func (s *suite) leaveNotQueuedChangesNothing(t *testing.T) {
 	in := listen(t, ctx, p)
 	free := uniqueName(t) + ":free"
 	assert.NoError(t, p.Leave(ctx, free, in.waiter(queueTTL)), "Leave on a key without record or queue is not an error")
-	assert.NoError(t, p.Leave(ctx, free, lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: in.name, Look: lock.LookAgain}))
+	assert.NoError(t, p.Leave(ctx, free, lock.Wait{Owner: newOwner(), TTL: queueTTL, Inbox: in.name, Look: lock.LookAgain}))
 	assertFree(t, ctx, p, free, "Leave on a free key leaves it free")
 
 	key, recA, w1 := queueBehind(t, ctx, p, in)
@@ -273,7 +273,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	w1.Look = lock.LookAgain
 	rec, err := p.Queue(ctx, key, w1)
 	require.NoError(t, err)
-	assert.True(t, rec.Finished, "a look again during the grace period sees the ended record")
+	assert.True(t, rec.GracePeriod, "a look again during the grace period sees the ended record")
 	assert.Equal(t, a, rec.Owner, "the ended record is the holder's")
 	assert.Equal(t, recA.Token, rec.Token)
 	assert.False(t, rec.Queued, "no caller is queued during a grace period")
@@ -284,7 +284,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 		w2.Look = join(contended)
 		rec, err = p.Queue(ctx, key, w2)
 		require.NoError(t, err)
-		assert.True(t, rec.Finished, "a newcomer (Contended %v) sees the ended record", contended)
+		assert.True(t, rec.GracePeriod, "a newcomer (Contended %v) sees the ended record", contended)
 		assert.False(t, rec.Queued, "a newcomer (Contended %v) is not queued during a grace period", contended)
 	}
 	if !s.expires(t) {
@@ -294,7 +294,7 @@ func (s *suite) gracePeriodTellsWaiters(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		rec, err := p.Queue(ctx, key, w1)
-		return err == nil && rec.Owner == w1.Owner && !rec.Finished
+		return err == nil && rec.Owner == w1.Owner && !rec.GracePeriod
 	}, 5*grace, 10*time.Millisecond, "once the grace period has passed, a look again takes the key")
 	h := holder(t, p, key)
 	assert.Equal(t, w1.Owner, h.Owner)
@@ -316,7 +316,7 @@ func (s *suite) unlistenedWaiterIsSkipped(t *testing.T) {
 	p, ctx := s.p, s.ctx
 	key, a := uniqueName(t), newOwner()
 	mustAcquire(t, p, key, a, queueTTL)
-	deaf := lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: "inbox:" + uniqueName(t) + ":deaf"}
+	deaf := lock.Wait{Owner: newOwner(), TTL: queueTTL, Inbox: "inbox:" + uniqueName(t) + ":deaf"}
 	mustQueue(t, ctx, p, key, deaf)
 	in := listen(t, ctx, p)
 	w2 := in.waiter(queueTTL)
@@ -352,7 +352,7 @@ func (s *suite) againFindsOwnGrant(t *testing.T) {
 	rec, err := p.Queue(ctx, key, w1)
 	require.NoError(t, err)
 	assert.Equal(t, w1.Owner, rec.Owner, "a look again finds the key handed to the waiter")
-	assert.False(t, rec.Finished)
+	assert.False(t, rec.GracePeriod)
 	assert.False(t, rec.Queued, "a waiter that holds the key is not queued")
 	assert.Greater(t, rec.Token, recA.Token)
 	assertTTL(t, queueTTL, rec.TTL, "the found record has the waiter's TTL")
@@ -366,7 +366,7 @@ func (s *suite) againFindsOwnGrant(t *testing.T) {
 
 // freeKeyServesFirstWaiter: a Queue with Fair (or Again) on a free key that
 // has waiters serves the first waiter, and queues the caller behind it.
-func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Waiter) {
+func (s *suite) freeKeyServesFirstWaiter(t *testing.T, flags lock.Wait) {
 	p, ctx := s.p, s.ctx
 	in1, in2 := listen(t, ctx, p), listen(t, ctx, p)
 	key, recA, w1 := s.freeWithWaiter(t, in1)
@@ -425,7 +425,7 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 		require.NoError(t, p.Finish(ctx, key, w3.Owner, queueTTL), "the non-fair taker ends its record")
 		rec, err = p.Queue(ctx, key, again)
 		require.NoError(t, err)
-		assert.True(t, rec.Finished, "the waiter's next look finds the grace period")
+		assert.True(t, rec.GracePeriod, "the waiter's next look finds the grace period")
 		assert.False(t, rec.Queued, "and it is not queued in it")
 		require.NoError(t, p.Release(ctx, key, w3.Owner))
 		return
@@ -434,7 +434,7 @@ func (s *suite) nonFairTakesFreeKey(t *testing.T, byQueue, grace bool) {
 	rec, err = p.Queue(ctx, key, again)
 	require.NoError(t, err)
 	assert.Equal(t, w1.Owner, rec.Owner, "the first waiter's next look gets the key")
-	assert.False(t, rec.Finished)
+	assert.False(t, rec.GracePeriod)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
 	assertFree(t, ctx, p, key, "nobody is left in the queue")
 	// A grant message, if the Release sent one, went to w1 alone; it may
@@ -468,7 +468,7 @@ func (s *suite) listenStopWaitsForDeliver(t *testing.T) {
 
 	key, a := uniqueName(t), newOwner()
 	mustAcquire(t, p, key, a, queueTTL)
-	w1 := lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: inbox}
+	w1 := lock.Wait{Owner: newOwner(), TTL: queueTTL, Inbox: inbox}
 	mustQueue(t, ctx, p, key, w1)
 	released := make(chan error, 1)
 	go func() { released <- p.Release(ctx, key, a) }() // the memory provider delivers in Release
@@ -496,7 +496,7 @@ func (s *suite) listenStopWaitsForDeliver(t *testing.T) {
 	stop() // a second stop returns at once
 
 	// The inbox is no longer listened to: the next grant does not reach deliver.
-	w2 := lock.Waiter{Owner: newOwner(), TTL: queueTTL, Inbox: inbox}
+	w2 := lock.Wait{Owner: newOwner(), TTL: queueTTL, Inbox: inbox}
 	mustQueue(t, ctx, p, key, w2)
 	require.NoError(t, p.Release(ctx, key, w1.Owner))
 	assert.EqualValues(t, 1, calls.Load(), "deliver is not called after stop returned")
@@ -564,7 +564,7 @@ func (s *suite) queueBadInput(t *testing.T) {
 	key := uniqueName(t)
 	in := listen(t, ctx, p)
 	check := func(t *testing.T) {
-		for _, c := range BadWaiters(key, in.waiter(queueTTL)) {
+		for _, c := range BadWaits(key, in.waiter(queueTTL)) {
 			t.Run(c.Name, func(t *testing.T) { c.Check(t, ctx, p) })
 		}
 	}
@@ -633,7 +633,7 @@ func (s *suite) concurrentHandOver(t *testing.T) {
 // on in, or found by looking again (Again) every 200ms. It returns the token
 // of the grant and how it came ("reply" to the first Queue, "grant" message,
 // "look" again), or an error when the wait took longer than limit.
-func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w lock.Waiter, limit time.Duration) (uint64, string, error) {
+func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w lock.Wait, limit time.Duration) (uint64, string, error) {
 	timeout := time.NewTimer(limit)
 	defer timeout.Stop()
 	look := time.NewTicker(200 * time.Millisecond)
@@ -645,7 +645,7 @@ func takeTurn(ctx context.Context, p lock.Provider, key string, in *listener, w 
 		switch {
 		case err != nil:
 			return 0, "", err
-		case rec.Owner == w.Owner && !rec.Finished:
+		case rec.Owner == w.Owner && !rec.GracePeriod:
 			return rec.Token, how, nil
 		case !rec.Queued:
 			return 0, "", fmt.Errorf("neither granted nor queued: %+v", rec)

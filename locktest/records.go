@@ -46,7 +46,7 @@ func (s *suite) acquireFreeKey(t *testing.T) {
 	t.Cleanup(func() { _ = p.Release(context.Background(), key, o) })
 	assert.Equal(t, o, rec.Owner, "a free key is granted to the caller")
 	assert.NotZero(t, rec.Token, "a grant carries a positive fencing token")
-	assert.False(t, rec.Finished, "a new record is not ended")
+	assert.False(t, rec.GracePeriod, "a new record is not ended")
 	assertTTL(t, 10*time.Second, rec.TTL, "the returned TTL is the requested one")
 	assert.Equal(t, withoutTTL(rec), withoutTTL(holder(t, p, key)), "the stored record is the returned one")
 }
@@ -59,7 +59,7 @@ func (s *suite) acquireHeldKeyReturnsHolder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a, rec.Owner, "a held key reports its holder")
 	assert.Equal(t, recA.Token, rec.Token, "a held key reports the holder's token")
-	assert.False(t, rec.Finished)
+	assert.False(t, rec.GracePeriod)
 	assert.Positive(t, rec.TTL, "the holder's remaining TTL is reported")
 	assert.LessOrEqual(t, rec.TTL, 10*time.Second, "the holder's TTL is not extended by a contender")
 	again := holder(t, p, key)
@@ -76,7 +76,7 @@ func (s *suite) acquireAgainBySameOwnerResetsTTL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a, rec.Owner, "a repeated Acquire (lost reply) returns the owner's own record")
 	assert.Equal(t, first.Token, rec.Token, "a repeated Acquire keeps the token of the grant")
-	assert.False(t, rec.Finished)
+	assert.False(t, rec.GracePeriod)
 	assertTTL(t, time.Hour, rec.TTL, "a repeated Acquire resets the TTL to the new ttl")
 	assertTTL(t, time.Hour, holder(t, p, key).TTL, "the reset TTL is stored")
 
@@ -130,7 +130,7 @@ func (s *suite) releaseByOwnerFreesKey(t *testing.T) {
 	mustAcquire(t, p, key, a, 10*time.Second)
 	require.NoError(t, p.Release(ctx, key, a))
 	rec := mustAcquire(t, p, key, o, 10*time.Second)
-	assert.False(t, rec.Finished)
+	assert.False(t, rec.GracePeriod)
 	assert.ErrorIs(t, p.Release(ctx, key, a), lock.ErrLost, "a second release by the old owner finds no record of its own")
 	assert.NoError(t, p.Release(ctx, key, o), "the old owner's second release left the new record alone")
 }
@@ -148,7 +148,7 @@ func (s *suite) renewOnlyForOwner(t *testing.T) {
 	h := holder(t, p, key)
 	assert.Equal(t, a, h.Owner)
 	assert.Equal(t, recA.Token, h.Token, "a renewal keeps the token")
-	assert.False(t, h.Finished, "a renewal does not end the record")
+	assert.False(t, h.GracePeriod, "a renewal does not end the record")
 	assertTTL(t, time.Hour, h.TTL, "a renewal sets the TTL")
 
 	assert.ErrorIs(t, p.Renew(ctx, key, newOwner(), 2*time.Hour), lock.ErrLost,
@@ -168,14 +168,14 @@ func (s *suite) finishKeepsKeyClosedUntilTTL(t *testing.T) {
 
 	rec, err := p.Acquire(ctx, key, newOwner(), 10*time.Second)
 	require.NoError(t, err)
-	assert.True(t, rec.Finished, "an ended record keeps the key closed")
+	assert.True(t, rec.GracePeriod, "an ended record keeps the key closed")
 	assert.Equal(t, a, rec.Owner, "the ended record is intact")
 	assert.Equal(t, recA.Token, rec.Token, "the ended record keeps its token")
 	assert.LessOrEqual(t, rec.TTL, grace, "the ended record lives for the grace period")
 
 	rec, err = p.Acquire(ctx, key, a, 10*time.Second)
 	require.NoError(t, err)
-	assert.True(t, rec.Finished, "its own owner cannot take an ended record back either")
+	assert.True(t, rec.GracePeriod, "its own owner cannot take an ended record back either")
 	assert.LessOrEqual(t, rec.TTL, grace, "an Acquire by the owner does not renew an ended record")
 
 	if !s.expires(t) {
@@ -184,7 +184,7 @@ func (s *suite) finishKeepsKeyClosedUntilTTL(t *testing.T) {
 	o := newOwner()
 	require.Eventually(t, func() bool {
 		rec, err := p.Acquire(ctx, key, o, 10*time.Second)
-		return err == nil && rec.Owner == o && !rec.Finished
+		return err == nil && rec.Owner == o && !rec.GracePeriod
 	}, 5*time.Second, 10*time.Millisecond, "the key is free once the grace period's TTL has passed")
 	assert.Greater(t, holder(t, p, key).Token, recA.Token)
 	assert.NoError(t, p.Release(ctx, key, o))
@@ -225,7 +225,7 @@ func (s *suite) graceWriteDoesNotOverwriteNewHolder(t *testing.T) {
 	h := holder(t, p, key)
 	assert.Equal(t, o, h.Owner, "the new holder's record is intact")
 	assert.Equal(t, recB.Token, h.Token)
-	assert.False(t, h.Finished, "the new holder's record was not marked ended")
+	assert.False(t, h.GracePeriod, "the new holder's record was not marked ended")
 	assert.LessOrEqual(t, h.TTL, 10*time.Second, "the new holder's TTL was not changed")
 	assert.NoError(t, p.Release(ctx, key, o))
 }
@@ -239,7 +239,7 @@ func (s *suite) renewOrFinishOfEndedRecord(t *testing.T) {
 	assert.ErrorIs(t, p.Renew(ctx, key, a, time.Hour), lock.ErrLost, "renewing an ended record")
 	assert.ErrorIs(t, p.Finish(ctx, key, a, time.Hour), lock.ErrLost, "ending an ended record again")
 	h := holder(t, p, key)
-	assert.True(t, h.Finished, "the record is still ended")
+	assert.True(t, h.GracePeriod, "the record is still ended")
 	assert.Equal(t, recA.Token, h.Token)
 	assert.LessOrEqual(t, h.TTL, 10*time.Second, "a refused update does not extend the grace period")
 }

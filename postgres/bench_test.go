@@ -73,7 +73,7 @@ func BenchmarkElectionFailover(b *testing.B) {
 func BenchmarkClaimAcquireRelease(b *testing.B) {
 	p := newProvider(b, testPrefix(b))
 	ctx := context.Background()
-	for _, limit := range []int{1, lock.MaxPermits} {
+	for _, limit := range []int{1, lock.MaxLimit} {
 		b.Run("limit="+strconv.Itoa(limit), func(b *testing.B) {
 			key := "bench:" + randomHex(4)
 			if limit > 1 {

@@ -69,8 +69,8 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 	return checkTexts(key, owner, "")
 }
 
-func checkWaiter(key string, w lock.Waiter) error {
-	if err := lock.CheckWaiter(key, w); err != nil {
+func checkWait(key string, w lock.Wait) error {
+	if err := lock.CheckWait(key, w); err != nil {
 		return err
 	}
 	return checkTexts(key, w.Owner, w.Inbox)

@@ -130,7 +130,7 @@ func (r *claimRow) fields() []any {
 // record returns that record, with Kind lock.KindLock.
 func (r *claimRow) record(owner string) lock.Record {
 	if lock.Kind(r.kind) == lock.KindLock {
-		return lock.Record{Owner: r.owner, Token: uint64(r.token), Finished: r.ended, TTL: ttlLeft(r.expires, r.clock),
+		return lock.Record{Owner: r.owner, Token: uint64(r.token), GracePeriod: r.ended, TTL: ttlLeft(r.expires, r.clock),
 			Since: r.since, Kind: lock.KindLock}
 	}
 	rec := lock.Record{Limit: int(r.limit), Used: int(r.used), Kind: lock.Kind(r.kind)}

@@ -70,20 +70,20 @@ func TestParseGrant(t *testing.T) {
 // the root's checks.
 func TestCheckText(t *testing.T) {
 	for _, bad := range []string{"a\xffb", "a\x00b"} {
-		w := lock.Waiter{Owner: "o", TTL: time.Second, Inbox: "i"}
+		w := lock.Wait{Owner: "o", TTL: time.Second, Inbox: "i"}
 		assert.ErrorIs(t, checkKey(bad), lock.ErrInvalidArgument, "checkKey(%q)", bad)
 		assert.ErrorIs(t, checkKeyOwner(bad, "o"), lock.ErrInvalidArgument, "checkKeyOwner key %q", bad)
 		assert.ErrorIs(t, checkKeyOwner("k", bad), lock.ErrInvalidArgument, "checkKeyOwner owner %q", bad)
 		assert.ErrorIs(t, checkArgs(bad, "o", time.Second), lock.ErrInvalidArgument, "checkArgs key %q", bad)
 		assert.ErrorIs(t, checkArgs("k", bad, time.Second), lock.ErrInvalidArgument, "checkArgs owner %q", bad)
-		assert.ErrorIs(t, checkWaiter(bad, w), lock.ErrInvalidArgument, "checkWaiter key %q", bad)
+		assert.ErrorIs(t, checkWait(bad, w), lock.ErrInvalidArgument, "checkWait key %q", bad)
 		assert.ErrorIs(t, checkInbox(bad), lock.ErrInvalidArgument, "checkInbox(%q)", bad)
 		w.Inbox = bad
-		assert.ErrorIs(t, checkWaiter("k", w), lock.ErrInvalidArgument, "checkWaiter inbox %q", bad)
+		assert.ErrorIs(t, checkWait("k", w), lock.ErrInvalidArgument, "checkWait inbox %q", bad)
 		w.Inbox, w.Owner = "i", bad
-		assert.ErrorIs(t, checkWaiter("k", w), lock.ErrInvalidArgument, "checkWaiter owner %q", bad)
+		assert.ErrorIs(t, checkWait("k", w), lock.ErrInvalidArgument, "checkWait owner %q", bad)
 	}
 	assert.ErrorContains(t, checkArgs("a\x00b", "o", time.Second), `lock key "a\x00b" contains a NUL byte`)
 	assert.ErrorContains(t, checkArgs("", "o", time.Second), "empty lock name", "the root's checks come first")
-	assert.NoError(t, checkWaiter("é", lock.Waiter{Owner: "ö", TTL: time.Second, Inbox: "ï"}))
+	assert.NoError(t, checkWait("é", lock.Wait{Owner: "ö", TTL: time.Second, Inbox: "ï"}))
 }

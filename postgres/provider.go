@@ -254,10 +254,10 @@ func (p *Provider) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 	return r.record(), nil
 }
 
-// Queue implements lock.Provider. Waiter.Contended is not used: the record
-// is always read.
-func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
-	if err := checkWaiter(key, w); err != nil {
+// Queue implements lock.Provider. It always reads the record, and serves
+// a LookJoin as a LookFair.
+func (p *Provider) Queue(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
+	if err := checkWait(key, w); err != nil {
 		return lock.Record{}, err
 	}
 	var r row
@@ -280,8 +280,8 @@ func (p *Provider) Queue(ctx context.Context, key string, w lock.Waiter) (lock.R
 }
 
 // Leave implements lock.Provider.
-func (p *Provider) Leave(ctx context.Context, key string, w lock.Waiter) error {
-	if err := checkWaiter(key, w); err != nil {
+func (p *Provider) Leave(ctx context.Context, key string, w lock.Wait) error {
+	if err := checkWait(key, w); err != nil {
 		return err
 	}
 	if _, err := p.pool.Exec(ctx, p.sql.leave, key, w.Owner); err != nil {
@@ -464,11 +464,11 @@ func (r *row) record() lock.Record {
 		return lock.Record{}
 	}
 	return lock.Record{
-		Owner:    r.owner,
-		Token:    uint64(r.token),
-		Finished: r.ended,
-		TTL:      max(r.expires.Sub(r.clock).Truncate(time.Millisecond), time.Millisecond), // live rows only: at least 1ms, never "unknown"
-		Since:    r.since,
+		Owner:       r.owner,
+		Token:       uint64(r.token),
+		GracePeriod: r.ended,
+		TTL:         max(r.expires.Sub(r.clock).Truncate(time.Millisecond), time.Millisecond), // live rows only: at least 1ms, never "unknown"
+		Since:       r.since,
 	}
 }
 

@@ -139,7 +139,7 @@ func TestListenReconnects(t *testing.T) {
 	rec, err := p.Acquire(ctx, key, a, 10*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, a, rec.Owner)
-	w := lock.Waiter{Owner: "o-waiter", TTL: 10 * time.Second, Inbox: inbox}
+	w := lock.Wait{Owner: "o-waiter", TTL: 10 * time.Second, Inbox: inbox}
 	rec, err = p.Queue(ctx, key, w)
 	require.NoError(t, err)
 	require.True(t, rec.Queued)
@@ -188,7 +188,7 @@ func TestInspectAndList(t *testing.T) {
 		_, err := p.Acquire(ctx, k, "o-1", 10*time.Second)
 		require.NoError(t, err)
 	}
-	w := lock.Waiter{Owner: "o-2", TTL: 10 * time.Second, Inbox: "inbox:" + randomHex(8)}
+	w := lock.Wait{Owner: "o-2", TTL: 10 * time.Second, Inbox: "inbox:" + randomHex(8)}
 	rec, err := p.Queue(ctx, keys[0], w)
 	require.NoError(t, err)
 	require.True(t, rec.Queued)

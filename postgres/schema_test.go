@@ -120,7 +120,7 @@ LANGUAGE sql AS $$ SELECT 'old', 1::bigint, false, now(), now(), now(), false, 0
 	rec, err := p.Acquire(ctx, "other", "o", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, "o", rec.Owner, "acquire defined anew")
-	rec, err = p.Queue(ctx, "other", lock.Waiter{Owner: "w", TTL: time.Minute, Inbox: "i"})
+	rec, err = p.Queue(ctx, "other", lock.Wait{Owner: "w", TTL: time.Minute, Inbox: "i"})
 	require.NoError(t, err)
 	assert.True(t, rec.Queued, "wait defined anew")
 	cs, err := p.InspectClaims(ctx, "legacy")

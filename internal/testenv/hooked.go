@@ -20,8 +20,8 @@ import (
 type Hooked struct {
 	lock.Provider
 	OnAcquire func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error)
-	OnQueue   func(ctx context.Context, key string, w lock.Waiter) (lock.Record, error)
-	OnLeave   func(ctx context.Context, key string, w lock.Waiter) error
+	OnQueue   func(ctx context.Context, key string, w lock.Wait) (lock.Record, error)
+	OnLeave   func(ctx context.Context, key string, w lock.Wait) error
 	OnListen  func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error)
 	OnRelease func(ctx context.Context, key, owner string) error
 	OnRenew   func(ctx context.Context, key, owner string, ttl time.Duration) error
@@ -43,14 +43,14 @@ func (p *Hooked) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 	return p.Provider.Acquire(ctx, key, owner, ttl)
 }
 
-func (p *Hooked) Queue(ctx context.Context, key string, w lock.Waiter) (lock.Record, error) {
+func (p *Hooked) Queue(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
 	if p.OnQueue != nil {
 		return p.OnQueue(ctx, key, w)
 	}
 	return p.Provider.Queue(ctx, key, w)
 }
 
-func (p *Hooked) Leave(ctx context.Context, key string, w lock.Waiter) error {
+func (p *Hooked) Leave(ctx context.Context, key string, w lock.Wait) error {
 	if p.OnLeave != nil {
 		return p.OnLeave(ctx, key, w)
 	}

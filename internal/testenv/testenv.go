@@ -78,7 +78,7 @@ func MustAcquire(t testing.TB, p lock.Provider, key, owner string, ttl time.Dura
 	rec, err := p.Acquire(context.Background(), key, owner, ttl)
 	require.NoError(t, err)
 	require.Equal(t, owner, rec.Owner, "Acquire of %q by %s should have been granted", key, owner)
-	require.False(t, rec.Finished)
+	require.False(t, rec.GracePeriod)
 	return rec
 }
 

@@ -116,7 +116,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		// came while the context was live (see notAcquired).
 		return nil, a.notAcquired(ctx, nil, "", 0)
 	}
-	rec, err := c.take(ctx, key, owner, a.claim, a.o.Lease)
+	rec, err := c.tryAcquire(ctx, key, owner, a.claim, a.o.Lease)
 	if err != nil {
 		if isContextErr(err) {
 			ended(ctx) // a client that ends the call at ctx's deadline may beat ctx's own timer
@@ -132,10 +132,10 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 	if err := a.kindMix(rec); err != nil {
 		return nil, err
 	}
-	if rec.Owner == owner && !rec.Finished {
+	if rec.Owner == owner && !rec.GracePeriod {
 		late := time.Until(leaseEnd(a.began, a.leaseOf(rec))) <= 0 // the monotonic clock alone: half the cost of time.Now
 		if !ended(ctx) && !late {
-			return a.hold(rec, a.began), nil
+			return a.lockFor(rec, a.began), nil
 		}
 		// The grant came after the context ended, or after its lease ran
 		// out (a slow answer, a paused process): not a hold. It is handed
@@ -152,7 +152,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 		}
 		return nil, a.notAcquired(ctx, ErrGrantedLate, "", 0)
 	}
-	if rec.Finished {
+	if rec.GracePeriod {
 		return nil, a.notAcquired(ctx, ErrGracePeriod, rec.Owner, rec.TTL)
 	}
 	if err := roleMix(key, owner, rec.Owner); err != nil {
@@ -170,11 +170,11 @@ func (a *acquisition) try(ctx context.Context) (*Lock, error) {
 func (a *acquisition) wait(ctx context.Context) (*Lock, error) {
 	// A wait starts once the key was seen busy, or at once when Fair: its
 	// first look joins the key's queue if there is one, so that it is served
-	// in arrival order. Its record is stored for the claim window: a grant
-	// that nobody takes up passes on (see WithClaimWindow).
+	// in arrival order. Its record is stored for the handoff window: a grant
+	// that nobody takes up passes on (see WithHandoffWindow).
 	w := &waiter{
 		acquisition: *a,
-		req:         Waiter{Owner: a.owner, TTL: min(a.c.claim, a.o.Lease), Look: LookJoin},
+		req:         Wait{Owner: a.owner, TTL: min(a.c.handoff, a.o.Lease), Look: LookJoin},
 		grants:      make(chan Notice, 1),
 		wake:        make(chan struct{}, 1),
 	}
@@ -248,9 +248,9 @@ func (a *acquisition) failed(ctx context.Context, op string, err error) error {
 	return a.c.failed(ctx, op, a.key, err)
 }
 
-// hold returns the held Lock of a grant of rec, requested at sent, and
+// lockFor returns the held Lock of a grant of rec, requested at sent, and
 // starts its lease timer.
-func (a *acquisition) hold(rec Record, sent time.Time) *Lock {
+func (a *acquisition) lockFor(rec Record, sent time.Time) *Lock {
 	c, o := a.c, a.o
 	ttl := a.leaseOf(rec)
 	l := newLock(c, a.key, a.owner, a.claim, rec.Token, o, sent, ttl)
