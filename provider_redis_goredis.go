@@ -3,6 +3,8 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,16 +205,21 @@ func goRedisValue(v any) any {
 		for i, e := range x {
 			x[i] = goRedisValue(e)
 		}
-	case map[any]any:
+	case map[any]any: // its pairs in the order of their keys, as every driver gives them
+		keys := make([]any, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 		a := make([]any, 0, 2*len(x))
-		for k, e := range x {
-			a = append(a, goRedisValue(k), goRedisValue(e))
+		for _, k := range keys {
+			a = append(a, goRedisValue(k), goRedisValue(x[k]))
 		}
 		return a
 	case map[string]string:
 		a := make([]any, 0, 2*len(x))
-		for k, e := range x {
-			a = append(a, k, e)
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			a = append(a, k, x[k])
 		}
 		return a
 	case bool:

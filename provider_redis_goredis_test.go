@@ -30,6 +30,24 @@ func TestGoRedisRepliesArePlain(t *testing.T) {
 		t.Errorf("converted %#v, want %#v", got, want)
 	}
 
+	// A map's pairs come in the order of their keys, as the other drivers
+	// give them, not in Go's random order of a map.
+	m := map[any]any{}
+	ms := map[string]string{}
+	var pairs []any
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		m[k], ms[k] = k+"!", k+"!"
+		pairs = append(pairs, k, k+"!")
+	}
+	for range 10 {
+		if got := goRedisValue(m); !equalReplies(got, pairs) {
+			t.Fatalf("a map converted to %v, want %v", got, pairs)
+		}
+		if got := goRedisValue(ms); !equalReplies(got, pairs) {
+			t.Fatalf("a map of strings converted to %v, want %v", got, pairs)
+		}
+	}
+
 	var cmd RedisCommand
 	rc := redis.NewCmd(context.Background())
 	rc.SetErr(redis.Nil)

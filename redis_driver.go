@@ -26,8 +26,8 @@ import (
 //   - a simple, bulk or verbatim string, a double, a big number: string
 //   - an array, a set, a push: []any of its elements, as these rules
 //     convert them
-//   - a map: []any of its keys and values in turn (CONFIG GET's answer is
-//     [name, value])
+//   - a map: []any of its keys and values in turn, in the order of the
+//     keys (CONFIG GET's answer is [name, value])
 //   - a nil (RESP2's nil bulk string or array, RESP3's null; Lua's false):
 //     nil
 //   - a boolean: int64(1) for true, nil for false, as RESP2 sends Lua's
