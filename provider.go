@@ -331,12 +331,14 @@ func (l Look) String() string {
 	return "Look(" + strconv.Itoa(int(l)) + ")"
 }
 
-// Notice is a message from a provider to a waiter's inbox: the lock under Key
-// was handed to Owner from the queue, with Token and TTL, or, with Weight, a
-// claim of that weight on the counted name Key was granted to Owner; with
-// no Owner, the lock under Key entered a grace period and its waiters
-// should look again; with no Key, every waiter of the inbox should look
-// again. It is also the message of Notify to the Watches of a key.
+// Notice is news of who holds a key, from a provider to those listening
+// (an inbox, see [Provider.Listen]; a Watch, see [Provider.Notify]). With
+// Owner, Owner holds Key now: the lock, with Token and TTL (handed over
+// from the queue, or the holder a Notify names), or a claim of Weight on
+// the counted name Key. Without Owner, Key's holder may have changed (a
+// grace period began, a record ended): look at Key again. Without Key,
+// news may have been lost (a connection reopened): look at every key
+// again.
 type Notice struct {
 	Key    string
 	Owner  string
@@ -345,7 +347,11 @@ type Notice struct {
 	Weight int // of a claim; 0 for a lock
 }
 
-// Record is the state stored under a key.
+// Record is a key as a Provider call found or left it: the lock record
+// stored under it (Owner, Token, GracePeriod, TTL, Since) or the counted
+// name's state (Limit, Used, Kind); for the caller of Queue or QueueClaim,
+// its place in the key's queue (Queued, Position, HeadTTL); for Inspect
+// and List, the queue's length (Waiters).
 type Record struct {
 	// Owner identifies one acquisition (one invocation, one Acquire call).
 	// Empty when the key is free, and when a Queue call joined a queue
