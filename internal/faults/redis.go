@@ -4,7 +4,8 @@
 // (Redis), a Sentinel deployment of them (Sentinel), a TCP proxy that can
 // delay, pause and cut the traffic between a client and Redis (Proxy), the
 // test binary run again as a child process (Child), and the board that
-// judges the fenced writes of stopped leaders (WriteBoard). It is internal:
+// judges the fenced writes of stopped leaders (WriteBoard), and the core
+// scenarios that every Redis driver's tests run (Scenarios). It is internal:
 // not part of the library's API.
 //
 // The helpers start processes and listen on loopback addresses only. They are

@@ -40,7 +40,8 @@ type Driver struct {
 // Scenarios runs the fault suite's core scenarios through d, each a
 // subtest on servers of its own, each checking that what the library
 // promises still holds and that nothing is left on the server under the
-// lock's name once the last holder released:
+// lock's name once the last holder released (after a failover, at most a
+// wait queue that expires within its minute):
 //
 //   - StoppedHolder: a holder in a child process stopped (SIGSTOP) for two
 //     leases; another takes the lock with a greater token, the stopped
@@ -50,7 +51,8 @@ type Driver struct {
 //     held and a waiter waits; the holder is told, the waiter is not stuck,
 //     tokens after the restart are greater.
 //   - SentinelFailover: the master killed and a replica promoted while a
-//     lock is held and another client waits; what the holder sees is the
+//     lock is held, with a lease shorter than the failover and with one
+//     longer, and another client waits; what the holder sees is the
 //     truth (it still holds the lock, renewable, or it was told, before the
 //     other was granted), and the clients go on with the new master.
 //   - KilledPubSub: the pub/sub connections killed (CLIENT KILL TYPE
@@ -284,8 +286,8 @@ func releaseAfterRestart(t *testing.T, ctx context.Context, l *lock.Lock) {
 var sentinelLeases = []time.Duration{1500 * time.Millisecond, 3 * time.Second}
 
 // sentinelFailover is the SentinelFailover scenario (see Scenarios), with
-// the holder's lease sentinelLease.
-func sentinelFailover(t *testing.T, d Driver, sentinelLease time.Duration) {
+// the holder's lease lease.
+func sentinelFailover(t *testing.T, d Driver, lease time.Duration) {
 	s := StartSentinel(t, SentinelOptions{Replicas: 1, Sentinels: 1})
 	master := s.Nodes[0].Addr
 	ctx := testenv.Context(t, 50*time.Second)
@@ -302,7 +304,7 @@ func sentinelFailover(t *testing.T, d Driver, sentinelLease time.Duration) {
 		}))
 	other := testenv.NewClient(t, d.Sentinel(t, s.Addrs), lock.WithPollInterval(200*time.Millisecond))
 	stalls := testenv.WatchStalls(t)
-	l, err := holder.Acquire(ctx, name, lock.Options{Lease: sentinelLease, MaxDuration: time.Minute})
+	l, err := holder.Acquire(ctx, name, lock.Options{Lease: lease, MaxDuration: time.Minute})
 	require.NoError(t, err)
 
 	// The other client waits through the failover, calling Acquire again
@@ -311,7 +313,7 @@ func sentinelFailover(t *testing.T, d Driver, sentinelLease time.Duration) {
 	go func() {
 		for {
 			start := time.Now()
-			o, err := other.Acquire(ctx, name, lock.Options{Wait: true, Lease: sentinelLease, MaxDuration: time.Minute})
+			o, err := other.Acquire(ctx, name, lock.Options{Wait: true, Lease: lease, MaxDuration: time.Minute})
 			if err == nil || ctx.Err() != nil {
 				granted <- waited{o, err, time.Since(start), time.Now()}
 				return
@@ -331,9 +333,9 @@ func sentinelFailover(t *testing.T, d Driver, sentinelLease time.Duration) {
 
 	// A lease after the promotion, the holder's renewals have reached the
 	// new master, or it was told.
-	time.Sleep(time.Until(promoted.Add(sentinelLease)))
+	time.Sleep(time.Until(promoted.Add(lease)))
 	var ended time.Time // the holder was told, or released
-	if err := l.Extend(ctx, sentinelLease); err == nil {
+	if err := l.Extend(ctx, lease); err == nil {
 		t.Logf("the holder kept the lock through the failover")
 		rec, err := s.Node(newMaster).Do(ctx, "GET", lockKey(name))
 		require.NoError(t, err, "the record on the new master")
@@ -353,7 +355,7 @@ func sentinelFailover(t *testing.T, d Driver, sentinelLease time.Duration) {
 		require.NoError(t, w.err, "the other client's acquisition")
 		o = w.l
 		t.Logf("the other client was granted the lock %v after the holder was told or released", w.at.Sub(ended).Round(time.Millisecond))
-		allowance := sentinelLease/10 + stalls.Longest()
+		allowance := lease/10 + stalls.Longest()
 		assert.False(t, ended.After(w.at.Add(allowance)),
 			"the holder was told or released %v after the other client was granted the lock (allowed: %v)", ended.Sub(w.at), allowance)
 	case <-time.After(15 * time.Second):
@@ -363,7 +365,7 @@ func sentinelFailover(t *testing.T, d Driver, sentinelLease time.Duration) {
 	require.NoError(t, o.Release(ctx))
 
 	// The holder's client goes on with the new master.
-	again, err := holder.Acquire(testenv.Context(t, 10*time.Second), name, lock.Options{Wait: true, Lease: sentinelLease})
+	again, err := holder.Acquire(testenv.Context(t, 10*time.Second), name, lock.Options{Wait: true, Lease: lease})
 	require.NoError(t, err, "acquire again after the failover")
 	assert.Greater(t, again.Token(), o.Token(), "a token after the failover, against the one before")
 	require.NoError(t, again.Release(ctx))
