@@ -4,7 +4,8 @@
 // (Redis), a Sentinel deployment of them (Sentinel), a TCP proxy that can
 // delay, pause and cut the traffic between a client and Redis (Proxy), the
 // test binary run again as a child process (Child), and the board that
-// judges the fenced writes of stopped leaders (WriteBoard). It is internal:
+// judges the fenced writes of stopped leaders (WriteBoard), and the core
+// scenarios that every Redis driver's tests run (Scenarios). It is internal:
 // not part of the library's API.
 //
 // The helpers start processes and listen on loopback addresses only. They are
@@ -13,6 +14,7 @@ package faults
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"slices"
@@ -21,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock/internal/testenv/servers"
 )
@@ -51,9 +55,10 @@ type Redis struct {
 	dir  string
 	args []string // of StartRedis, given at every start
 
-	mu   sync.Mutex
-	proc *servers.Proc // nil when not running
-	last *servers.Proc // the running or last process, for Log
+	mu    sync.Mutex
+	proc  *servers.Proc // nil when not running
+	last  *servers.Proc // the running or last process, for Log
+	admin *redis.Client // Do's, made at its first call
 }
 
 // StartRedis starts a Redis server on a free loopback port, with the extra
@@ -112,6 +117,25 @@ func (r *Redis) Kill() error {
 	r.proc.Stop(syscall.SIGKILL, time.Minute)
 	r.proc = nil
 	return nil
+}
+
+// Do sends one command to the server, on a connection of this package's
+// (not the one of the client under test), and returns its reply as
+// go-redis's Cmd.Result does (a string, an int64, a []any, or nil with
+// redis.Nil). The tests read and act on the server with it: KEYS,
+// PUBSUB CHANNELS, CLIENT KILL.
+func (r *Redis) Do(ctx context.Context, args ...any) (any, error) {
+	r.mu.Lock()
+	if r.admin == nil {
+		r.admin = redis.NewClient(&redis.Options{
+			Addr: r.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			MaxRetries: -1, ContextTimeoutEnabled: true,
+		})
+		r.t.Cleanup(func() { _ = r.admin.Close() })
+	}
+	admin := r.admin
+	r.mu.Unlock()
+	return admin.Do(ctx, args...).Result()
 }
 
 // Log returns what the running (or last) server printed.
