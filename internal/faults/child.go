@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 // Child is the test binary run again as a child process of a fault test,
@@ -27,7 +29,7 @@ type Child struct {
 
 	t      testing.TB
 	stdin  io.WriteCloser
-	out    *boundedBuffer // everything it printed
+	out    *servers.BoundedBuffer // everything it printed
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
@@ -48,7 +50,7 @@ func StartChild(t testing.TB, run, prefix string, env ...string) *Child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &boundedBuffer{max: 256 << 10}
+	out := &servers.BoundedBuffer{Max: 256 << 10}
 	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start child %s: %v", run, err)

@@ -13,7 +13,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -150,26 +149,3 @@ func (r *Redis) Log() string {
 
 // FreePort returns a loopback TCP port that nothing listened on a moment ago.
 func FreePort() (int, error) { return servers.FreePort() }
-
-// boundedBuffer keeps the first max bytes written to it; it is safe for
-// concurrent use.
-type boundedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *boundedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}

@@ -251,7 +251,7 @@ func sweep() {
 // Proc is a server process that Start started.
 type Proc struct {
 	Cmd    *exec.Cmd
-	log    *boundedBuffer // its output, when Start captured it
+	log    *BoundedBuffer // its output, when Start captured it
 	exited chan struct{}
 }
 
@@ -264,7 +264,7 @@ type Proc struct {
 func Start(cmd *exec.Cmd, sig syscall.Signal) (*Proc, error) {
 	p := &Proc{Cmd: cmd, exited: make(chan struct{})}
 	if cmd.Stdout == nil && cmd.Stderr == nil {
-		p.log = &boundedBuffer{max: 256 << 10}
+		p.log = &BoundedBuffer{Max: 256 << 10}
 		cmd.Stdout, cmd.Stderr = p.log, p.log
 	}
 	dieWithParent(cmd, sig)
