@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -224,8 +225,19 @@ func (n *node) PubSub(ctx context.Context) (lock.RedisPubSub, error) {
 	return newPubSub(n.client)
 }
 
-// exec sends cmds through c and sets their results.
+// exec sends cmds through c and sets their results. It hides ctx's
+// deadline from valkey-go, which ends the call when ctx ends all the same:
+// on a connection not yet pipelining, valkey-go sets a call's deadline on the
+// connection and closes it when the deadline passes, failing with
+// context.DeadlineExceeded the calls of other callers sent on it meanwhile.
+// A call without a deadline is pipelined, and a context that ends gives up
+// on its reply alone. (With DisableAutoPipelining, a call has a connection
+// of its own, which then ends it at ConnWriteTimeout; the provider does not
+// wait for it past ctx.)
 func exec(ctx context.Context, c valkey.CommandClient, cmds []*lock.RedisCommand) {
+	if _, ok := ctx.Deadline(); ok {
+		ctx = noDeadline{ctx}
+	}
 	if len(cmds) == 1 {
 		setResult(cmds[0], c.Do(ctx, build(c.B(), cmds[0])))
 		return
@@ -238,6 +250,12 @@ func exec(ctx context.Context, c valkey.CommandClient, cmds []*lock.RedisCommand
 		setResult(cmds[i], r)
 	}
 }
+
+// noDeadline is a context without its parent's deadline, ended when its
+// parent ends (see exec).
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // build returns the valkey-go command of cmd. Its slot is its first key's
 // (the others are in the same slot). A WAIT, which holds its connection

@@ -21,7 +21,7 @@ import (
 var files = []string{
 	"driver.go", "pubsub.go", "fence.go",
 	"bench_test.go", "conformance_test.go", "fips_test.go", "helpers_test.go",
-	"replies_test.go", "topologies_test.go", "faults_test.go",
+	"deadline_test.go", "faults_test.go", "replies_test.go", "topologies_test.go",
 }
 
 // rules turn the rueidis driver's text into the valkey-go driver's, in order.

@@ -1,0 +1,63 @@
+package rueidis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv/servers"
+	lockrueidis "github.com/seed05627090/lock/rueidis"
+)
+
+// TestDeadlineEndsItsCallAlone: a call whose context ends while the server
+// has not answered fails with its context's error, and the call of another
+// caller, sent on the same connection meanwhile, still gets its reply. On a
+// connection not yet pipelining, rueidis sets a call's deadline on the
+// connection and closes it when the deadline passes, failing every call
+// queued behind with context.DeadlineExceeded, whatever their own contexts
+// (seen as a try that failed with "context deadline exceeded" in the
+// conformance suite's mixed load on a loaded machine, behind a wait with a
+// short MaxWait).
+func TestDeadlineEndsItsCallAlone(t *testing.T) {
+	p, err := faults.NewProxy(servers.RedisAddr(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	// One connection, which has served one call at a time so far.
+	d := lockrueidis.NewDriver(dial(t, rueidis.ClientOption{InitAddress: []string{p.Addr()}, PipelineMultiplex: -1}))
+	ctx := ctxTimeout(t, 10*time.Second)
+	ping := &lock.RedisCommand{Args: []any{"ping"}}
+	d.Exec(ctx, []*lock.RedisCommand{ping})
+	require.NoError(t, ping.Err)
+
+	p.Pause(faults.Requests)
+	short := &lock.RedisCommand{Args: []any{"ping", "short"}}
+	sent := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		close(sent)
+		d.Exec(sctx, []*lock.RedisCommand{short})
+	}()
+	<-sent
+	time.Sleep(200 * time.Millisecond) // the short call is sent, unanswered
+	other := &lock.RedisCommand{Args: []any{"ping", "other"}}
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		d.Exec(ctx, []*lock.RedisCommand{other})
+	}()
+	<-done
+	assert.ErrorIs(t, short.Err, context.DeadlineExceeded, "the short call ended with its context")
+	p.Resume()
+	<-answered
+	require.NoError(t, other.Err, "the other call, whose context is live, is answered")
+	assert.Equal(t, "other", other.Reply)
+}
