@@ -2,48 +2,14 @@ package lock
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// silentServer accepts connections on a loopback port and never answers:
-// a server that hangs. It ends with the test.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
+	"github.com/seed05627090/lock/internal/testenv/servers"
+)
 
 // TestShardedDetectionHonoursTheContext: while one caller finds out
 // whether a Cluster has sharded pub/sub from nodes that never answer,
@@ -51,7 +17,7 @@ func silentServer(t *testing.T) string {
 // 38 item 7: the detection held a mutex across its network calls, and a
 // caller with a 200 ms deadline waited for the first one's read timeout).
 func TestShardedDetectionHonoursTheContext(t *testing.T) {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{silentServer(t)}, ReadTimeout: 2 * time.Second, MaxRetries: -1})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers.Silent(t)}, ReadTimeout: 2 * time.Second, MaxRetries: -1})
 	defer cc.Close()
 	p := NewRedisProvider(cc)
 	first := make(chan struct{})
@@ -81,7 +47,7 @@ func TestShardedDetectionHonoursTheContext(t *testing.T) {
 // context that was never cancelled, so a server that hung held it, and
 // every call behind it, for the read timeout: 10 s here).
 func TestBatchEndsWithItsCallers(t *testing.T) {
-	rc := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: true, ReadTimeout: 10 * time.Second, MaxRetries: -1, PoolSize: 16})
+	rc := redis.NewClient(&redis.Options{Addr: servers.Silent(t), ContextTimeoutEnabled: true, ReadTimeout: 10 * time.Second, MaxRetries: -1, PoolSize: 16})
 	defer rc.Close()
 	p := NewRedisProvider(rc)
 	var wg sync.WaitGroup

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -400,35 +398,9 @@ func TestUnreachable(t *testing.T) {
 // TestTimeout runs lockctl against a server that accepts connections and
 // never answers: -timeout ends it.
 func TestTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-	}()
-
+	addr := servers.Silent(t)
 	start := time.Now()
-	_, stderr, code := runArgs("-redis", "redis://"+ln.Addr().String(), "-timeout", "1s", "ls")
+	_, stderr, code := runArgs("-redis", "redis://"+addr, "-timeout", "1s", "ls")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, stderr, "lockctl: ")
 	assert.Less(t, time.Since(start), 15*time.Second, "a 1s -timeout should end the command")
