@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 // Issue 31, item 4: a program that imports the library runs under Go's
@@ -37,14 +38,7 @@ func TestFIPS140Only(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		rc := realRedis(t)
-		t.Cleanup(func() { // every key written holds the test's name: counters, fence, data
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			iter := rc.Scan(ctx, 0, testenv.Pattern(t), 1000).Iterator()
-			for iter.Next(ctx) {
-				_ = rc.Del(ctx, iter.Val()).Err()
-			}
-		})
+		servers.DeleteAtEnd(t, rc, testenv.Pattern(t)) // every key written holds the test's name: counters, fence, data
 		fipsLocks(t, ctx, lock.NewRedisProvider(rc), rc)
 	})
 }

@@ -71,16 +71,9 @@ func backends(t *testing.T) []backend {
 	}
 	real := realRedis(t)
 	// Leave nothing in the shared Redis: every key a test writes contains its
-	// name (see uniqueName), fencing counters and grace periods included.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		pattern := testenv.Pattern(t) // this run's keys only: another run's are live
-		iter := real.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			_ = real.Del(ctx, iter.Val()).Err()
-		}
-	})
+	// name (see uniqueName), fencing counters and grace periods included;
+	// this run's keys only: another run's are live.
+	servers.DeleteAtEnd(t, real, testenv.Pattern(t))
 	bs = append(bs, backend{name: "redis", raw: real, replica: func(t testing.TB) lock.Provider {
 		rc := redis.NewClient(&redis.Options{Addr: redisAddr(t)})
 		t.Cleanup(func() { _ = rc.Close() })

@@ -20,6 +20,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/testenv"
+	"github.com/seed05627090/lock/internal/testenv/servers"
 )
 
 func TestTickName(t *testing.T) {
@@ -192,14 +193,7 @@ func TestScheduleReplicaProcesses(t *testing.T) {
 	run := uniqueName(t)
 	logKey := "lock-test:" + run + ":log"
 	prefix := "lock-test:" + run + ":"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		iter := rc.Scan(ctx, 0, "*"+run+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			_ = rc.Del(ctx, iter.Val()).Err()
-		}
-	})
+	servers.DeleteAtEnd(t, rc, "*"+run+"*")
 
 	plan := tickPlan{job: "report", every: 500 * time.Millisecond, ticks: 12}
 	children := make([]*schedChild, 0, 3)

@@ -116,14 +116,7 @@ func TestLockerReplicas(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		rc := realRedis(t)
 		run := strings.ReplaceAll(t.Name(), "/", ":") + ":" + uuid.NewString()[:8]
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			iter := rc.Scan(ctx, 0, "*"+run+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				_ = rc.Del(ctx, iter.Val()).Err()
-			}
-		})
+		servers.DeleteAtEnd(t, rc, "*"+run+"*")
 		testReplicas(t, 500*time.Millisecond, 20, func(t *testing.T) *lock.Client {
 			replica := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = replica.Close() })

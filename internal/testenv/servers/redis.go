@@ -188,3 +188,16 @@ func FreePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// DeleteAtEnd deletes the keys of rc that match pattern (a SCAN pattern) at
+// the end of the test, giving up after 10 s.
+func DeleteAtEnd(t testing.TB, rc redis.UniversalClient, pattern string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := rc.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			_ = rc.Del(ctx, iter.Val()).Err()
+		}
+	})
+}
