@@ -61,6 +61,21 @@ func (s *suite) queueClaim(t *testing.T, key string, c lock.Claim) int {
 	return rec.Position
 }
 
+// claimOrQueue sends c by QueueClaim when queue is true, by AcquireClaim
+// otherwise, and returns the reply, or fails the test on an error.
+func (s *suite) claimOrQueue(t *testing.T, key string, c lock.Claim, queue bool) lock.Record {
+	t.Helper()
+	var rec lock.Record
+	var err error
+	if queue {
+		rec, err = s.p.QueueClaim(s.ctx, key, c)
+	} else {
+		rec, err = s.p.AcquireClaim(s.ctx, key, c)
+	}
+	require.NoError(t, err)
+	return rec
+}
+
 // releaseClaims releases the claims of owners under key, and checks that
 // the name holds nothing after.
 func (s *suite) releaseClaims(t *testing.T, key string, owners ...string) {
@@ -136,14 +151,7 @@ func (s *suite) claimOtherLimit(t *testing.T) {
 	s.take(t, key, a)
 	for _, queue := range []bool{false, true} {
 		b := claimOf(1, 4, in)
-		var rec lock.Record
-		var err error
-		if queue {
-			rec, err = s.p.QueueClaim(s.ctx, key, b)
-		} else {
-			rec, err = s.p.AcquireClaim(s.ctx, key, b)
-		}
-		require.NoError(t, err)
+		rec := s.claimOrQueue(t, key, b, queue)
 		assert.Equal(t, 3, rec.Limit, "the name's limit")
 		assert.NotEqual(t, b.Owner, rec.Owner, "not granted")
 		assert.False(t, rec.Queued, "not queued")

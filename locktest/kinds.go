@@ -136,14 +136,7 @@ func (s *suite) kindLockRefusesClaims(t *testing.T) {
 		t.Helper()
 		for _, queue := range []bool{false, true} {
 			c := claimOf(1, 2, in)
-			var rec lock.Record
-			var err error
-			if queue {
-				rec, err = s.p.QueueClaim(s.ctx, key, c)
-			} else {
-				rec, err = s.p.AcquireClaim(s.ctx, key, c)
-			}
-			require.NoError(t, err)
+			rec := s.claimOrQueue(t, key, c, queue)
 			assert.Equal(t, lock.KindLock, rec.Kind, "refused for the lock's record (queue %v, grace period %v): %+v", queue, grace, rec)
 			assert.Equal(t, o, rec.Owner, "the reply names the lock's holder")
 			assert.Equal(t, grace, rec.GracePeriod, "and its grace period")
@@ -220,14 +213,7 @@ func (s *suite) kindOtherCountedKind(t *testing.T) {
 	for _, queue := range []bool{false, true} {
 		b := claimOf(1, 2, in)
 		b.Kind = lock.KindRWMutex
-		var rec lock.Record
-		var err error
-		if queue {
-			rec, err = s.p.QueueClaim(s.ctx, key, b)
-		} else {
-			rec, err = s.p.AcquireClaim(s.ctx, key, b)
-		}
-		require.NoError(t, err)
+		rec := s.claimOrQueue(t, key, b, queue)
 		assert.Equal(t, lock.KindSemaphore, rec.Kind, "the name's kind (queue %v)", queue)
 		assert.Equal(t, 2, rec.Limit)
 		assert.NotEqual(t, b.Owner, rec.Owner, "not granted")
