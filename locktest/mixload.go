@@ -237,6 +237,12 @@ func (m *freeWatch) wait(t *testing.T, ctx context.Context, c *lock.Client, name
 		}
 		return
 	}
+	m.waited(t, ctx, name, l, &once)
+}
+
+// waited counts the grant of a wait for name, and holds l. once is the
+// waiter's: if it already ran, the wait had been counted gone as it ended.
+func (m *freeWatch) waited(t *testing.T, ctx context.Context, name string, l *lock.Lock, once *sync.Once) {
 	live := false
 	once.Do(func() { live = true })
 	if !live {
@@ -274,15 +280,7 @@ func (m *freeWatch) closeUnder(t *testing.T, ctx context.Context, p lock.Provide
 				}
 				return
 			}
-			live := false
-			once.Do(func() { live = true })
-			if !live {
-				m.mu.Lock()
-				m.locks[name].live++
-				m.mu.Unlock()
-			}
-			m.granted(name, true)
-			m.hold(t, ctx, name, l)
+			m.waited(t, ctx, name, l, &once)
 		}()
 	}
 	time.Sleep(time.Duration(1+rand.IntN(30)) * time.Millisecond)
