@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // A lost lock: how soon the holder is told, what the LostError says, and
@@ -171,12 +172,7 @@ func TestLossLoggedAtWarning(t *testing.T) {
 	c := newClient(t, mem, lock.WithLogger(log))
 	other := newClient(t, mem, lock.WithIdentity("worker-2"))
 	name := uniqueName(t)
-	l, err := c.Acquire(ctx, name, lock.Options{})
-	require.NoError(t, err)
-	_, err = other.ForceRelease(ctx, name)
-	require.NoError(t, err)
-	l2, err := other.Acquire(ctx, name, lock.Options{})
-	require.NoError(t, err)
+	l, l2 := testenv.Superseded(t, ctx, c, other, name)
 	require.ErrorIs(t, l.Extend(ctx, time.Minute), lock.ErrLost)
 
 	out := buf.String()

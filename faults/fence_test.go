@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // The fenced writes of lock.RedisFence across processes and on a Cluster.
@@ -237,14 +238,9 @@ func TestFenceCluster(t *testing.T) {
 	require.Len(t, byNode, clusterNodes, "a resource on every master")
 	for node, name := range byNode {
 		fence, data, log := fenceKeysOf(name)
-		la, err := a.Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err)
-		_, err = b.ForceRelease(ctx, name)
-		require.NoError(t, err)
-		lb, err := b.Acquire(ctx, name, lock.Options{})
-		require.NoError(t, err)
+		la, lb := testenv.Superseded(t, ctx, a, b, name)
 		require.NoError(t, fenceWrite.Run(ctx, rc, fence, lb.Token(), []string{data, log}, "B").Err(), "node %s", node)
-		err = fenceWrite.Run(ctx, rc, fence, la.Token(), []string{data, log}, "A").Err()
+		err := fenceWrite.Run(ctx, rc, fence, la.Token(), []string{data, log}, "A").Err()
 		assert.ErrorIs(t, err, lock.ErrStaleToken, "node %s: the stale holder's write", node)
 		assert.Equal(t, "B", rc.Get(ctx, data).Val(), "node %s", node)
 		require.NoError(t, fenceWrite.Run(ctx, rc, fence, lb.Token(), []string{data, log}, "B2").Err(), "node %s: the mark's own token", node)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/postgres"
 )
 
@@ -180,16 +181,11 @@ func TestFenceRejectsStaleHolder(t *testing.T) {
 			a := newClient(t, newProvider(t, prefix))
 			b := newClient(t, newProvider(t, prefix))
 
-			la, err := a.Acquire(ctx, name, lock.Options{})
-			require.NoError(t, err)
-			_, err = b.ForceRelease(ctx, name)
-			require.NoError(t, err)
-			lb, err := b.Acquire(ctx, name, lock.Options{})
-			require.NoError(t, err)
+			la, lb := testenv.Superseded(t, ctx, a, b, name)
 			require.Greater(t, lb.Token(), la.Token())
 
 			require.NoError(t, writeTx(ctx, t, other, fences, data, log, lb.Token(), "B"), "B's write (%s)", other.name)
-			err = writeTx(ctx, t, api, fences, data, log, la.Token(), "A")
+			err := writeTx(ctx, t, api, fences, data, log, la.Token(), "A")
 			require.ErrorIs(t, err, lock.ErrStaleToken, "A's write after B's")
 			var stale *lock.StaleTokenError
 			require.ErrorAs(t, err, &stale)

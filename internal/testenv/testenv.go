@@ -96,6 +96,19 @@ func Holder(t testing.TB, p lock.Provider, key string) lock.Record {
 	return rec
 }
 
+// Superseded makes a stale holder of name: a takes the lock, b forces its
+// release and takes it in turn. It returns both locks, or fails the test.
+func Superseded(t testing.TB, ctx context.Context, a, b *lock.Client, name string) (stale, current *lock.Lock) {
+	t.Helper()
+	stale, err := a.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	_, err = b.ForceRelease(ctx, name)
+	require.NoError(t, err)
+	current, err = b.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	return stale, current
+}
+
 // AssertTTL checks that got is want, less what a slow machine takes.
 func AssertTTL(t testing.TB, want, got time.Duration, msg string) {
 	t.Helper()
