@@ -2,12 +2,10 @@ package lock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // fencedSet sets KEYS[1] to ARGV[1] and appends ARGV[1] to the list
@@ -111,42 +110,9 @@ func TestRedisFenceConcurrentTokens(t *testing.T) {
 		// Tokens near 2^53, where Lua's numbers lose precision, and across
 		// a change in the number of digits.
 		base := uint64(1<<53) - writes/2
-		// Increasing, shuffled within blocks of 16: the goroutines race
-		// with lower and higher tokens at once, all along the run.
-		tokens := make(chan uint64, writes)
-		for block := 0; block < writes; block += 16 {
-			for _, i := range rand.Perm(16) {
-				tokens <- base + uint64(block+i)
-			}
-		}
-		close(tokens)
-
-		var mu sync.Mutex
-		refused := 0
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for tok := range tokens {
-					v := strconv.FormatUint(tok, 10)
-					err := fencedSet.Run(ctx, b.raw, fence, tok, []string{data, log}, v).Err()
-					var stale *lock.StaleTokenError
-					switch {
-					case errors.As(err, &stale):
-						if stale.Mark <= tok {
-							t.Errorf("token %d refused by mark %d", tok, stale.Mark)
-						}
-						mu.Lock()
-						refused++
-						mu.Unlock()
-					case err != nil:
-						t.Errorf("write with token %d: %v", tok, err)
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		refused := testenv.RaceTokens(t, goroutines, writes, base, func(_ int, tok uint64) error {
+			return fencedSet.Run(ctx, b.raw, fence, tok, []string{data, log}, strconv.FormatUint(tok, 10)).Err()
+		})
 
 		ran := b.raw.LRange(ctx, log, 0, -1).Val()
 		require.NotEmpty(t, ran)

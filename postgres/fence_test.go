@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math/rand/v2"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -282,40 +282,13 @@ func TestFenceConcurrentTokens(t *testing.T) {
 	apis := fenceAPIs(t)
 	pool := newPool(t)
 	const goroutines, writes = 6, 240 // a multiple of 16
-	tokens := make(chan uint64, writes)
-	for block := 0; block < writes; block += 16 {
-		for _, i := range rand.Perm(16) {
-			tokens <- uint64(1 + block + i)
-		}
-	}
-	close(tokens)
-
-	var mu sync.Mutex
-	refused := 0
-	var wg sync.WaitGroup
-	for g := range goroutines {
+	refused := testenv.RaceTokens(t, goroutines, writes, 1, func(g int, tok uint64) error {
 		api := apis[g%len(apis)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for tok := range tokens {
-				err := writeTx(ctx, t, api, fences, data, log, tok, api.name)
-				var stale *lock.StaleTokenError
-				switch {
-				case errors.As(err, &stale):
-					if stale.Mark <= tok {
-						t.Errorf("token %d refused by mark %d", tok, stale.Mark)
-					}
-					mu.Lock()
-					refused++
-					mu.Unlock()
-				case err != nil:
-					t.Errorf("%s: write with token %d: %v", api.name, tok, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+		if err := writeTx(ctx, t, api, fences, data, log, tok, api.name); err != nil {
+			return fmt.Errorf("%s: %w", api.name, err)
+		}
+		return nil
+	})
 
 	rows, err := pool.Query(ctx, `SELECT token FROM `+log+` ORDER BY seq`)
 	require.NoError(t, err)

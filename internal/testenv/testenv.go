@@ -14,7 +14,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -107,6 +109,47 @@ func Superseded(t testing.TB, ctx context.Context, a, b *lock.Client, name strin
 	current, err = b.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
 	return stale, current
+}
+
+// RaceTokens has goroutines write, through write, the fencing tokens first
+// to first+writes-1 (writes a multiple of 16), handed out increasing but
+// shuffled within blocks of 16, so that lower and higher tokens race all
+// along the run; g is the writing goroutine's number. It returns how many
+// writes were refused with a *lock.StaleTokenError, and fails the test for
+// a refusal by a mark not above the token, or another error.
+func RaceTokens(t testing.TB, goroutines, writes int, first uint64, write func(g int, tok uint64) error) (refused int) {
+	tokens := make(chan uint64, writes)
+	for block := 0; block < writes; block += 16 {
+		for _, i := range mrand.Perm(16) {
+			tokens <- first + uint64(block+i)
+		}
+	}
+	close(tokens)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tok := range tokens {
+				err := write(g, tok)
+				var stale *lock.StaleTokenError
+				switch {
+				case errors.As(err, &stale):
+					if stale.Mark <= tok {
+						t.Errorf("token %d refused by mark %d", tok, stale.Mark)
+					}
+					mu.Lock()
+					refused++
+					mu.Unlock()
+				case err != nil:
+					t.Errorf("write with token %d: %v", tok, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return refused
 }
 
 // AssertTTL checks that got is want, less what a slow machine takes.
