@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/internal/testenv"
 )
 
 // A Client: NewClient's checks, and Close.
@@ -120,16 +121,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 		liveRec := newRecorder()
 		live := newClient(t, other(t), liveRec.option(), lock.WithPollInterval(10*time.Second))
 		t.Cleanup(wcancel) // before live's Close, too
-		type result struct {
-			l   *lock.Lock
-			err error
-			at  time.Time
-		}
-		liveGot := make(chan result, 1)
-		go func() {
-			l, err := live.Acquire(wctx, name, lock.Options{Wait: true, MaxDuration: time.Minute})
-			liveGot <- result{l, err, time.Now()}
-		}()
+		liveGot := testenv.AcquireLater(wctx, live, name, lock.Options{Wait: true, MaxDuration: time.Minute})
 		waitEvent(t, liveRec, lock.EventContended)
 
 		closed := make(chan error, 1)
@@ -157,12 +149,12 @@ func TestCloseWakesWaiters(t *testing.T) {
 
 		select {
 		case r := <-liveGot:
-			require.NoError(t, r.err, "the live waiter of another Client gets the lock")
-			wait := r.at.Sub(released)
+			require.NoError(t, r.Err, "the live waiter of another Client gets the lock")
+			wait := r.At.Sub(released)
 			assert.Less(t, wait, 3*time.Second,
 				"the live waiter got the lock %v after the release: the handoff went to a closed waiter left in the queue", wait)
-			assert.Greater(t, r.l.Token(), hl.Token())
-			assert.NoError(t, r.l.Release(ctx))
+			assert.Greater(t, r.Lock.Token(), hl.Token())
+			assert.NoError(t, r.Lock.Release(ctx))
 		case <-time.After(5 * time.Second):
 			t.Fatal("the live waiter did not get the lock within 5s of the release (poll interval 10s): " +
 				"a closed waiter kept its place in the queue")

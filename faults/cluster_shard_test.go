@@ -55,7 +55,7 @@ func TestRedisClusterSharded(t *testing.T) {
 		l, err := holder.Acquire(ctx, name, lock.Options{})
 		require.NoError(t, err)
 		stats.grants.Add(1)
-		done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
+		done := testenv.AcquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
 		awaitContended(t, ctx, contended, done)
 		chans, err := node.PubSubShardChannels(ctx, "*inbox:*").Result()
 		require.NoError(t, err)

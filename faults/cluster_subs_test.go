@@ -221,7 +221,7 @@ func slotMoveResubscribes(t *testing.T, lag time.Duration) {
 	l, err := holder.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
 	stats.grants.Add(1)
-	done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: 30 * time.Second})
+	done := testenv.AcquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: 30 * time.Second})
 	require.True(t, waitFor(10*time.Second, func() bool {
 		st, err := holder.Inspect(ctx, name)
 		return err == nil && st.Waiters == 1
@@ -254,7 +254,7 @@ func handOver(ctx context.Context, holder, waiter *lock.Client, name string) (ti
 	if err != nil {
 		return 0, err
 	}
-	done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: time.Minute})
+	done := testenv.AcquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: time.Minute})
 	for {
 		st, err := holder.Inspect(ctx, name)
 		if err != nil {
@@ -270,10 +270,10 @@ func handOver(ctx context.Context, holder, waiter *lock.Client, name string) (ti
 		return 0, err
 	}
 	r := <-done
-	if r.err != nil {
-		return 0, r.err
+	if r.Err != nil {
+		return 0, r.Err
 	}
-	return r.at.Sub(released), r.l.Release(ctx)
+	return r.At.Sub(released), r.Lock.Release(ctx)
 }
 
 // slotMove returns the hash slot of key, the address of the node that

@@ -293,34 +293,15 @@ func onContended() (<-chan struct{}, lock.ClientOption) {
 	})
 }
 
-// waited is what an Acquire that acquireLater ran returned, and when it
-// returned.
-type waited struct {
-	l   *lock.Lock
-	err error
-	at  time.Time
-}
-
-// acquireLater runs c.Acquire(ctx, name, o) in a goroutine; the channel
-// receives what it returned.
-func acquireLater(ctx context.Context, c *lock.Client, name string, o lock.Options) <-chan waited {
-	done := make(chan waited, 1)
-	go func() {
-		l, err := c.Acquire(ctx, name, o)
-		done <- waited{l, err, time.Now()}
-	}()
-	return done
-}
-
 // awaitContended waits until contended receives (the waiter whose Acquire
 // done receives has found the lock held, see onContended), and fails the
 // test if that Acquire ends first or ctx does.
-func awaitContended(t testing.TB, ctx context.Context, contended <-chan struct{}, done <-chan waited) {
+func awaitContended(t testing.TB, ctx context.Context, contended <-chan struct{}, done <-chan testenv.Acquired) {
 	t.Helper()
 	select {
 	case <-contended:
 	case r := <-done:
-		t.Fatalf("the waiter ended before the release: %v", r.err)
+		t.Fatalf("the waiter ended before the release: %v", r.Err)
 	case <-ctx.Done():
 		t.Fatal("the waiter never found the lock held")
 	}
@@ -331,17 +312,17 @@ func awaitContended(t testing.TB, ctx context.Context, contended <-chan struct{}
 // within 2 s of the release, woken by what wakes says (the release's
 // announcement), with a greater token. It releases the waiter's lock and
 // returns how long after the release the waiter had it.
-func releaseToWaiter(t testing.TB, ctx context.Context, l *lock.Lock, done <-chan waited, wakes string) time.Duration {
+func releaseToWaiter(t testing.TB, ctx context.Context, l *lock.Lock, done <-chan testenv.Acquired, wakes string) time.Duration {
 	t.Helper()
 	released := time.Now()
 	require.NoError(t, l.Release(ctx))
 	r := <-done
-	require.NoError(t, r.err, "the waiter's acquisition")
+	require.NoError(t, r.Err, "the waiter's acquisition")
 	stats.grants.Add(1)
-	took := r.at.Sub(released)
+	took := r.At.Sub(released)
 	expect(t, took < 2*time.Second, "the waiter took %v after the release: %s did not wake it", took, wakes)
-	expect(t, r.l.Token() > l.Token(), "token %d after %d", r.l.Token(), l.Token())
-	require.NoError(t, r.l.Release(ctx))
+	expect(t, r.Lock.Token() > l.Token(), "token %d after %d", r.Lock.Token(), l.Token())
+	require.NoError(t, r.Lock.Release(ctx))
 	return took
 }
 
@@ -354,7 +335,7 @@ func checkHandedOver(t *testing.T, ctx context.Context, holder, waiter *lock.Cli
 	l, err := holder.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
 	stats.grants.Add(1)
-	done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
+	done := testenv.AcquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxDuration: 20 * time.Second})
 	// The waiter reports the contention once it has queued; from then on
 	// only the handoff, or its 10 s poll, grants it the lock.
 	awaitContended(t, ctx, contended, done)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
+	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/locktest"
 )
 
@@ -192,13 +193,13 @@ func TestSentinel(t *testing.T) {
 		l, err := holder.Acquire(ctx, name, lock.Options{GracePeriod: grace})
 		require.NoError(t, err)
 		stats.grants.Add(1)
-		done := acquireLater(ctx, waiter, name, lock.Options{Wait: true, GracePeriod: grace, MaxDuration: 20 * time.Second})
+		done := testenv.AcquireLater(ctx, waiter, name, lock.Options{Wait: true, GracePeriod: grace, MaxDuration: 20 * time.Second})
 		awaitContended(t, ctx, contended, done)
 		released := time.Now()
 		require.NoError(t, l.Release(ctx))
 		r := <-done
-		err = r.err
-		took := r.at.Sub(released)
+		err = r.Err
+		took := r.At.Sub(released)
 		expect(t, errors.Is(err, lock.ErrGracePeriod), "the waiter's acquisition after a release into a window: %v, want ErrGracePeriod", err)
 		expect(t, took < 2*time.Second, "the waiter was told %v after the release (poll interval 10s): the announcement did not wake it", took)
 		v, _ := record(t, direct, l.Key())

@@ -141,52 +141,43 @@ func (s *suite) grantToStalledWaiterPassesOn(t *testing.T) {
 
 	h, err := holder.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
-	type result struct {
-		l    *lock.Lock
-		err  error
-		when time.Time
-	}
-	stalledGot, liveGot := make(chan result, 1), make(chan result, 1)
-	waitFor := func(c *lock.Client, got chan<- result) {
-		l, err := c.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 30 * time.Second, Lease: lease})
-		got <- result{l, err, time.Now()}
-	}
+	waiting := lock.Options{Wait: true, MaxWait: 30 * time.Second, Lease: lease}
 	waiters := func(n int) func() bool {
 		return func() bool {
 			st, err := holder.Inspect(ctx, name)
 			return err == nil && st.Waiters == n
 		}
 	}
-	go waitFor(stalled, stalledGot)
+	stalledGot := testenv.AcquireLater(ctx, stalled, name, waiting)
 	require.Eventually(t, waiters(1), 10*time.Second, 5*time.Millisecond, "the first waiter queues")
-	go waitFor(live, liveGot)
+	liveGot := testenv.AcquireLater(ctx, live, name, waiting)
 	require.Eventually(t, waiters(2), 10*time.Second, 5*time.Millisecond, "the second waiter queues")
 
 	sp.stall()
 	released := time.Now()
 	require.NoError(t, h.Release(ctx)) // hands the lock to the stalled waiter
 	lv := receive(t, liveGot, 20*time.Second, "the live waiter did not get the lock")
-	require.NoError(t, lv.err)
-	waited := lv.when.Sub(released)
+	require.NoError(t, lv.Err)
+	waited := lv.At.Sub(released)
 	t.Logf("the live waiter got the lock %v after the release (handoff window %v, lease %v)", waited.Round(time.Millisecond), window, lease)
 	assert.Less(t, waited, lease/2, "the live waiter waited for the stalled waiter's lease")
-	assert.Greater(t, lv.l.Token(), h.Token())
+	assert.Greater(t, lv.Lock.Token(), h.Token())
 
 	// The stalled waiter resumes: its grant is gone, it waits again.
 	require.Equal(t, 1, sp.resume(), "a grant was handed to the stalled waiter")
 	select {
 	case r := <-stalledGot:
-		t.Fatalf("the stalled waiter took a lock that had passed on: %v, %v", r.l, r.err)
+		t.Fatalf("the stalled waiter took a lock that had passed on: %v, %v", r.Lock, r.Err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	st, err := holder.Inspect(ctx, name)
 	require.NoError(t, err)
-	assert.Equal(t, lv.l.Owner(), st.Owner, "the live waiter holds the lock")
-	require.NoError(t, lv.l.Err())
-	require.NoError(t, lv.l.Release(ctx))
+	assert.Equal(t, lv.Lock.Owner(), st.Owner, "the live waiter holds the lock")
+	require.NoError(t, lv.Lock.Err())
+	require.NoError(t, lv.Lock.Release(ctx))
 
 	sv := receive(t, stalledGot, 20*time.Second, "the resumed waiter did not get the lock after the live one")
-	require.NoError(t, sv.err)
-	assert.Greater(t, sv.l.Token(), lv.l.Token(), "tokens increase")
-	require.NoError(t, sv.l.Release(ctx))
+	require.NoError(t, sv.Err)
+	assert.Greater(t, sv.Lock.Token(), lv.Lock.Token(), "tokens increase")
+	require.NoError(t, sv.Lock.Release(ctx))
 }

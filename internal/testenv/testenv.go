@@ -98,6 +98,25 @@ func Holder(t testing.TB, p lock.Provider, key string) lock.Record {
 	return rec
 }
 
+// Acquired is what an Acquire that AcquireLater ran returned, and when it
+// returned.
+type Acquired struct {
+	Lock *lock.Lock
+	Err  error
+	At   time.Time
+}
+
+// AcquireLater runs c.Acquire(ctx, name, o) on a goroutine; the channel
+// receives what it returned.
+func AcquireLater(ctx context.Context, c *lock.Client, name string, o lock.Options) <-chan Acquired {
+	done := make(chan Acquired, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, o)
+		done <- Acquired{l, err, time.Now()}
+	}()
+	return done
+}
+
 // Superseded makes a stale holder of name: a takes the lock, b forces its
 // release and takes it in turn. It returns both locks, or fails the test.
 func Superseded(t testing.TB, ctx context.Context, a, b *lock.Client, name string) (stale, current *lock.Lock) {
