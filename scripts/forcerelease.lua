@@ -10,10 +10,4 @@ local h = lib()
 local owner, _, ended, queued = h.parse(v)
 if not owner then return {2, v, 0, 0} end
 local pttl = redis.call('PTTL', KEYS[1])
-if queued then
-  local first, _, err = h.serve()
-  if err then return err end
-  if first then return {2, v, pttl, 0} end
-end
-redis.call('DEL', KEYS[1])
-return {2, v, pttl, 0}
+return h.handon(queued) or {2, v, pttl, 0}

@@ -5,12 +5,7 @@
 redis.call('LREM', KEYS[3], 1, ARGV[6])
 local v = redis.call('GET', KEYS[1])
 if not v then return {1, false, 0, 0} end
-local owner, _, ended, queued = lib().parse(v)
+local h = lib()
+local owner, _, ended, queued = h.parse(v)
 if owner ~= ARGV[1] or ended then return {1, false, 0, 0} end
-if queued then
-  local first, _, err = lib().serve()
-  if err then return err end
-  if first then return {1, false, 0, 0} end
-end
-redis.call('DEL', KEYS[1])
-return {1, false, 0, 0}
+return h.handon(queued) or {1, false, 0, 0}

@@ -144,5 +144,18 @@ local function lib()
     redis.call('DEL', KEYS[3])
   end
 
-  return {parse = parse, nexttoken = nexttoken, grant = grant, serve = serve, tellall = tellall}
+  -- handon hands the lock to the first live waiter of the queue when
+  -- queued is true (see serve), and otherwise, or when nobody took it,
+  -- deletes the record: the end of a release, a leave and a forced
+  -- release. It returns nil, or the error to return.
+  local function handon(queued)
+    if queued then
+      local first, _, err = serve()
+      if err then return err end
+      if first then return nil end
+    end
+    redis.call('DEL', KEYS[1])
+  end
+
+  return {parse = parse, nexttoken = nexttoken, grant = grant, serve = serve, tellall = tellall, handon = handon}
 end

@@ -7,10 +7,6 @@ local v = redis.call('GET', KEYS[1])
 if not v then return {0, false, 0, 0} end
 --#include owned.lua
 if not token then return {2, v, 0, 0} end
-if rest == ',q' then
-  local first, _, err = lib().serve()
-  if err then return err end
-  if first then return {1, false, 0, 0} end
-end
+if rest == ',q' then return lib().handon(true) or {1, false, 0, 0} end
 redis.call('DEL', KEYS[1])
 return {1, false, 0, 0}
