@@ -167,27 +167,6 @@ func recordOwner(v string) string {
 	return owner
 }
 
-// fencedWrite is the protected resource: it stores data only when token is
-// greater than every token it has seen, and records the token. Tokens are
-// compared as decimal strings (length, then bytes) so that no precision is
-// lost in Lua numbers. It returns 1 when the write was accepted, 0 when it was
-// rejected.
-var fencedWrite = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1]) or '0'
-local tok = ARGV[1]
-if #tok < #cur or (#tok == #cur and tok <= cur) then return 0 end
-redis.call('SET', KEYS[1], tok)
-redis.call('SET', KEYS[2], ARGV[2])
-return 1
-`)
-
-// fenced runs fencedWrite for resource name with token and data.
-func fenced(ctx context.Context, rc redis.UniversalClient, name string, token uint64, data string) (bool, error) {
-	n, err := fencedWrite.Run(ctx, rc, []string{name + ":fence-seen", name + ":data"},
-		strconv.FormatUint(token, 10), data).Int()
-	return n == 1, err
-}
-
 // startChild starts the test binary as a child in role, with the given
 // extra environment (internal/faults's Child: its report lines begin with
 // "FAULTS"), and kills it at the end of the test if it is still running.
