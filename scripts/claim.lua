@@ -503,3 +503,18 @@ local function failed(err)
   finish()
   return err
 end
+
+-- opening is how AcquireClaim and QueueClaim begin: it reads the name
+-- (start) and serves its queue, and returns the reply when the call ends
+-- there: VALUE when the caller's limit or kind is not the name's, GRANTED
+-- when the caller was granted from the queue just now (its claim lives
+-- ttl); nil when it goes on.
+local function opening(ttl)
+  local err = start()
+  if err then return err end
+  err = serve()
+  if err then return failed(err) end
+  if other() then return reply(2, 0) end
+  if changed[owner] then return granted(short(changed[owner]), ttl) end
+  return nil
+end

@@ -6,16 +6,9 @@
 -- kind that is not the name's changes nothing (but the reaping and
 -- serving): VALUE. A claim that would make the name of a key that holds a
 -- lock's record changes nothing: LOCKED.
-local err = start()
-if err then return err end
 local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
-err = serve()
-if err then return failed(err) end
-if other() then return reply(2, 0) end
-if changed[owner] then
-  -- The caller was queued, and granted from the queue just now.
-  return granted(short(changed[owner]), ttl)
-end
+local r = opening(ttl)
+if r then return r end
 if mine then
   renew(ttl)
   return granted(short(mine), ttl)

@@ -15,16 +15,9 @@
 -- ttl, channel) and a deadline ARGV[8] ms from now; a look after its entry
 -- ran out joins at the back. A caller that holds a claim leaves the queue:
 -- nobody queued holds one.
-local err = start()
-if err then return err end
 local ttl, w = tonumber(ARGV[2]), tonumber(ARGV[5])
-err = serve()
-if err then return failed(err) end
-if other() then return reply(2, 0) end
-if changed[owner] then
-  -- Granted from the queue, just now.
-  return granted(short(changed[owner]), ttl)
-end
+local r = opening(ttl)
+if r then return r end
 if waiting and waitdl <= now then
   -- Its entry ran out (a look that came late): it is gone.
   qlen = qlen - redis.call('LREM', KEYS[3], 1, waiting)
