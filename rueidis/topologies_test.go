@@ -128,10 +128,7 @@ func dial(t testing.TB, o rueidis.ClientOption) rueidis.Client {
 func startCluster(t *testing.T) []string {
 	t.Helper()
 	bin := faults.RequireRedis(t)
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skipf("no redis-cli to create the Cluster with: %v", err)
-	}
+	cli := servers.RedisCLI(t)
 	dir := t.TempDir()
 	addrs := make([]string, 3)
 	for i := range addrs {
@@ -194,16 +191,7 @@ func TestClusterSlotMoveResubscribes(t *testing.T) {
 
 	l, err := holder.Acquire(ctx, name, lock.Options{})
 	require.NoError(t, err)
-	type waited struct {
-		l   *lock.Lock
-		err error
-		at  time.Time
-	}
-	done := make(chan waited, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 30 * time.Second})
-		done <- waited{l, err, time.Now()}
-	}()
+	done := testenv.AcquireLater(ctx, waiter, name, lock.Options{Wait: true, MaxWait: 30 * time.Second})
 	require.Eventually(t, func() bool {
 		st, err := holder.Inspect(ctx, name)
 		return err == nil && st.Waiters == 1
@@ -223,9 +211,9 @@ func TestClusterSlotMoveResubscribes(t *testing.T) {
 	released := time.Now()
 	require.NoError(t, l.Release(ctx))
 	r := <-done
-	require.NoError(t, r.err, "the waiter's acquisition")
-	assert.Less(t, r.at.Sub(released), 5*time.Second, "the SPUBLISH on %s wakes the waiter (it polls once a minute)", dst)
-	require.NoError(t, r.l.Release(ctx))
+	require.NoError(t, r.Err, "the waiter's acquisition")
+	assert.Less(t, r.At.Sub(released), 5*time.Second, "the SPUBLISH on %s wakes the waiter (it polls once a minute)", dst)
+	require.NoError(t, r.Lock.Release(ctx))
 }
 
 // moveSlot moves the slot of key, with its keys, from the primary at src to

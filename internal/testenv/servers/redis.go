@@ -30,6 +30,17 @@ func RedisServer(t testing.TB) string {
 	return bin
 }
 
+// RedisCLI returns the path of redis-cli, which creates a Cluster. Without
+// one it skips the test, or fails it when RequireRedis says so (in CI).
+func RedisCLI(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-cli")
+	if err != nil {
+		end(t, RequireRedis(), EnvRequireRedis, missing(fmt.Sprintf("no redis-cli to create a Cluster with: %v; install it (apt-get install redis-tools)", err)))
+	}
+	return p
+}
+
 // redisBinary finds the binary RedisServer returns.
 func redisBinary() (string, error) {
 	name := os.Getenv(EnvRedisServer)
