@@ -316,6 +316,15 @@ end
 
 --#include publish.lua
 
+-- putback returns the queue's entry e, of weight w and deadline dl, to
+-- the head of the queue, where serve took it from.
+local function putback(e, w, dl)
+  redis.call('LPUSH', KEYS[3], e)
+  headw, headdl = w, dl
+  if qlen == 0 then relist = true end
+  qlen = qlen + 1
+end
+
 -- serve grants the head of the queue a claim of its weight and ttl while it
 -- fits, and publishes "owner,token,since ttl weight\nkey" on its channel,
 -- key ARGV[3]: the first head that does not fit stops it (it is put back),
@@ -341,19 +350,13 @@ local function serve()
     local o, w, ttl, ch, dl = entry(e)
     if o and dl > now and w <= limit then
       if used + w > limit then
-        redis.call('LPUSH', KEYS[3], e)
-        headw, headdl = w, dl
-        if qlen == 0 then relist = true end
-        qlen = qlen + 1
+        putback(e, w, dl)
         return nil
       end
       local v, token = grant(o, w, tonumber(ttl))
       if not v then
         -- No token: o stays at the head, where it was.
-        redis.call('LPUSH', KEYS[3], e)
-        headw, headdl = w, dl
-        if qlen == 0 then relist = true end
-        qlen = qlen + 1
+        putback(e, w, dl)
         return token
       end
       changed[' w ' .. o] = false
