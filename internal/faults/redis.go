@@ -126,15 +126,21 @@ func (r *Redis) Kill() error {
 func (r *Redis) Do(ctx context.Context, args ...any) (any, error) {
 	r.mu.Lock()
 	if r.admin == nil {
-		r.admin = redis.NewClient(&redis.Options{
-			Addr: r.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-			MaxRetries: -1, ContextTimeoutEnabled: true,
-		})
+		r.admin = redis.NewClient(adminOptions(r.Addr))
 		r.t.Cleanup(func() { _ = r.admin.Close() })
 	}
 	admin := r.admin
 	r.mu.Unlock()
 	return admin.Do(ctx, args...).Result()
+}
+
+// adminOptions are those of the clients this package acts on servers
+// with (Redis.Do, a Sentinel's clients): a second for each step, no retry.
+func adminOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		MaxRetries: -1, ContextTimeoutEnabled: true,
+	}
 }
 
 // Log returns what the running (or last) server printed.

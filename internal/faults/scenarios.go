@@ -214,7 +214,10 @@ func restart(t *testing.T, d Driver) {
 	}
 
 	const waitFor = 6 * time.Second
-	waited := acquireLater(ctx, waiter, name, lock.Options{Wait: true, Lease: lease, MaxDuration: 20 * time.Second}, waitFor)
+	wctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	began := time.Now()
+	waited := testenv.AcquireLater(wctx, waiter, name, lock.Options{Wait: true, Lease: lease, MaxDuration: 20 * time.Second})
 	queued(t, srv, name, 1)
 
 	require.NoError(t, srv.Kill())
@@ -237,11 +240,11 @@ func restart(t *testing.T, d Driver) {
 	var tokens []uint64
 	select {
 	case w := <-waited:
-		t.Logf("waiter: lock %v, err %v, after %v", w.l != nil, w.err, w.took.Round(time.Millisecond))
-		if w.err == nil {
-			assert.NoError(t, w.l.Err(), "the waiter's lock, granted after the restart")
-			tokens = append(tokens, w.l.Token())
-			releaseAfterRestart(t, ctx, w.l)
+		t.Logf("waiter: lock %v, err %v, after %v", w.Lock != nil, w.Err, w.At.Sub(began).Round(time.Millisecond))
+		if w.Err == nil {
+			assert.NoError(t, w.Lock.Err(), "the waiter's lock, granted after the restart")
+			tokens = append(tokens, w.Lock.Token())
+			releaseAfterRestart(t, ctx, w.Lock)
 		}
 	case <-time.After(waitFor + 2*time.Second):
 		t.Fatalf("the waiter still waits %v after it began (its deadline %v)", waitFor+2*time.Second, waitFor)
@@ -309,13 +312,12 @@ func sentinelFailover(t *testing.T, d Driver, lease time.Duration) {
 
 	// The other client waits through the failover, calling Acquire again
 	// when a call fails while no master answers.
-	granted := make(chan waited, 1)
+	granted := make(chan testenv.Acquired, 1)
 	go func() {
 		for {
-			start := time.Now()
 			o, err := other.Acquire(ctx, name, lock.Options{Wait: true, Lease: lease, MaxDuration: time.Minute})
 			if err == nil || ctx.Err() != nil {
-				granted <- waited{o, err, time.Since(start), time.Now()}
+				granted <- testenv.Acquired{Lock: o, Err: err, At: time.Now()}
 				return
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -352,12 +354,12 @@ func sentinelFailover(t *testing.T, d Driver, lease time.Duration) {
 	var o *lock.Lock
 	select {
 	case w := <-granted:
-		require.NoError(t, w.err, "the other client's acquisition")
-		o = w.l
-		t.Logf("the other client was granted the lock %v after the holder was told or released", w.at.Sub(ended).Round(time.Millisecond))
+		require.NoError(t, w.Err, "the other client's acquisition")
+		o = w.Lock
+		t.Logf("the other client was granted the lock %v after the holder was told or released", w.At.Sub(ended).Round(time.Millisecond))
 		allowance := lease/10 + stalls.Longest()
-		assert.False(t, ended.After(w.at.Add(allowance)),
-			"the holder was told or released %v after the other client was granted the lock (allowed: %v)", ended.Sub(w.at), allowance)
+		assert.False(t, ended.After(w.At.Add(allowance)),
+			"the holder was told or released %v after the other client was granted the lock (allowed: %v)", ended.Sub(w.At), allowance)
 	case <-time.After(15 * time.Second):
 		t.Fatal("the other client not granted the lock 15 s after the holder was told or released")
 	}
@@ -413,14 +415,16 @@ func killedPubSub(t *testing.T, d Driver) {
 	const waiters = 2
 	type turn struct {
 		i int
-		waited
+		testenv.Acquired
 	}
 	granted := make(chan turn, waiters)
 	for i := range waiters {
 		w := testenv.NewClient(t, d.Provider(t, srv.Addr), lock.WithPollInterval(time.Minute))
 		o := o
 		o.Wait = true
-		done := acquireLater(ctx, w, name, o, 30*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		t.Cleanup(cancel)
+		done := testenv.AcquireLater(wctx, w, name, o)
 		go func() { granted <- turn{i, <-done} }()
 		queued(t, srv, name, i+1)
 	}
@@ -443,18 +447,18 @@ func killedPubSub(t *testing.T, d Driver) {
 		released := time.Now()
 		select {
 		case got := <-granted:
-			require.NoError(t, got.err, "waiter %d", got.i)
+			require.NoError(t, got.Err, "waiter %d", got.i)
 			require.Equal(t, i, got.i, "the waiter the release went to (waiter %d queued first)", i)
 			t.Logf("waiter %d granted %v after the release (its poll: a minute)", i, time.Since(released).Round(100*time.Microsecond))
-			assert.Greater(t, got.l.Token(), prev.Token(), "waiter %d's token, against the previous holder's", i)
-			prev = got.l
+			assert.Greater(t, got.Lock.Token(), prev.Token(), "waiter %d's token, against the previous holder's", i)
+			prev = got.Lock
 		case <-time.After(10 * time.Second):
 			t.Fatalf("waiter %d not granted the lock 10 s after the release", i)
 		}
 	}
 	select {
 	case got := <-granted:
-		t.Fatalf("waiter %d ended (err %v) before the last release", got.i, got.err)
+		t.Fatalf("waiter %d ended (err %v) before the last release", got.i, got.Err)
 	default:
 	}
 	require.NoError(t, prev.Release(ctx))
@@ -484,29 +488,6 @@ func inboxes(t *testing.T, ctx context.Context, srv *Redis) []string {
 		chans = append(chans, fmt.Sprint(c))
 	}
 	return chans
-}
-
-// waited is what an Acquire of acquireLater returned, how long it took,
-// and when it returned.
-type waited struct {
-	l    *lock.Lock
-	err  error
-	took time.Duration
-	at   time.Time
-}
-
-// acquireLater runs c.Acquire(ctx, name, o), bounded by within, on a
-// goroutine; the channel receives what it returned.
-func acquireLater(ctx context.Context, c *lock.Client, name string, o lock.Options, within time.Duration) <-chan waited {
-	done := make(chan waited, 1)
-	go func() {
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(ctx, within)
-		defer cancel()
-		l, err := c.Acquire(ctx, name, o)
-		done <- waited{l, err, time.Since(start), time.Now()}
-	}()
-	return done
 }
 
 // lockKey is the record of the lock called name, under the default prefix.

@@ -478,10 +478,7 @@ func (cs *clients[C]) get(addr string) C {
 	defer cs.mu.Unlock()
 	c, ok := cs.m[addr]
 	if !ok {
-		c = cs.open(&redis.Options{
-			Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-			MaxRetries: -1, ContextTimeoutEnabled: true,
-		})
+		c = cs.open(adminOptions(addr))
 		if cs.m == nil {
 			cs.m = map[string]C{}
 		}
