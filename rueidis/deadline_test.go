@@ -61,3 +61,16 @@ func TestDeadlineEndsItsCallAlone(t *testing.T) {
 	require.NoError(t, other.Err, "the other call, whose context is live, is answered")
 	assert.Equal(t, "other", other.Reply)
 }
+
+// TestDeadlines runs faults.Deadlines through this driver: every call of the
+// library returns by its context's deadline (or MaxWait) whatever the
+// server behind a proxy does (refuses, never answers, answers late, drops
+// the connection), although exec hides the deadline from rueidis.
+func TestDeadlines(t *testing.T) {
+	p, err := faults.NewProxy(faults.StartRedis(t).Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	faults.Deadlines(t, p, func(t *testing.T) *lock.Client {
+		return newClient(t, lockrueidis.NewProvider(dial(t, rueidis.ClientOption{InitAddress: []string{p.Addr()}})))
+	})
+}
