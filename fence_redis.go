@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 //go:embed scripts/fence.lua
@@ -89,7 +91,7 @@ func NewRedisFence(body string) *RedisFence {
 func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence string, token uint64, keys []string, args ...any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	res, err := f.RunWith(ctx, newGoRedis(rdb), fence, token, keys, args...)
-	if rerr, ok := err.(*RedisError); ok && rerr.Err != nil {
+	if rerr, ok := err.(*redisdriver.Error); ok && rerr.Err != nil {
 		err = rerr.Err // go-redis's own error, as go-redis returns it
 	}
 	if err != nil {
@@ -101,10 +103,10 @@ func (f *RedisFence) Run(ctx context.Context, rdb redis.UniversalClient, fence s
 }
 
 // RunWith is [RedisFence.Run] through d, a driver of another Redis client
-// library (see [RedisDriver]): it returns the body's reply (nil for a nil
+// library (see [redisdriver.Driver]): it returns the body's reply (nil for a nil
 // reply) and the error that Run's command would have, a server's error as a
-// *[RedisError].
-func (f *RedisFence) RunWith(ctx context.Context, d RedisDriver, fence string, token uint64, keys []string, args ...any) (any, error) {
+// *[redisdriver.Error].
+func (f *RedisFence) RunWith(ctx context.Context, d redisdriver.Driver, fence string, token uint64, keys []string, args ...any) (any, error) {
 	if err := checkFence(fence, token, keys); err != nil {
 		return nil, err
 	}
@@ -118,7 +120,7 @@ func (f *RedisFence) RunWith(ctx context.Context, d RedisDriver, fence string, t
 	if err := await(ctx, func() { sendScripts(ctx, d, d, []*call{cl}, nil) }, nil); err != nil {
 		return nil, err // no answer by ctx's end: the write may yet be applied
 	}
-	var rerr *RedisError
+	var rerr *redisdriver.Error
 	if err := cl.cmd.Err; errors.As(err, &rerr) {
 		if m, ok := strings.CutPrefix(rerr.Msg, "LOCK_STALE_TOKEN "); ok {
 			mark, _ := strconv.ParseUint(m, 10, 64)

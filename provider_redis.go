@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 var _ Provider = (*RedisProvider)(nil)
@@ -60,7 +62,7 @@ var queueTTLArg any = time.Minute.Milliseconds()
 
 // RedisProvider is a Provider backed by Redis 6.2 or later, or Valkey: a
 // single node, Sentinel (failover) or a Cluster, through go-redis
-// ([NewRedisProvider]) or another client's [RedisDriver]
+// ([NewRedisProvider]) or another client's [redisdriver.Driver]
 // ([NewRedisProviderWithDriver]). Each operation is one Lua script, one
 // round trip; the scripts of concurrent callers share pipelines.
 //
@@ -74,7 +76,7 @@ var queueTTLArg any = time.Minute.Milliseconds()
 // keys, the messages, what a Cluster costs and what Redis must be
 // configured for are in docs/redis.md.
 type RedisProvider struct {
-	driver  RedisDriver
+	driver  redisdriver.Driver
 	cluster bool // the driver's client is a Cluster's (asked once)
 	shard   shardState
 	batch   *batcher
@@ -110,7 +112,7 @@ var ErrNotReplicated = errors.New("lock: not replicated")
 // fails. n must be positive and timeout at least a millisecond, and under
 // the client's ReadTimeout; a Provider built with other values fails every
 // call with [ErrInvalidArgument]. On a Cluster, the script and WAIT go to the
-// key's primary, on one connection ([RedisNode.Exec]), so that WAIT runs
+// key's primary, on one connection ([redisdriver.Node.Exec]), so that WAIT runs
 // on the connection that wrote.
 func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 	return func(p *RedisProvider) { p.waits, p.replicas, p.replicaTimeout = true, n, timeout }
@@ -118,9 +120,9 @@ func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 
 // NewRedisProviderWithDriver returns a provider that sends its commands
 // through d, a driver of another Redis client library than go-redis (see
-// [RedisDriver]); it works as [NewRedisProvider]'s does. A nil d makes a
+// [redisdriver.Driver]); it works as [NewRedisProvider]'s does. A nil d makes a
 // provider whose every call fails with [ErrInvalidArgument].
-func NewRedisProviderWithDriver(d RedisDriver, opts ...RedisOption) *RedisProvider {
+func NewRedisProviderWithDriver(d redisdriver.Driver, opts ...RedisOption) *RedisProvider {
 	p := &RedisProvider{driver: d}
 	p.shard.detect = make(chan struct{}, 1)
 	if d != nil {
@@ -319,10 +321,10 @@ func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.
 func (p *RedisProvider) evalWait(ctx context.Context, s *script, nkeys int, args []any) (any, int64, error) {
 	cl := s.newCall(nkeys, args)
 	key, _ := args[0].(string) // not args itself in the closure: the callers' arguments stay on their stack
-	wait := &RedisCommand{Args: []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()}}
+	wait := &redisdriver.Command{Args: []any{"wait", p.replicas, p.replicaTimeout.Milliseconds()}}
 	var err error
 	if aerr := await(ctx, func() {
-		var node RedisNode
+		var node redisdriver.Node
 		if node, err = p.driver.PrimaryForKey(ctx, key); err == nil {
 			sendScripts(ctx, p.driver, node, []*call{cl}, wait)
 		}
@@ -384,7 +386,7 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 	}
 	// One primary after the other: fn is called by one goroutine at a
 	// time, and not again once it returned false.
-	var nodes []RedisNode
+	var nodes []redisdriver.Node
 	var perr error // the call's own: read once await returned nil
 	err := await(ctx, func() { nodes, perr = p.driver.Primaries(ctx) }, nil)
 	if err == nil {
@@ -405,11 +407,11 @@ func (p *RedisProvider) List(ctx context.Context, prefix string, fn func(key str
 }
 
 // scan is List on one node.
-func (p *RedisProvider) scan(ctx context.Context, node RedisNode, prefix string, fn func(key string, r Record, err error) bool) error {
+func (p *RedisProvider) scan(ctx context.Context, node redisdriver.Node, prefix string, fn func(key string, r Record, err error) bool) error {
 	cursor := "0"
 	for {
-		cmd := &RedisCommand{Args: []any{"scan", cursor, "match", globEscape(prefix) + "*", "count", listBatch}}
-		if err := await(ctx, func() { node.Exec(ctx, []*RedisCommand{cmd}) }, nil); err != nil {
+		cmd := &redisdriver.Command{Args: []any{"scan", cursor, "match", globEscape(prefix) + "*", "count", listBatch}}
+		if err := await(ctx, func() { node.Exec(ctx, []*redisdriver.Command{cmd}) }, nil); err != nil {
 			return fmt.Errorf("lock: list %q: %w", prefix, err)
 		}
 		next, found, err := scanReply(cmd)
@@ -426,7 +428,7 @@ func (p *RedisProvider) scan(ctx context.Context, node RedisNode, prefix string,
 }
 
 // scanReply decodes the reply of a SCAN: the next cursor and the keys found.
-func scanReply(cmd *RedisCommand) (string, []string, error) {
+func scanReply(cmd *redisdriver.Command) (string, []string, error) {
 	if cmd.Err != nil {
 		return "", nil, cmd.Err
 	}
@@ -455,7 +457,7 @@ var errStopList = errors.New("lock: list stopped")
 // inspectAll inspects the records and counted names among found in one
 // pipeline and calls fn with each; it returns errStopList when fn asked for
 // no more, and ctx's error when ctx ended before Redis answered.
-func (p *RedisProvider) inspectAll(ctx context.Context, node RedisNode, found []string, fn func(string, Record, error) bool) error {
+func (p *RedisProvider) inspectAll(ctx context.Context, node redisdriver.Node, found []string, fn func(string, Record, error) bool) error {
 	var items []listed
 	for _, k := range found {
 		switch {
@@ -499,7 +501,7 @@ func appendListed(items []listed, key string, counted bool) []listed {
 // with each key that holds a record or claims; it returns as inspectAll
 // does. A key that ends with ":c" but holds no hash is a lock's record
 // after all: it is inspected as one, in one more pipeline.
-func (p *RedisProvider) inspectListed(ctx context.Context, node RedisNode, items []listed, fn func(string, Record, error) bool) error {
+func (p *RedisProvider) inspectListed(ctx context.Context, node redisdriver.Node, items []listed, fn func(string, Record, error) bool) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -649,7 +651,7 @@ func (p *RedisProvider) publishingKeys(ctx context.Context, key string, args err
 // OOM, READONLY, CLUSTERDOWN...; the network's; the context's) is returned
 // as it is. The Client names the operation and the key.
 func wrap(key string, err error) error {
-	var rerr *RedisError
+	var rerr *redisdriver.Error
 	if errors.As(err, &rerr) {
 		switch msg := rerr.Msg; {
 		case strings.Contains(msg, "WRONGTYPE"):

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // batcher sends the provider's scripts: each at once on a connection of its
@@ -17,7 +19,7 @@ import (
 // own is sent. Without concurrent callers nothing changes: each script is
 // its own round trip.
 type batcher struct {
-	driver RedisDriver
+	driver redisdriver.Driver
 	max    int // round trips under way at most: GOMAXPROCS, at least 2
 
 	mu       sync.Mutex
@@ -56,7 +58,7 @@ func (c *batched) reply() (any, error) {
 	return res, err
 }
 
-func newBatcher(d RedisDriver) *batcher {
+func newBatcher(d redisdriver.Driver) *batcher {
 	return &batcher{driver: d, max: max(2, runtime.GOMAXPROCS(0))}
 }
 

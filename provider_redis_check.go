@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // UnknownSetting is the value of a [ServerReport] field that the server would not
@@ -100,7 +102,7 @@ func (p *RedisProvider) checkServer(ctx context.Context) (ServerReport, error) {
 	}
 	var mu sync.Mutex
 	var nodes []ServerReport
-	err := eachPrimary(ctx, p.driver, func(ctx context.Context, node RedisNode) error {
+	err := eachPrimary(ctx, p.driver, func(ctx context.Context, node redisdriver.Node) error {
 		r, err := checkNode(ctx, node)
 		if err != nil {
 			return fmt.Errorf("%s: %w", node.Addr(), err)
@@ -129,11 +131,11 @@ func (p *RedisProvider) checkServer(ctx context.Context) (ServerReport, error) {
 
 // checkNode reports on node, in one round trip: INFO (the default
 // sections: server, memory, persistence, cluster) and the CONFIG GETs.
-func checkNode(ctx context.Context, node RedisNode) (ServerReport, error) {
-	info := &RedisCommand{Args: []any{"info"}}
-	fsync := &RedisCommand{Args: []any{"config", "get", "appendfsync"}}
-	save := &RedisCommand{Args: []any{"config", "get", "save"}}
-	node.Exec(ctx, []*RedisCommand{info, fsync, save})
+func checkNode(ctx context.Context, node redisdriver.Node) (ServerReport, error) {
+	info := &redisdriver.Command{Args: []any{"info"}}
+	fsync := &redisdriver.Command{Args: []any{"config", "get", "appendfsync"}}
+	save := &redisdriver.Command{Args: []any{"config", "get", "save"}}
+	node.Exec(ctx, []*redisdriver.Command{info, fsync, save})
 	if info.Err != nil {
 		return ServerReport{}, info.Err
 	}
@@ -220,8 +222,8 @@ func (r ServerReport) warnings(compat string) []string {
 
 // configValue returns the value of the setting that cmd, a CONFIG GET,
 // asked for, or [UnknownSetting] when the server refused CONFIG GET.
-func configValue(ctx context.Context, cmd *RedisCommand) (string, error) {
-	var rerr *RedisError
+func configValue(ctx context.Context, cmd *redisdriver.Command) (string, error) {
+	var rerr *redisdriver.Error
 	switch err := cmd.Err; {
 	case err != nil && ctx.Err() == nil && errors.As(err, &rerr):
 		return UnknownSetting, nil // NOPERM, or an unknown (renamed) command

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed05627090/lock/internal/testenv/servers"
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // TestWrappedClusterClientIsACluster: a type that embeds a
@@ -36,13 +37,13 @@ func TestWrappedClusterClientIsACluster(t *testing.T) {
 // flakyShards is a driver whose PrimaryForKey gives a node that refuses
 // connections for its first fails calls, then live.
 type flakyShards struct {
-	RedisDriver
-	dead, live RedisNode
+	redisdriver.Driver
+	dead, live redisdriver.Node
 	fails      int
 	calls      atomic.Int32
 }
 
-func (f *flakyShards) PrimaryForKey(context.Context, string) (RedisNode, error) {
+func (f *flakyShards) PrimaryForKey(context.Context, string) (redisdriver.Node, error) {
 	if int(f.calls.Add(1)) <= f.fails {
 		return f.dead, nil
 	}
@@ -52,7 +53,7 @@ func (f *flakyShards) PrimaryForKey(context.Context, string) (RedisNode, error) 
 // newFlakyShards returns a flakyShards whose live node is live's.
 func newFlakyShards(live, dead *redis.Client, fails int) *flakyShards {
 	d := newGoRedis(live)
-	return &flakyShards{RedisDriver: d, dead: newGoRedis(dead).self, live: d.self, fails: fails}
+	return &flakyShards{Driver: d, dead: newGoRedis(dead).self, live: d.self, fails: fails}
 }
 
 // TestWatchFollowKeepsTrying: a Watch whose shard channel Redis ended (its
@@ -87,7 +88,7 @@ func TestWatchFollowKeepsTrying(t *testing.T) {
 		s := &subscription{driver: f, sharded: true, channel: "lock-test:follow:w", deliver: func(Notice) { t.Error("a notice, never subscribed") }}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		time.AfterFunc(500*time.Millisecond, s.cancel)
-		done := make(chan RedisPubSub)
+		done := make(chan redisdriver.PubSub)
 		go func() { done <- s.follow() }()
 		select {
 		case ps := <-done:

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // The root module's Redis driver: go-redis (github.com/redis/go-redis/v9),
 // through a redis.UniversalClient. Everything the provider asks of Redis
-// goes through the methods of [RedisDriver] here; nothing else in the
+// goes through the methods of [redisdriver.Driver] here; nothing else in the
 // provider knows go-redis.
 
 // NewRedisProvider returns a provider that uses client. The client stays the
@@ -30,7 +32,7 @@ func NewRedisProvider(client redis.UniversalClient, opts ...RedisOption) *RedisP
 	return NewRedisProviderWithDriver(newGoRedis(client), opts...)
 }
 
-// goRedis is the [RedisDriver] of a go-redis client.
+// goRedis is the [redisdriver.Driver] of a go-redis client.
 type goRedis struct {
 	client  redis.UniversalClient
 	cluster clusterClient // client, when it is a Cluster client
@@ -47,7 +49,7 @@ type clusterClient interface {
 	Options() *redis.ClusterOptions
 }
 
-var _ RedisDriver = (*goRedis)(nil)
+var _ redisdriver.Driver = (*goRedis)(nil)
 
 func newGoRedis(client redis.UniversalClient) *goRedis {
 	d := &goRedis{client: client}
@@ -63,23 +65,25 @@ func newGoRedis(client redis.UniversalClient) *goRedis {
 	return d
 }
 
-// Exec implements RedisDriver: one command alone is sent as it is, several
+// Exec implements redisdriver.Driver: one command alone is sent as it is, several
 // in one pipeline (which go-redis splits by node on a Cluster, following
 // redirections).
-func (d *goRedis) Exec(ctx context.Context, cmds []*RedisCommand) { goRedisExec(ctx, d.client, cmds) }
+func (d *goRedis) Exec(ctx context.Context, cmds []*redisdriver.Command) {
+	goRedisExec(ctx, d.client, cmds)
+}
 
-// Cluster implements RedisDriver.
+// Cluster implements redisdriver.Driver.
 func (d *goRedis) Cluster() bool { return d.cluster != nil }
 
-// ReadOnly implements RedisDriver: ReadOnly in the Cluster's options (which
+// ReadOnly implements redisdriver.Driver: ReadOnly in the Cluster's options (which
 // RouteByLatency and RouteRandomly turn on).
 func (d *goRedis) ReadOnly() bool { return d.cluster != nil && d.cluster.Options().ReadOnly }
 
-// Primaries implements RedisDriver with ForEachMaster, which loads the
+// Primaries implements redisdriver.Driver with ForEachMaster, which loads the
 // Cluster's slots anew.
-func (d *goRedis) Primaries(ctx context.Context) ([]RedisNode, error) {
+func (d *goRedis) Primaries(ctx context.Context) ([]redisdriver.Node, error) {
 	if d.cluster == nil {
-		return []RedisNode{d.self}, nil
+		return []redisdriver.Node{d.self}, nil
 	}
 	var mu sync.Mutex
 	var nodes []*goRedisNode
@@ -93,15 +97,15 @@ func (d *goRedis) Primaries(ctx context.Context) ([]RedisNode, error) {
 		return nil, err
 	}
 	slices.SortFunc(nodes, func(a, b *goRedisNode) int { return strings.Compare(a.addr, b.addr) })
-	out := make([]RedisNode, len(nodes))
+	out := make([]redisdriver.Node, len(nodes))
 	for i, n := range nodes {
 		out[i] = n
 	}
 	return out, nil
 }
 
-// PrimaryForKey implements RedisDriver with MasterForKey.
-func (d *goRedis) PrimaryForKey(ctx context.Context, key string) (RedisNode, error) {
+// PrimaryForKey implements redisdriver.Driver with MasterForKey.
+func (d *goRedis) PrimaryForKey(ctx context.Context, key string) (redisdriver.Node, error) {
 	if d.cluster == nil {
 		return d.self, nil
 	}
@@ -112,7 +116,7 @@ func (d *goRedis) PrimaryForKey(ctx context.Context, key string) (RedisNode, err
 	return &goRedisNode{client: c, addr: c.Options().Addr}, nil
 }
 
-// goRedisNode is a [RedisNode]: a Cluster's primary, through its own
+// goRedisNode is a [redisdriver.Node]: a Cluster's primary, through its own
 // *redis.Client, or the client of one server (single or Sentinel).
 type goRedisNode struct {
 	client redis.UniversalClient
@@ -121,19 +125,19 @@ type goRedisNode struct {
 
 func (n *goRedisNode) Addr() string { return n.addr }
 
-// Exec implements RedisNode: on a client of one server, a pipeline runs on
+// Exec implements redisdriver.Node: on a client of one server, a pipeline runs on
 // one connection.
-func (n *goRedisNode) Exec(ctx context.Context, cmds []*RedisCommand) {
+func (n *goRedisNode) Exec(ctx context.Context, cmds []*redisdriver.Command) {
 	goRedisExec(ctx, n.client, cmds)
 }
 
-// PubSub implements RedisNode. go-redis dials at the first command.
-func (n *goRedisNode) PubSub(ctx context.Context) (RedisPubSub, error) {
+// PubSub implements redisdriver.Node. go-redis dials at the first command.
+func (n *goRedisNode) PubSub(ctx context.Context) (redisdriver.PubSub, error) {
 	return &goRedisPubSub{ps: n.client.Subscribe(ctx)}, nil
 }
 
 // goRedisExec sends cmds on c, and sets their results.
-func goRedisExec(ctx context.Context, c redis.UniversalClient, cmds []*RedisCommand) {
+func goRedisExec(ctx context.Context, c redis.UniversalClient, cmds []*redisdriver.Command) {
 	if len(cmds) == 1 {
 		rc := goRedisCmds.Get().(*redis.Cmd)
 		goRedisCmd(ctx, rc, cmds[0])
@@ -160,7 +164,7 @@ func goRedisExec(ctx context.Context, c redis.UniversalClient, cmds []*RedisComm
 var goRedisCmds = sync.Pool{New: func() any { return new(redis.Cmd) }}
 
 // goRedisCmd makes rc the go-redis command of cmd.
-func goRedisCmd(ctx context.Context, rc *redis.Cmd, cmd *RedisCommand) {
+func goRedisCmd(ctx context.Context, rc *redis.Cmd, cmd *redisdriver.Command) {
 	*rc = *redis.NewCmd(ctx, cmd.Args...)
 	if cmd.Key > 0 {
 		rc.SetFirstKeyPos(int8(cmd.Key)) // routes it on a Cluster
@@ -170,7 +174,7 @@ func goRedisCmd(ctx context.Context, rc *redis.Cmd, cmd *RedisCommand) {
 // goRedisResult sets cmd's result from rc's; err is its pipeline's, for a
 // command whose reply was not read (go-redis does not always say so on the
 // command).
-func goRedisResult(rc *redis.Cmd, cmd *RedisCommand, err error) {
+func goRedisResult(rc *redis.Cmd, cmd *redisdriver.Command, err error) {
 	cmd.Reply, cmd.Err = nil, nil
 	switch val, rerr := rc.Val(), rc.Err(); {
 	case rerr == redis.Nil:
@@ -186,18 +190,18 @@ func goRedisResult(rc *redis.Cmd, cmd *RedisCommand, err error) {
 	}
 }
 
-// goRedisError returns err, as a *RedisError when it is an error reply of the
+// goRedisError returns err, as a *redisdriver.Error when it is an error reply of the
 // server's.
 func goRedisError(err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) && err != redis.Nil {
-		return &RedisError{Msg: rerr.Error(), Err: err}
+		return &redisdriver.Error{Msg: rerr.Error(), Err: err}
 	}
 	return err
 }
 
 // goRedisValue converts a reply as go-redis reads it to the driver's plain
-// values (see [RedisDriver]): RESP2's need nothing but their arrays' error
+// values (see [redisdriver.Driver]): RESP2's need nothing but their arrays' error
 // elements; RESP3's maps, sets, booleans and numbers do.
 func goRedisValue(v any) any {
 	switch x := v.(type) {
@@ -238,7 +242,7 @@ func goRedisValue(v any) any {
 	return v // as it came (int64, string, nil, or an array converted in place): no allocation
 }
 
-// goRedisPubSub is a [RedisPubSub]: a go-redis PubSub.
+// goRedisPubSub is a [redisdriver.PubSub]: a go-redis PubSub.
 type goRedisPubSub struct {
 	ps *redis.PubSub
 }
@@ -259,20 +263,20 @@ func (s *goRedisPubSub) Ping(ctx context.Context) error { return s.ps.Ping(ctx) 
 
 func (s *goRedisPubSub) Close() error { return s.ps.Close() }
 
-// Receive implements RedisPubSub.
-func (s *goRedisPubSub) Receive(ctx context.Context, timeout time.Duration) (RedisMessage, error) {
+// Receive implements redisdriver.PubSub.
+func (s *goRedisPubSub) Receive(ctx context.Context, timeout time.Duration) (redisdriver.Message, error) {
 	for {
 		m, err := s.ps.ReceiveTimeout(ctx, timeout)
 		if err != nil {
-			return RedisMessage{}, goRedisError(err)
+			return redisdriver.Message{}, goRedisError(err)
 		}
 		switch m := m.(type) {
 		case *redis.Message:
-			return RedisMessage{Kind: "message", Channel: m.Channel, Payload: m.Payload}, nil
+			return redisdriver.Message{Kind: "message", Channel: m.Channel, Payload: m.Payload}, nil
 		case *redis.Subscription:
-			return RedisMessage{Kind: m.Kind, Channel: m.Channel, Count: m.Count}, nil
+			return redisdriver.Message{Kind: m.Kind, Channel: m.Channel, Count: m.Count}, nil
 		case *redis.Pong:
-			return RedisMessage{Kind: "pong"}, nil
+			return redisdriver.Message{Kind: "pong"}, nil
 		}
 		// Anything else (a pattern's confirmation) is none of the
 		// provider's.

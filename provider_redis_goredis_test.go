@@ -8,12 +8,14 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // TestGoRedisRepliesArePlain: the go-redis driver hands the provider the
-// plain values that RedisDriver's doc lists, whatever the protocol: a
+// plain values that redisdriver.Driver's doc lists, whatever the protocol: a
 // RESP3 map as its keys and values in turn, a boolean as 1 or nil, a
-// double as its text, a nil as nil, and an error reply as a *RedisError
+// double as its text, a nil as nil, and an error reply as a *redisdriver.Error
 // that unwraps to go-redis's own error.
 func TestGoRedisRepliesArePlain(t *testing.T) {
 	got := goRedisValue([]any{
@@ -48,7 +50,7 @@ func TestGoRedisRepliesArePlain(t *testing.T) {
 		}
 	}
 
-	var cmd RedisCommand
+	var cmd redisdriver.Command
 	rc := redis.NewCmd(context.Background())
 	rc.SetErr(redis.Nil)
 	goRedisResult(rc, &cmd, nil)
@@ -58,12 +60,12 @@ func TestGoRedisRepliesArePlain(t *testing.T) {
 
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	defer c.Close()
-	unknown := &RedisCommand{Args: []any{"evalsha", "0000000000000000000000000000000000000000", 0}}
-	goRedisExec(context.Background(), c, []*RedisCommand{unknown})
-	var rerr *RedisError
+	unknown := &redisdriver.Command{Args: []any{"evalsha", "0000000000000000000000000000000000000000", 0}}
+	goRedisExec(context.Background(), c, []*redisdriver.Command{unknown})
+	var rerr *redisdriver.Error
 	var gerr redis.Error
 	if !errors.As(unknown.Err, &rerr) || !strings.HasPrefix(rerr.Msg, "NOSCRIPT") || !errors.As(unknown.Err, &gerr) {
-		t.Errorf("an EVALSHA of an unknown script gave %#v; want a *RedisError NOSCRIPT that unwraps to a redis.Error", unknown.Err)
+		t.Errorf("an EVALSHA of an unknown script gave %#v; want a *redisdriver.Error NOSCRIPT that unwraps to a redis.Error", unknown.Err)
 	}
 }
 

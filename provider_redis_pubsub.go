@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // The Redis provider's pub/sub: Listen (a Client's inbox, where grants
@@ -163,11 +165,11 @@ func (p *RedisProvider) Notify(ctx context.Context, key string, n Notice) error 
 	if n.Owner != "" {
 		msg = strconv.FormatUint(n.Token, 10) + " " + strconv.FormatInt(n.TTL.Milliseconds(), 10) + " " + n.Owner
 	}
-	cmd := &RedisCommand{Args: []any{"publish", ch, msg}, Key: 1, Keys: 1}
+	cmd := &redisdriver.Command{Args: []any{"publish", ch, msg}, Key: 1, Keys: 1}
 	if sharded {
 		cmd.Args[0] = "spublish"
 	}
-	if err := await(ctx, func() { p.driver.Exec(ctx, []*RedisCommand{cmd}) }, nil); err != nil {
+	if err := await(ctx, func() { p.driver.Exec(ctx, []*redisdriver.Command{cmd}) }, nil); err != nil {
 		return err
 	}
 	return cmd.Err
@@ -229,7 +231,7 @@ func (p *RedisProvider) subscribe(ctx context.Context, ch string, sharded bool, 
 // closed, and the channel subscribed anew where its slot lives now, on a
 // new connection (follow).
 type subscription struct {
-	driver  RedisDriver
+	driver  redisdriver.Driver
 	channel string
 	sharded bool // SSUBSCRIBE, not SUBSCRIBE
 	parse   func(string) (Notice, bool)
@@ -240,7 +242,7 @@ type subscription struct {
 	once    sync.Once
 
 	mu sync.Mutex
-	ps RedisPubSub // the one read now, or being subscribed
+	ps redisdriver.PubSub // the one read now, or being subscribed
 }
 
 // subPing is how long a subscription's connection may be silent before it
@@ -264,7 +266,7 @@ func (s *subscription) run() {
 // after subPing of silence, or to one that has failed) and an unsubscribe
 // from Redis both close ps and return true, for follow to subscribe anew;
 // stop returns false.
-func (s *subscription) read(ps RedisPubSub) bool {
+func (s *subscription) read(ps redisdriver.PubSub) bool {
 	asked := false
 	for {
 		m, err := ps.Receive(s.ctx, subPing)
@@ -295,7 +297,7 @@ func (s *subscription) read(ps RedisPubSub) bool {
 }
 
 // isTimeout reports whether err says that nothing arrived in time (see
-// [RedisPubSub.Receive]).
+// [redisdriver.PubSub.Receive]).
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
@@ -307,7 +309,7 @@ func isTimeout(err error) bool {
 // the new connection. When the tries fail (the node unreachable for a
 // while), it tries again after a pause, from followPause doubling up to
 // followMaxPause, until stop; it returns nil when stop was called.
-func (s *subscription) follow() RedisPubSub {
+func (s *subscription) follow() redisdriver.PubSub {
 	pause := followPause
 	for {
 		if s.open(s.ctx) == nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // The Redis provider's scripts: each operation is one Lua script under
@@ -213,9 +215,9 @@ func (r reply) inspected(key string, err error) (Record, error) {
 // together: one allocation a call instead of two.
 type call struct {
 	s    *script
-	cmd  RedisCommand
-	args [3 + 4 + 9]any   // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
-	one  [1]*RedisCommand // the commands of a call sent alone: cmd
+	cmd  redisdriver.Command
+	args [3 + 4 + 9]any          // the command, digest and key count; up to 4 keys and 9 arguments (the claims')
+	one  [1]*redisdriver.Command // the commands of a call sent alone: cmd
 }
 
 // newCall returns the call of s with nkeys keys, the first of args, and the
@@ -234,7 +236,7 @@ func (cl *call) init(nkeys int, args []any) {
 		a = make([]any, 0, 3+len(args))
 	}
 	a = append(a, "eval", cl.s.src, nkeys)
-	cl.cmd = RedisCommand{Args: append(a, args...)}
+	cl.cmd = redisdriver.Command{Args: append(a, args...)}
 	if nkeys > 0 {
 		cl.cmd.Key, cl.cmd.Keys = 3, nkeys // routes it on a Cluster
 	}
@@ -252,10 +254,10 @@ func (cl *call) by(full bool) {
 	cl.cmd.Reply, cl.cmd.Err = nil, nil
 }
 
-// execer sends commands: a [RedisDriver] (each to its key's primary) or a
-// [RedisNode].
+// execer sends commands: a [redisdriver.Driver] (each to its key's primary) or a
+// [redisdriver.Node].
 type execer interface {
-	Exec(ctx context.Context, cmds []*RedisCommand)
+	Exec(ctx context.Context, cmds []*redisdriver.Command)
 }
 
 // sendScripts sends calls through via, and is the one place that sends the
@@ -267,12 +269,12 @@ type execer interface {
 // more round trip. Each call's cmd then holds its reply or its error. A
 // script whose digest is not known yet is sent in full, and its digest
 // learned afterwards from d (see learn).
-func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, wait *RedisCommand) {
-	var cmds []*RedisCommand
+func sendScripts(ctx context.Context, d redisdriver.Driver, via execer, calls []*call, wait *redisdriver.Command) {
+	var cmds []*redisdriver.Command
 	if len(calls) == 1 && wait == nil {
 		cmds = calls[0].one[:0] // no allocation for a script alone
 	} else {
-		cmds = make([]*RedisCommand, 0, len(calls)+1)
+		cmds = make([]*redisdriver.Command, 0, len(calls)+1)
 	}
 	for _, cl := range calls {
 		if cl.cmd.Args[0] == "eval" && cl.s.sha.Load() != nil {
@@ -312,7 +314,7 @@ func sendScripts(ctx context.Context, d RedisDriver, via execer, calls []*call, 
 // digest is the server's SHA1 of the text, the same on every node: a node
 // that does not know the script answers NOSCRIPT, which sendScripts
 // handles.
-func learn(ctx context.Context, d RedisDriver, calls []*call) {
+func learn(ctx context.Context, d redisdriver.Driver, calls []*call) {
 	for _, cl := range calls {
 		if cl.s.sha.Load() != nil || (cl.cmd.Err != nil && !isRedisError(cl.cmd.Err)) {
 			continue
@@ -326,8 +328,8 @@ func learn(ctx context.Context, d RedisDriver, calls []*call) {
 			}
 			via = node
 		}
-		load := &RedisCommand{Args: []any{"script", "load", cl.s.text}}
-		via.Exec(ctx, []*RedisCommand{load})
+		load := &redisdriver.Command{Args: []any{"script", "load", cl.s.text}}
+		via.Exec(ctx, []*redisdriver.Command{load})
 		if sha, ok := load.Reply.(string); ok && load.Err == nil {
 			var a any = sha
 			cl.s.sha.Store(&a)
@@ -341,14 +343,14 @@ func noScript(err error) bool {
 	if err == nil {
 		return false
 	}
-	var rerr *RedisError
+	var rerr *redisdriver.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "NOSCRIPT")
 }
 
 // isRedisError reports whether err is, or wraps, an error reply of the
 // server's.
 func isRedisError(err error) bool {
-	var rerr *RedisError
+	var rerr *redisdriver.Error
 	return errors.As(err, &rerr)
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // Sharded pub/sub on a Redis Cluster (Redis 7.0 or later).
@@ -128,11 +130,11 @@ type shardCount struct {
 
 // ask asks node, a primary, whether it knows SPUBLISH (COMMAND INFO), and
 // counts its answer.
-func (n *shardCount) ask(ctx context.Context, node RedisNode) error {
-	cmd := &RedisCommand{Args: []any{"command", "info", "spublish"}}
-	node.Exec(ctx, []*RedisCommand{cmd})
+func (n *shardCount) ask(ctx context.Context, node redisdriver.Node) error {
+	cmd := &redisdriver.Command{Args: []any{"command", "info", "spublish"}}
+	node.Exec(ctx, []*redisdriver.Command{cmd})
 	res, isArray := cmd.Reply.([]any)
-	var rerr *RedisError
+	var rerr *redisdriver.Error
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
@@ -154,7 +156,7 @@ func (n *shardCount) ask(ctx context.Context, node RedisNode) error {
 
 // eachPrimary calls fn with each primary of d at once, and returns once
 // every call has: the first error of Primaries, or of fn.
-func eachPrimary(ctx context.Context, d RedisDriver, fn func(ctx context.Context, node RedisNode) error) error {
+func eachPrimary(ctx context.Context, d redisdriver.Driver, fn func(ctx context.Context, node redisdriver.Node) error) error {
 	nodes, err := d.Primaries(ctx)
 	if err != nil {
 		return err
@@ -268,7 +270,7 @@ type shardListener struct {
 // shardConn is one pub/sub connection of a shardListener to a primary.
 type shardConn struct {
 	addr   string
-	ps     RedisPubSub
+	ps     redisdriver.PubSub
 	chans  int           // channels on it, not in shardGone
 	lost   bool          // it broke with a channel that waiters need: they look again
 	shut   bool          // closed: no longer in conns
@@ -352,7 +354,7 @@ func (l *shardListener) ensure(ctx context.Context, ch, owner string) error {
 // learn of it one after another), so from the third try on each waits
 // twice as long as the one before, from movedPause. It returns try's last
 // error, or ctx's.
-func afterMoved(ctx context.Context, d RedisDriver, try func() error) error {
+func afterMoved(ctx context.Context, d redisdriver.Driver, try func() error) error {
 	pause := movedPause
 	for n := 1; ; n++ {
 		err := try()
@@ -383,7 +385,7 @@ const (
 // is being unsubscribed, it waits until that is done, and subscribes anew.
 // It returns nil when l stopped.
 func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan, error) {
-	var node RedisNode
+	var node redisdriver.Node
 	for {
 		if node == nil {
 			var err error
@@ -435,7 +437,7 @@ func (l *shardListener) join(ctx context.Context, ch, owner string) (*shardChan,
 
 // connect opens a pub/sub connection to node, unless l has one already,
 // with a goroutine that reads it and one that pings it and closes it.
-func (l *shardListener) connect(ctx context.Context, node RedisNode) error {
+func (l *shardListener) connect(ctx context.Context, node redisdriver.Node) error {
 	// Not the caller's ctx: the connection serves other waiters too.
 	ps, err := node.PubSub(context.WithoutCancel(ctx))
 	if err != nil {
@@ -628,7 +630,7 @@ func (l *shardListener) read(conn *shardConn) {
 // reports whether it ended a subscription that waiters need. A late answer
 // for a channel that is no longer on conn, or was subscribed anew since,
 // changes nothing: Redis answers a connection's commands in order.
-func (l *shardListener) confirmed(conn *shardConn, m RedisMessage) bool {
+func (l *shardListener) confirmed(conn *shardConn, m redisdriver.Message) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.chans[m.Channel]
@@ -669,7 +671,7 @@ func (l *shardListener) refused(conn *shardConn, err error) bool {
 
 // movedSlot returns the slot of a MOVED error.
 func movedSlot(err error) (int, bool) {
-	var rerr *RedisError
+	var rerr *redisdriver.Error
 	if !errors.As(err, &rerr) {
 		return 0, false
 	}

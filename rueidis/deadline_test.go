@@ -12,6 +12,7 @@ import (
 	"github.com/seed05627090/lock"
 	"github.com/seed05627090/lock/internal/faults"
 	"github.com/seed05627090/lock/internal/testenv/servers"
+	"github.com/seed05627090/lock/redisdriver"
 	lockrueidis "github.com/seed05627090/lock/rueidis"
 )
 
@@ -31,12 +32,12 @@ func TestDeadlineEndsItsCallAlone(t *testing.T) {
 	// One connection, which has served one call at a time so far.
 	d := lockrueidis.NewDriver(dial(t, rueidis.ClientOption{InitAddress: []string{p.Addr()}, PipelineMultiplex: -1}))
 	ctx := ctxTimeout(t, 10*time.Second)
-	ping := &lock.RedisCommand{Args: []any{"ping"}}
-	d.Exec(ctx, []*lock.RedisCommand{ping})
+	ping := &redisdriver.Command{Args: []any{"ping"}}
+	d.Exec(ctx, []*redisdriver.Command{ping})
 	require.NoError(t, ping.Err)
 
 	p.Pause(faults.Requests)
-	short := &lock.RedisCommand{Args: []any{"ping", "short"}}
+	short := &redisdriver.Command{Args: []any{"ping", "short"}}
 	sent := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -44,15 +45,15 @@ func TestDeadlineEndsItsCallAlone(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		close(sent)
-		d.Exec(sctx, []*lock.RedisCommand{short})
+		d.Exec(sctx, []*redisdriver.Command{short})
 	}()
 	<-sent
 	time.Sleep(200 * time.Millisecond) // the short call is sent, unanswered
-	other := &lock.RedisCommand{Args: []any{"ping", "other"}}
+	other := &redisdriver.Command{Args: []any{"ping", "other"}}
 	answered := make(chan struct{})
 	go func() {
 		defer close(answered)
-		d.Exec(ctx, []*lock.RedisCommand{other})
+		d.Exec(ctx, []*redisdriver.Command{other})
 	}()
 	<-done
 	assert.ErrorIs(t, short.Err, context.DeadlineExceeded, "the short call ended with its context")

@@ -34,6 +34,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/redisdriver"
 )
 
 // NewProvider returns a lock.RedisProvider that sends its commands through
@@ -48,7 +49,7 @@ func NewProvider(client rueidis.Client, opts ...lock.RedisOption) *lock.RedisPro
 	return lock.NewRedisProviderWithDriver(newDriver(client), opts...)
 }
 
-// driver is the lock.RedisDriver of a rueidis client.
+// driver is the redisdriver.Driver of a rueidis client.
 type driver struct {
 	client rueidis.Client
 	self   *node // the node of a client that is not a Cluster's; nil on a Cluster
@@ -57,7 +58,7 @@ type driver struct {
 	slots []string // on a Cluster: the address of each slot's primary, from CLUSTER SLOTS; nil until loaded
 }
 
-var _ lock.RedisDriver = (*driver)(nil)
+var _ redisdriver.Driver = (*driver)(nil)
 
 func newDriver(client rueidis.Client) *driver {
 	d := &driver{client: client}
@@ -74,18 +75,18 @@ func newDriver(client rueidis.Client) *driver {
 	return d
 }
 
-// Exec implements lock.RedisDriver: one command alone with Do, several with
+// Exec implements redisdriver.Driver: one command alone with Do, several with
 // DoMulti, which rueidis sends in one round trip per node and, on a
 // Cluster, routes by each command's slot, following redirections. On a
 // Cluster, rueidis sends the commands without a key of a DoMulti to the
 // node of its keyed ones, and refuses (panics) when those are in several
 // slots: the commands without a key are sent apart, after the others.
-func (d *driver) Exec(ctx context.Context, cmds []*lock.RedisCommand) {
+func (d *driver) Exec(ctx context.Context, cmds []*redisdriver.Command) {
 	if d.self != nil {
 		exec(ctx, d.client, cmds)
 		return
 	}
-	var keyed, keyless []*lock.RedisCommand
+	var keyed, keyless []*redisdriver.Command
 	for _, cmd := range cmds {
 		if cmd.Key > 0 {
 			keyed = append(keyed, cmd)
@@ -93,27 +94,27 @@ func (d *driver) Exec(ctx context.Context, cmds []*lock.RedisCommand) {
 			keyless = append(keyless, cmd)
 		}
 	}
-	for _, part := range [][]*lock.RedisCommand{keyed, keyless} {
+	for _, part := range [][]*redisdriver.Command{keyed, keyless} {
 		if len(part) > 0 {
 			exec(ctx, d.client, part)
 		}
 	}
 }
 
-// Cluster implements lock.RedisDriver.
+// Cluster implements redisdriver.Driver.
 func (d *driver) Cluster() bool { return d.self == nil }
 
-// ReadOnly implements lock.RedisDriver: false, since the driver builds
+// ReadOnly implements redisdriver.Driver: false, since the driver builds
 // every command as a write (not ReadOnly: a ClientOption.SendToReplicas
 // that sends read-only commands to replicas sends none of them) and
 // subscribes on primaries only.
 func (d *driver) ReadOnly() bool { return false }
 
-// Primaries implements lock.RedisDriver: on a Cluster, it asks a node for
+// Primaries implements redisdriver.Driver: on a Cluster, it asks a node for
 // the map of slots (CLUSTER SLOTS) and keeps it for PrimaryForKey.
-func (d *driver) Primaries(ctx context.Context) ([]lock.RedisNode, error) {
+func (d *driver) Primaries(ctx context.Context) ([]redisdriver.Node, error) {
 	if d.self != nil {
-		return []lock.RedisNode{d.self}, nil
+		return []redisdriver.Node{d.self}, nil
 	}
 	slots, err := d.loadSlots(ctx)
 	if err != nil {
@@ -126,7 +127,7 @@ func (d *driver) Primaries(ctx context.Context) ([]lock.RedisNode, error) {
 		}
 	}
 	sort.Strings(addrs)
-	nodes := make([]lock.RedisNode, 0, len(addrs))
+	nodes := make([]redisdriver.Node, 0, len(addrs))
 	for _, a := range addrs {
 		n, err := d.node(a)
 		if err != nil {
@@ -137,9 +138,9 @@ func (d *driver) Primaries(ctx context.Context) ([]lock.RedisNode, error) {
 	return nodes, nil
 }
 
-// PrimaryForKey implements lock.RedisDriver, from the map of slots that
+// PrimaryForKey implements redisdriver.Driver, from the map of slots that
 // Primaries loaded last (loaded now if it never was).
-func (d *driver) PrimaryForKey(ctx context.Context, key string) (lock.RedisNode, error) {
+func (d *driver) PrimaryForKey(ctx context.Context, key string) (redisdriver.Node, error) {
 	if d.self != nil {
 		return d.self, nil
 	}
@@ -173,8 +174,8 @@ func (d *driver) node(addr string) (*node, error) {
 // loadSlots asks the Cluster which primary serves each slot, keeps the
 // answer and returns it.
 func (d *driver) loadSlots(ctx context.Context) ([]string, error) {
-	cmd := &lock.RedisCommand{Args: []any{"cluster", "slots"}}
-	d.Exec(ctx, []*lock.RedisCommand{cmd})
+	cmd := &redisdriver.Command{Args: []any{"cluster", "slots"}}
+	d.Exec(ctx, []*redisdriver.Command{cmd})
 	if cmd.Err != nil {
 		return nil, cmd.Err
 	}
@@ -205,7 +206,7 @@ func (d *driver) loadSlots(ctx context.Context) ([]string, error) {
 	return slots, nil
 }
 
-// node is a lock.RedisNode: a Cluster's primary through the client rueidis
+// node is a redisdriver.Node: a Cluster's primary through the client rueidis
 // keeps for it, or the client of one server (single or Sentinel).
 type node struct {
 	client rueidis.Client
@@ -214,12 +215,12 @@ type node struct {
 
 func (n *node) Addr() string { return n.addr }
 
-// Exec implements lock.RedisNode: rueidis sends a DoMulti on one
+// Exec implements redisdriver.Node: rueidis sends a DoMulti on one
 // connection.
-func (n *node) Exec(ctx context.Context, cmds []*lock.RedisCommand) { exec(ctx, n.client, cmds) }
+func (n *node) Exec(ctx context.Context, cmds []*redisdriver.Command) { exec(ctx, n.client, cmds) }
 
-// PubSub implements lock.RedisNode, on a dedicated connection.
-func (n *node) PubSub(ctx context.Context) (lock.RedisPubSub, error) {
+// PubSub implements redisdriver.Node, on a dedicated connection.
+func (n *node) PubSub(ctx context.Context) (redisdriver.PubSub, error) {
 	return newPubSub(n.client)
 }
 
@@ -232,7 +233,7 @@ func (n *node) PubSub(ctx context.Context) (lock.RedisPubSub, error) {
 // on its reply alone. (With DisableAutoPipelining, a call has a connection
 // of its own, which then ends it at ConnWriteTimeout; the provider does not
 // wait for it past ctx.)
-func exec(ctx context.Context, c rueidis.CommandClient, cmds []*lock.RedisCommand) {
+func exec(ctx context.Context, c rueidis.CommandClient, cmds []*redisdriver.Command) {
 	if _, ok := ctx.Deadline(); ok {
 		ctx = noDeadline{ctx}
 	}
@@ -260,7 +261,7 @@ func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 // until the replicas answer, is sent as a blocking command: on a
 // connection of its own rather than the one that pipelines every caller's
 // commands, with the commands sent along with it.
-func build(b rueidis.Builder, cmd *lock.RedisCommand) rueidis.Completed {
+func build(b rueidis.Builder, cmd *redisdriver.Command) rueidis.Completed {
 	var buf [16]string // the provider's commands have fewer: args stays on the stack
 	args := buf[:0]
 	if len(cmd.Args) > len(buf) {
@@ -289,7 +290,7 @@ func build(b rueidis.Builder, cmd *lock.RedisCommand) rueidis.Completed {
 }
 
 // setResult sets cmd's result from r.
-func setResult(cmd *lock.RedisCommand, r rueidis.RedisResult) {
+func setResult(cmd *redisdriver.Command, r rueidis.RedisResult) {
 	cmd.Reply, cmd.Err = nil, nil
 	if err := r.NonRedisError(); err != nil {
 		cmd.Err = err
@@ -297,7 +298,7 @@ func setResult(cmd *lock.RedisCommand, r rueidis.RedisResult) {
 	}
 	m, _ := r.ToMessage()
 	v := value(&m)
-	if err, ok := v.(*lock.RedisError); ok {
+	if err, ok := v.(*redisdriver.Error); ok {
 		cmd.Err = err
 		return
 	}
@@ -305,7 +306,7 @@ func setResult(cmd *lock.RedisCommand, r rueidis.RedisResult) {
 }
 
 // value converts a reply to the driver's plain values (see
-// lock.RedisDriver).
+// redisdriver.Driver).
 func value(m *rueidis.RedisMessage) any {
 	switch {
 	case m.IsNil():
@@ -341,7 +342,7 @@ func value(m *rueidis.RedisMessage) any {
 	}
 	s, _ := m.ToString() // a string, a double, a big number; an error's text as the server sent it
 	if err := m.Error(); err != nil {
-		return &lock.RedisError{Msg: s, Err: err}
+		return &redisdriver.Error{Msg: s, Err: err}
 	}
 	return s
 }

@@ -8,10 +8,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/redisdriver"
 )
 
-// pubsub is a lock.RedisPubSub: a dedicated rueidis connection whose pub/sub
+// pubsub is a redisdriver.PubSub: a dedicated rueidis connection whose pub/sub
 // hooks queue what arrives, for Receive to return in order. The hooks run
 // on rueidis's reading goroutine and never wait: the queue has no bound
 // (it holds what the provider has not read yet: a few grants, at most a
@@ -21,7 +21,7 @@ type pubsub struct {
 	broken <-chan error // the hooks' end: an error, or closed, when the connection ends
 
 	mu     sync.Mutex
-	queue  []lock.RedisMessage
+	queue  []redisdriver.Message
 	err    error         // once the connection ended or was closed: what Receive returns
 	ready  chan struct{} // holds a token while the queue is not empty
 	closed chan struct{}
@@ -38,10 +38,10 @@ func newPubSub(c rueidis.Client) (*pubsub, error) {
 	p := &pubsub{conn: conn, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	p.broken = conn.SetPubSubHooks(rueidis.PubSubHooks{
 		OnMessage: func(m rueidis.PubSubMessage) {
-			p.push(lock.RedisMessage{Kind: "message", Channel: m.Channel, Payload: m.Message})
+			p.push(redisdriver.Message{Kind: "message", Channel: m.Channel, Payload: m.Message})
 		},
 		OnSubscription: func(s rueidis.PubSubSubscription) {
-			p.push(lock.RedisMessage{Kind: s.Kind, Channel: s.Channel, Count: int(s.Count)})
+			p.push(redisdriver.Message{Kind: s.Kind, Channel: s.Channel, Count: int(s.Count)})
 		},
 	})
 	select {
@@ -57,7 +57,7 @@ func newPubSub(c rueidis.Client) (*pubsub, error) {
 }
 
 // push queues m, and wakes Receive.
-func (p *pubsub) push(m lock.RedisMessage) {
+func (p *pubsub) push(m redisdriver.Message) {
 	p.mu.Lock()
 	p.queue = append(p.queue, m)
 	p.mu.Unlock()
@@ -79,7 +79,7 @@ func (p *pubsub) SUnsubscribe(ctx context.Context, channel string) error {
 	return p.do(ctx, p.conn.B().Sunsubscribe().Channel(channel).Build(), "")
 }
 
-// Ping implements lock.RedisPubSub: the answer (PONG, as a reply, in RESP3)
+// Ping implements redisdriver.PubSub: the answer (PONG, as a reply, in RESP3)
 // is queued for Receive as a message of kind "pong".
 func (p *pubsub) Ping(ctx context.Context) error {
 	return p.do(ctx, p.conn.B().Ping().Build(), "pong")
@@ -87,7 +87,7 @@ func (p *pubsub) Ping(ctx context.Context) error {
 
 // do sends cmd on the connection; rueidis returns once the server has
 // answered it (a subscription's confirmation arrives through the hooks
-// first). An error reply (MOVED) is returned as a *lock.RedisError; when
+// first). An error reply (MOVED) is returned as a *redisdriver.Error; when
 // kind is not empty, the answer is queued for Receive as a message of that
 // kind.
 func (p *pubsub) do(ctx context.Context, cmd rueidis.Completed, kind string) error {
@@ -96,18 +96,18 @@ func (p *pubsub) do(ctx context.Context, cmd rueidis.Completed, kind string) err
 		return err
 	}
 	msg, _ := r.ToMessage()
-	if rerr, ok := value(&msg).(*lock.RedisError); ok {
+	if rerr, ok := value(&msg).(*redisdriver.Error); ok {
 		return rerr
 	}
 	if kind != "" {
-		p.push(lock.RedisMessage{Kind: kind})
+		p.push(redisdriver.Message{Kind: kind})
 	}
 	return nil
 }
 
-// Receive implements lock.RedisPubSub: what was queued before the
+// Receive implements redisdriver.PubSub: what was queued before the
 // connection ended is returned first.
-func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (lock.RedisMessage, error) {
+func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (redisdriver.Message, error) {
 	var after <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -125,7 +125,7 @@ func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (lock.Redis
 		err := p.err
 		p.mu.Unlock()
 		if err != nil {
-			return lock.RedisMessage{}, err
+			return redisdriver.Message{}, err
 		}
 		select {
 		case <-p.ready:
@@ -137,9 +137,9 @@ func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (lock.Redis
 		case <-p.closed:
 			p.end(errClosed)
 		case <-ctx.Done():
-			return lock.RedisMessage{}, ctx.Err()
+			return redisdriver.Message{}, ctx.Err()
 		case <-after:
-			return lock.RedisMessage{}, context.DeadlineExceeded
+			return redisdriver.Message{}, context.DeadlineExceeded
 		}
 	}
 }
@@ -153,7 +153,7 @@ func (p *pubsub) end(err error) {
 	p.mu.Unlock()
 }
 
-// Close implements lock.RedisPubSub.
+// Close implements redisdriver.PubSub.
 func (p *pubsub) Close() error {
 	p.once.Do(func() {
 		close(p.closed)

@@ -20,6 +20,7 @@ import (
 	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/internal/testenv/servers"
 	"github.com/seed05627090/lock/locktest"
+	"github.com/seed05627090/lock/redisdriver"
 	lockrueidis "github.com/seed05627090/lock/rueidis"
 )
 
@@ -66,7 +67,7 @@ func TestCluster(t *testing.T) {
 	// its reply.
 	t.Run("KeyedAndKeylessCommands", func(t *testing.T) {
 		ctx := ctxTimeout(t, 10*time.Second)
-		cmds := []*lock.RedisCommand{
+		cmds := []*redisdriver.Command{
 			{Args: []any{"set", "{a}" + uniqueName(t), "1"}, Key: 1, Keys: 1},
 			{Args: []any{"set", "{b}" + uniqueName(t), "2"}, Key: 1, Keys: 1},
 			{Args: []any{"ping"}},

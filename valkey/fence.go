@@ -43,7 +43,7 @@ func NewFence(body string) *Fence {
 // a greater token; an error matching lock.ErrInvalidArgument, nothing sent,
 // for an empty fence, a token of 0 or a key in another hash slot than
 // fence; a *lock.RecordError when the fence holds something else than a
-// token; and otherwise the server's error (a *lock.RedisError, with the
+// token; and otherwise the server's error (a *redisdriver.Error, with the
 // mark already moved when the body failed) or the client's.
 func (f *Fence) Run(ctx context.Context, client valkey.Client, fence string, token uint64, keys []string, args ...string) (any, error) {
 	a := make([]any, len(args))

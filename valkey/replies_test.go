@@ -11,39 +11,39 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/redisdriver"
 	lockvalkey "github.com/seed05627090/lock/valkey"
 )
 
 // TestRepliesArePlain: the driver hands the provider the plain values that
-// lock.RedisDriver's doc lists, from valkey-go's RESP3: a map as its keys and
+// redisdriver.Driver's doc lists, from valkey-go's RESP3: a map as its keys and
 // values in turn, a boolean as 1 or nil, a double as its text, Lua's false
-// as nil, an error in an array as a *lock.RedisError; and an error reply as
-// a *lock.RedisError with the server's text ("ERR" included) that unwraps
+// as nil, an error in an array as a *redisdriver.Error; and an error reply as
+// a *redisdriver.Error with the server's text ("ERR" included) that unwraps
 // to valkey-go's own error.
 func TestRepliesArePlain(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	d := lockvalkey.NewDriver(newValkey(t))
-	mixed := &lock.RedisCommand{Args: []any{"eval", `redis.setresp(3)
+	mixed := &redisdriver.Command{Args: []any{"eval", `redis.setresp(3)
 redis.call('HSET', KEYS[1], 'f', 'v')
 local m = redis.call('HGETALL', KEYS[1])
 redis.call('DEL', KEYS[1])
 return {7, 's', false, true, {double = 1.5}, m, {1, {'nested', true}}, redis.error_reply('LOCK_X inner')}`, 1, uniqueName(t)}, Key: 3, Keys: 1}
-	unknown := &lock.RedisCommand{Args: []any{"evalsha", "0000000000000000000000000000000000000000", 0}}
-	failed := &lock.RedisCommand{Args: []any{"eval", "return redis.error_reply('ERR boom')", 0}}
-	none := &lock.RedisCommand{Args: []any{"eval", "return nil", 0}}
-	d.Exec(ctx, []*lock.RedisCommand{mixed, unknown, failed, none})
+	unknown := &redisdriver.Command{Args: []any{"evalsha", "0000000000000000000000000000000000000000", 0}}
+	failed := &redisdriver.Command{Args: []any{"eval", "return redis.error_reply('ERR boom')", 0}}
+	none := &redisdriver.Command{Args: []any{"eval", "return nil", 0}}
+	d.Exec(ctx, []*redisdriver.Command{mixed, unknown, failed, none})
 
 	require.NoError(t, mixed.Err)
 	got, _ := mixed.Reply.([]any)
 	require.Len(t, got, 8, "the reply %#v", mixed.Reply)
 	assert.Equal(t, []any{int64(7), "s", nil, int64(1), "1.5", []any{"f", "v"}, []any{int64(1), []any{"nested", int64(1)}}}, got[:7])
-	var inner *lock.RedisError
+	var inner *redisdriver.Error
 	if assert.ErrorAs(t, got[7].(error), &inner) {
 		assert.Equal(t, "LOCK_X inner", inner.Msg)
 	}
 
-	var rerr *lock.RedisError
+	var rerr *redisdriver.Error
 	var own *valkey.ValkeyError
 	require.ErrorAs(t, unknown.Err, &rerr, "an EVALSHA of an unknown script")
 	assert.Regexp(t, "^NOSCRIPT", rerr.Msg)

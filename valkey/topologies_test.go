@@ -22,6 +22,7 @@ import (
 	"github.com/seed05627090/lock/internal/testenv"
 	"github.com/seed05627090/lock/internal/testenv/servers"
 	"github.com/seed05627090/lock/locktest"
+	"github.com/seed05627090/lock/redisdriver"
 	lockvalkey "github.com/seed05627090/lock/valkey"
 )
 
@@ -68,7 +69,7 @@ func TestCluster(t *testing.T) {
 	// its reply.
 	t.Run("KeyedAndKeylessCommands", func(t *testing.T) {
 		ctx := ctxTimeout(t, 10*time.Second)
-		cmds := []*lock.RedisCommand{
+		cmds := []*redisdriver.Command{
 			{Args: []any{"set", "{a}" + uniqueName(t), "1"}, Key: 1, Keys: 1},
 			{Args: []any{"set", "{b}" + uniqueName(t), "2"}, Key: 1, Keys: 1},
 			{Args: []any{"ping"}},

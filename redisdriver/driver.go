@@ -1,19 +1,12 @@
-package lock
-
-import (
-	"context"
-	"time"
-)
-
-// Redis drivers.
-//
-// The Redis provider is written once, against [RedisDriver]: what it needs
-// of a Redis client. Its scripts, the decoding of their replies, its wait
-// queues and hand-offs, its subscriptions, fences, Inspect, List,
-// ForceRelease and CheckServer all go through these few methods, and a
-// client library becomes one more backend by implementing them.
-// [NewRedisProvider] wraps a go-redis client in the root module's driver;
-// [NewRedisProviderWithDriver] takes any other.
+// Package redisdriver is what the lock package's Redis provider needs of a
+// Redis client, for the author of a driver: a client library becomes one
+// more backend by implementing [Driver]. The provider is written once,
+// against it: its scripts, the decoding of their replies, its wait queues
+// and hand-offs, its subscriptions, fences, Inspect, List, ForceRelease and
+// CheckServer all go through these few methods. lock.NewRedisProvider wraps
+// a go-redis client in the root module's driver;
+// lock.NewRedisProviderWithDriver takes any other (the modules
+// github.com/seed05627090/lock/rueidis and .../valkey are two).
 //
 // A driver sends commands and reports what the server answered; it decides
 // nothing. It does not retry a command whose outcome is unknown, learn
@@ -31,9 +24,9 @@ import (
 //   - a nil (RESP2's nil bulk string or array, RESP3's null; Lua's false):
 //     nil
 //   - a boolean: int64(1) for true, nil for false, as RESP2 sends Lua's
-//   - an error inside an array: a *[RedisError]
+//   - an error inside an array: a *[Error]
 //
-// An error reply of the server is a *[RedisError] (the provider reads its
+// An error reply of the server is a *[Error] (the provider reads its
 // text: NOSCRIPT, MOVED, WRONGTYPE, its scripts' own); every other error (a
 // broken connection, a timeout, ctx's) is returned as the client library
 // reports it.
@@ -44,13 +37,19 @@ import (
 // call writes afterwards). A driver should end a call when ctx ends, or at
 // its own timeouts. Every method may be called by several goroutines at
 // once.
+package redisdriver
 
-// RedisDriver is what the Redis provider needs of a Redis client: a single
+import (
+	"context"
+	"time"
+)
+
+// Driver is what the Redis provider needs of a Redis client: a single
 // server, a primary that Sentinel finds, or a Redis Cluster. Every command
 // goes to a primary.
-type RedisDriver interface {
+type Driver interface {
 	// Exec sends cmds and sets each one's Reply or Err (see
-	// [RedisCommand]), in one round trip per server when there are several
+	// [Command]), in one round trip per server when there are several
 	// (a pipeline). Each command goes to the primary that serves the slot
 	// of its key (Args[Key]); a command without a key (Key 0) goes to the
 	// server, or on a Cluster to any primary. On a Cluster, Exec follows
@@ -60,7 +59,7 @@ type RedisDriver interface {
 	// When Exec returns, every command has its result: a Reply (nil for a
 	// nil reply) and a nil Err, or an Err; one that was not sent, or whose
 	// reply was not read (the connection broke, ctx ended), has an Err.
-	Exec(ctx context.Context, cmds []*RedisCommand)
+	Exec(ctx context.Context, cmds []*Command)
 
 	// Cluster reports whether the client is a Redis Cluster client. It
 	// is asked once, when the provider is made, and must not change.
@@ -79,18 +78,18 @@ type RedisDriver interface {
 	// tries again). For a client that is not a Cluster's, it returns the
 	// one node that PrimaryForKey returns, and its error only when
 	// PrimaryForKey would fail.
-	Primaries(ctx context.Context) ([]RedisNode, error)
+	Primaries(ctx context.Context) ([]Node, error)
 
 	// PrimaryForKey returns the primary that serves key's slot, as the
 	// driver's map of slots says (it does not ask the Cluster); for a
 	// client that is not a Cluster's, the server it talks to (for
 	// Sentinel, the primary it finds at each command).
-	PrimaryForKey(ctx context.Context, key string) (RedisNode, error)
+	PrimaryForKey(ctx context.Context, key string) (Node, error)
 }
 
-// RedisNode is one server as a [RedisDriver] reaches it: a Cluster's
+// Node is one server as a [Driver] reaches it: a Cluster's
 // primary, or the server of a client that is not a Cluster's.
-type RedisNode interface {
+type Node interface {
 	// Addr is the node's address, "host:port", as the client knows it;
 	// "" when the client does not say (a Sentinel client). Nodes with the
 	// same Addr are the same server: the provider keeps one pub/sub
@@ -99,32 +98,32 @@ type RedisNode interface {
 
 	// Exec sends cmds to this node, whatever their keys, on one
 	// connection and in one pipeline, in order, and sets each one's Reply
-	// or Err as [RedisDriver.Exec] does. It follows no redirection: a
+	// or Err as [Driver.Exec] does. It follows no redirection: a
 	// MOVED is reported as the command's Err. The provider sends a script
 	// and a WAIT after it this way, so that the WAIT counts the replicas
 	// that acknowledged the script's writes.
-	Exec(ctx context.Context, cmds []*RedisCommand)
+	Exec(ctx context.Context, cmds []*Command)
 
 	// PubSub returns a new pub/sub connection to this node, subscribed to
 	// nothing. It may dial at once or at its first command; an error of
 	// either kind tells the provider the node is not reachable.
-	PubSub(ctx context.Context) (RedisPubSub, error)
+	PubSub(ctx context.Context) (PubSub, error)
 }
 
-// RedisPubSub is one pub/sub connection (see [RedisNode.PubSub]). One
+// PubSub is one pub/sub connection (see [Node.PubSub]). One
 // goroutine calls Receive while others call its other methods, Close
 // included: it is safe for that use. A connection that broke is not
 // mended: once Receive or a command has failed with an error other than a
-// *[RedisError] or a timeout, the provider closes it and opens another, so
+// *[Error] or a timeout, the provider closes it and opens another, so
 // a driver need not reconnect it (nor must it: a connection that
 // reconnects by itself must not deliver messages through this value
 // again).
-type RedisPubSub interface {
+type PubSub interface {
 	// Subscribe sends SUBSCRIBE channel, SSubscribe SSUBSCRIBE channel,
 	// and SUnsubscribe SUNSUBSCRIBE channel. Each may return once the
 	// command is written, without waiting for the server's confirmation,
 	// which Receive returns in any case. An error reply, such as MOVED to
-	// an SSUBSCRIBE of a slot that moved, is a *[RedisError], returned by
+	// an SSUBSCRIBE of a slot that moved, is a *[Error], returned by
 	// the command itself or by Receive.
 	Subscribe(ctx context.Context, channel string) error
 	SSubscribe(ctx context.Context, channel string) error
@@ -144,15 +143,15 @@ type RedisPubSub interface {
 	// or context.DeadlineExceeded) and the connection stays usable; 0 waits
 	// until something arrives, ctx ends, or Close is called. After Close,
 	// it returns an error at once.
-	Receive(ctx context.Context, timeout time.Duration) (RedisMessage, error)
+	Receive(ctx context.Context, timeout time.Duration) (Message, error)
 
 	// Close closes the connection; a Receive under way returns an error.
 	Close() error
 }
 
-// RedisCommand is one command for a [RedisDriver] to send, and, once sent,
+// Command is one command for a [Driver] to send, and, once sent,
 // its result.
-type RedisCommand struct {
+type Command struct {
 	// Args are the command's name and its arguments, each a string, an
 	// int or an int64, to be sent as they are (as bulk strings; an integer
 	// in decimal).
@@ -165,17 +164,17 @@ type RedisCommand struct {
 	// must run on the node that serves the channel's slot.
 	Key, Keys int
 
-	// Reply is the command's reply, converted as the package's driver doc
+	// Reply is the command's reply, converted as the package doc
 	// says (int64, string, []any or nil); set by the driver.
 	Reply any
-	// Err is why the command has no reply: a *[RedisError] for an error
+	// Err is why the command has no reply: a *[Error] for an error
 	// reply of the server, or the error that kept it from being sent or
 	// its reply from being read; set by the driver.
 	Err error
 }
 
-// RedisMessage is what a [RedisPubSub] receives.
-type RedisMessage struct {
+// Message is what a [PubSub] receives.
+type Message struct {
 	// Kind is "message" for a published message (a message or an
 	// smessage); "subscribe", "ssubscribe", "unsubscribe" or
 	// "sunsubscribe" for the confirmation of a subscription's change, as
@@ -191,11 +190,11 @@ type RedisMessage struct {
 	Count int
 }
 
-// RedisError is an error reply of a Redis server, as a [RedisDriver]
+// Error is an error reply of a Redis server, as a [Driver]
 // reports it: "NOSCRIPT No matching script...", "MOVED 3999
 // 127.0.0.1:6381", "WRONGTYPE ...", or a script's own error. The provider
 // returns it, as the error of a call, when it is not one of those it reads.
-type RedisError struct {
+type Error struct {
 	// Msg is the reply's text, as the server sent it (without RESP's "-").
 	Msg string
 	// Err, when not nil, is the client library's own error for the reply,
@@ -204,7 +203,7 @@ type RedisError struct {
 }
 
 // Error returns e.Msg.
-func (e *RedisError) Error() string { return e.Msg }
+func (e *Error) Error() string { return e.Msg }
 
 // Unwrap returns e.Err.
-func (e *RedisError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
