@@ -178,7 +178,7 @@ func TestAcquireBadInput(t *testing.T) {
 				assert.Zero(t, n, "nothing is stored for bad input")
 			}
 		}
-		if m, ok := b.replica(t).(*lock.MemoryProvider); ok {
+		if m := b.replica(t); lock.IsMemory(m) {
 			assert.Zero(t, lock.MemoryLen(m), "nothing is stored for bad input")
 		}
 		l, err := c.Acquire(ctx, name, lock.Options{})

@@ -65,7 +65,7 @@ func TestClosedClient(t *testing.T) {
 // a grant is still handed to a waiter whose Client has closed, as on a Redis
 // Cluster, where PUBLISH cannot tell that nobody listens. A closed waiter
 // left in the wait queue then gets the lock, and holds it for nobody.
-func keepInboxes(t testing.TB, mem *lock.MemoryProvider) *hookedProvider {
+func keepInboxes(t testing.TB, mem lock.Provider) *hookedProvider {
 	return &hookedProvider{Provider: mem, OnListen: func(ctx context.Context, inbox string, deliver func(lock.Notice)) (func(), error) {
 		stop, err := mem.Listen(ctx, inbox, deliver)
 		if err != nil {

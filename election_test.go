@@ -328,7 +328,7 @@ func TestLeadPausesAfterFailedCampaigns(t *testing.T) {
 
 // ledByAnother returns a memory provider and a role on it that a Client of
 // its own (returned) leads until the test ends.
-func ledByAnother(t *testing.T) (*lock.MemoryProvider, string, *lock.Client) {
+func ledByAnother(t *testing.T) (lock.Provider, string, *lock.Client) {
 	t.Helper()
 	p := lock.NewMemoryProvider()
 	role := testenv.Name(t)
@@ -435,7 +435,7 @@ func TestLeadReportsFunctionError(t *testing.T) {
 
 // flakyInspect returns a provider over mem whose Inspect fails while fail
 // is set, and counts its calls in calls.
-func flakyInspect(mem *lock.MemoryProvider, fail *atomic.Bool, calls *atomic.Int32) *hookedProvider {
+func flakyInspect(mem lock.Provider, fail *atomic.Bool, calls *atomic.Int32) *hookedProvider {
 	return &hookedProvider{Provider: mem, OnInspect: func(ctx context.Context, key string) (lock.Record, error) {
 		calls.Add(1)
 		if fail.Load() {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed05627090/lock/check"
 )
 
 // Sentinel errors. Test for them with errors.Is; the types below carry the details.
@@ -74,7 +76,7 @@ var (
 	// another kind than it is in use as (a lock, an election's role, a
 	// Semaphore, an [RWMutex]: see [Kind]), or with another limit. Nothing
 	// was changed.
-	ErrInvalidArgument = errors.New("lock: invalid argument")
+	ErrInvalidArgument = check.ErrInvalidArgument
 
 	// ErrCorruptRecord reports a stored value that is not a record this library
 	// wrote. Errors that match it are *RecordError values. The value is left as
@@ -381,9 +383,8 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
-}
+// invalidf is check.Invalidf: an error matching ErrInvalidArgument.
+func invalidf(format string, args ...any) error { return check.Invalidf(format, args...) }
 
 // trimPrefix drops the "lock: " of a nested error message so that it is said once.
 func trimPrefix(err error) string {

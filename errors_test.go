@@ -26,7 +26,7 @@ var errBackend = errors.New("backend exploded")
 // failingProvider returns a provider over mem whose calls named in fail
 // return errBackend: "acquire", "queue", "release", and "update" for Renew
 // and Finish. Every other call is mem's.
-func failingProvider(mem *lock.MemoryProvider, fail map[string]bool) *hookedProvider {
+func failingProvider(mem lock.Provider, fail map[string]bool) *hookedProvider {
 	return &hookedProvider{
 		Provider: mem,
 		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {

@@ -9,5 +9,12 @@ func QueuedScripts(p *RedisProvider) int {
 	return len(p.batch.queue)
 }
 
-// MemoryLen returns the number of m's live records and counted names.
-func MemoryLen(m *MemoryProvider) int { return m.stored() }
+// MemoryLen returns the number of the memory provider p's live records and
+// counted names.
+func MemoryLen(p Provider) int { return p.(*memoryProvider).stored() }
+
+// IsMemory reports whether p is a provider of NewMemoryProvider.
+func IsMemory(p Provider) bool {
+	_, ok := p.(*memoryProvider)
+	return ok
+}

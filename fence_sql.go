@@ -5,10 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/seed05627090/lock/check"
 )
 
 // DefaultFenceTable is the table of an [SQLFence] whose Table is empty.
@@ -108,7 +107,7 @@ func (f SQLFence) CreateTable(ctx context.Context, db *sql.DB) (err error) {
 func (f SQLFence) Advance(ctx context.Context, tx *sql.Tx, name string, token uint64) error {
 	q, err := f.Statements()
 	if err == nil {
-		err = CheckFence(name, token)
+		err = check.Fence(name, token)
 	}
 	if err != nil {
 		return err
@@ -178,23 +177,4 @@ func (f SQLFence) Statements() (SQLFenceStatements, error) {
 			`ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token`,
 		Mark: `SELECT token FROM ` + table + ` WHERE name = $1`,
 	}, nil
-}
-
-// CheckFence checks the name and token of an advance of a fence (see
-// [SQLFence.Advance]): it returns an error matching [ErrInvalidArgument] for an
-// empty name, a name that is not valid UTF-8 or holds a NUL byte, and a
-// token of 0 or above math.MaxInt64 (the column is a bigint); nil
-// otherwise.
-func CheckFence(name string, token uint64) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty fence name", ErrInvalidArgument)
-	case !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("%w: fence name %q is not valid UTF-8 without NUL bytes", ErrInvalidArgument, name)
-	case token == 0:
-		return fmt.Errorf("%w: fencing token 0 (no grant has it)", ErrInvalidArgument)
-	case token > math.MaxInt64:
-		return fmt.Errorf("%w: fencing token %d is above the bigint column's maximum", ErrInvalidArgument, token)
-	}
-	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/seed05627090/lock/check"
 )
 
 // Key returns the key of the lock called name: the Client's prefix and the
@@ -33,7 +35,7 @@ func (c *Client) checkName(name string) (string, error) {
 		return "", invalidf("empty lock name")
 	}
 	key := c.Key(name)
-	return key, CheckKey(key)
+	return key, check.Key(key)
 }
 
 // nameOf returns the name whose key (see Key) is key, and whether key is

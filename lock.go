@@ -1,7 +1,7 @@
 // Package lock provides distributed locks for Go services that run as several
 // replicas: a job that must run once, a migration the others wait for, an order
 // that two requests must not process at once. A [Provider] stores the locks:
-// [MemoryProvider] in this process, [RedisProvider] on a Redis server,
+// [NewMemoryProvider]'s in this process, [RedisProvider] on a Redis server,
 // Sentinel or Cluster, and the postgres and etcd modules of this repository
 // on PostgreSQL and etcd. A [Client] acquires, renews and releases them.
 //
@@ -37,11 +37,12 @@
 // # Writing a backend
 //
 // Only a backend's author needs these: the [Provider] contract and its
-// values ([Record], [Wait], [Look], [Notice], [Claim], [Claims]), the
-// input checks every provider makes first ([CheckKey], [CheckOwner],
-// [CheckTTL], [CheckInbox], [CheckWeight], and for each method's
-// arguments [CheckKeyOwner], [CheckArgs], [CheckWait], [CheckClaim]),
-// and the conformance suite in the locktest package, which the built-in
+// values ([Record], [Wait], [Look], [Notice], [Claim], [Claims]); the
+// input checks every provider makes first, in package
+// [github.com/seed05627090/lock/check] (and [Wait.Check], [Claim.Check]);
+// a Redis client's driver, in package
+// [github.com/seed05627090/lock/redisdriver]; and the conformance suite
+// in package [github.com/seed05627090/lock/locktest], which the built-in
 // providers pass as any other backend must.
 package lock
 

@@ -26,7 +26,7 @@ func ownersOf(identity, id string) (string, error) {
 		return id, nil
 	case len(identity) > MaxIdentityLen:
 		return "", invalidf("identity is %d bytes, more than %d", len(identity), MaxIdentityLen)
-	case hasSpace(identity, true):
+	case strings.ContainsAny(identity, ", \t\r\n\v\f"):
 		return "", invalidf("identity %q contains a comma or white space", identity)
 	}
 	return identity + "/" + id, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/seed05627090/lock/check"
 )
 
 // Provider stores lock records, the counted names of semaphores and
@@ -418,123 +420,36 @@ const (
 // counted reports whether k is the kind of a counted name.
 func (k Kind) counted() bool { return k == KindSemaphore || k == KindRWMutex }
 
-// Limits on keys and owners, checked before anything is sent to a provider.
+// Limits on keys, owners and counted names, checked before anything is
+// sent to a provider (package [check] has the checks).
 const (
 	// MaxKeyLen is the longest key (prefix and name) accepted, in bytes.
-	MaxKeyLen = 1024
+	MaxKeyLen = check.MaxKeyLen
 	// MaxOwnerLen is the longest owner accepted, in bytes.
-	MaxOwnerLen = 128
+	MaxOwnerLen = check.MaxOwnerLen
+	// MaxLimit is the largest limit of a counted name: the most permits of
+	// a Semaphore, and readers of an [RWMutex].
+	MaxLimit = check.MaxLimit
 )
 
-// The checks of every provider's arguments, the same for every backend: a
-// provider calls them before it sends anything, so that bad input fails
-// with ErrInvalidArgument and changes nothing. A backend may refuse more,
-// after these (the PostgreSQL provider refuses text that is not valid
-// UTF-8, the etcd provider a TTL longer than an etcd lease).
-
-// CheckKey checks a key: not empty, at most [MaxKeyLen] bytes.
-func CheckKey(key string) error {
-	switch {
-	case key == "":
-		return invalidf("empty lock name")
-	case len(key) > MaxKeyLen:
-		return invalidf("lock key is %d bytes, more than %d", len(key), MaxKeyLen)
-	}
-	return nil
-}
-
-// hasSpace reports whether s has white space in it, or, with comma, a comma.
-func hasSpace(s string, comma bool) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] > ',' { // above every byte looked for
-			continue
-		}
-		switch s[i] {
-		case ' ', '\t', '\r', '\n', '\v', '\f':
-			return true
-		case ',':
-			if comma {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// CheckOwner checks an owner: not empty, at most [MaxOwnerLen] bytes, without
-// a comma or white space.
-func CheckOwner(owner string) error {
-	switch {
-	case owner == "":
-		return invalidf("empty owner")
-	case len(owner) > MaxOwnerLen:
-		return invalidf("owner is %d bytes, more than %d", len(owner), MaxOwnerLen)
-	case hasSpace(owner, true):
-		return invalidf("owner %q contains a comma or white space", owner)
-	}
-	return nil
-}
-
-// CheckTTL checks a time to live: at least a millisecond.
-func CheckTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return invalidf("ttl %v is less than 1ms", ttl)
-	}
-	return nil
-}
-
-// CheckKeyOwner checks the arguments of Release and ReleaseClaim (and
-// LowerClaim's, with [CheckWeight]): [CheckKey], then [CheckOwner].
-func CheckKeyOwner(key, owner string) error {
-	if err := CheckKey(key); err != nil {
+// Check checks the arguments of Queue and Leave, as every provider does
+// first (see package [check]): [check.Args] of key and w's owner and TTL,
+// then [check.Inbox] of its inbox.
+func (w Wait) Check(key string) error {
+	if err := check.Args(key, w.Owner, w.TTL); err != nil {
 		return err
 	}
-	return CheckOwner(owner)
+	return check.Inbox(w.Inbox)
 }
 
-// CheckArgs checks the arguments of the methods that set a TTL (Acquire,
-// Renew, Finish, RenewClaim): [CheckKeyOwner], then [CheckTTL].
-func CheckArgs(key, owner string, ttl time.Duration) error {
-	if err := CheckKeyOwner(key, owner); err != nil {
-		return err
-	}
-	return CheckTTL(ttl)
-}
-
-// CheckWait checks the arguments of Queue and Leave: [CheckArgs] of the
-// key and the waiter's owner and TTL, then [CheckInbox] of its inbox.
-func CheckWait(key string, w Wait) error {
-	if err := CheckArgs(key, w.Owner, w.TTL); err != nil {
-		return err
-	}
-	return CheckInbox(w.Inbox)
-}
-
-// CheckInbox checks an inbox: not empty, at most [MaxKeyLen] bytes, without
-// white space.
-func CheckInbox(inbox string) error {
-	switch {
-	case inbox == "":
-		return invalidf("empty inbox")
-	case len(inbox) > MaxKeyLen:
-		return invalidf("inbox is %d bytes, more than %d", len(inbox), MaxKeyLen)
-	case hasSpace(inbox, false):
-		return invalidf("inbox %q contains white space", inbox)
-	}
-	return nil
-}
-
-// MaxLimit is the largest limit of a counted name: the most permits of a
-// Semaphore, and readers of an [RWMutex].
-const MaxLimit = 1024
-
-// CheckClaim checks the arguments of AcquireClaim: [CheckKey], [CheckOwner]
-// and [CheckTTL] of c's, a Limit from 1 to [MaxLimit], a Weight from 1
-// to Limit, a QueueTTL that is not negative, and a Kind of a counted name
-// ([KindSemaphore] or [KindRWMutex]). QueueClaim and LeaveClaim check
-// [CheckInbox] of c.Inbox too.
-func CheckClaim(key string, c Claim) error {
-	if err := CheckArgs(key, c.Owner, c.TTL); err != nil {
+// Check checks the arguments of AcquireClaim, as every provider does first
+// (see package [check]): [check.Args] of key and c's owner and TTL, a Limit
+// from 1 to [MaxLimit], a Weight from 1 to Limit, a QueueTTL that is not
+// negative, and a Kind of a counted name ([KindSemaphore] or
+// [KindRWMutex]). QueueClaim and LeaveClaim check [check.Inbox] of c.Inbox
+// too.
+func (c Claim) Check(key string) error {
+	if err := check.Args(key, c.Owner, c.TTL); err != nil {
 		return err
 	}
 	switch {
@@ -546,15 +461,6 @@ func CheckClaim(key string, c Claim) error {
 		return invalidf("queue ttl %v is negative", c.QueueTTL)
 	case !c.Kind.counted():
 		return invalidf("claim kind %q, not %q or %q", c.Kind, KindSemaphore, KindRWMutex)
-	}
-	return nil
-}
-
-// CheckWeight checks the weight of LowerClaim: at least 1, at most
-// [MaxLimit].
-func CheckWeight(weight int) error {
-	if weight < 1 || weight > MaxLimit {
-		return invalidf("weight %d, not between 1 and %d", weight, MaxLimit)
 	}
 	return nil
 }

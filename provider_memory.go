@@ -7,20 +7,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/seed05627090/lock/check"
 )
 
-var _ Provider = (*MemoryProvider)(nil)
 
-// MemoryProvider is a Provider that keeps records in this process. It
-// is the default for a single process and the test double for users' own tests:
-// it behaves as the Redis provider does, without a server.
-//
-// Expiry uses one heap of deadlines, checked on every call: no goroutine or timer
-// per key, and no TTL limit; each call costs O(log n) amortized in the n live
-// records. Memory is given back as records expire or are released. Fencing tokens come from one counter, so they
-// strictly increase across all keys. The zero value is not usable; call
-// [NewMemoryProvider]. It is safe for concurrent use.
-type MemoryProvider struct {
+// memoryProvider is the Provider of NewMemoryProvider.
+type memoryProvider struct {
 	clock Clock
 
 	mu      sync.Mutex
@@ -101,22 +94,31 @@ type memRecord struct {
 	index    int // in the expiry heap
 }
 
-// MemoryOption configures a [MemoryProvider].
-type MemoryOption func(*MemoryProvider)
+// MemoryOption configures the provider of [NewMemoryProvider].
+type MemoryOption func(*memoryProvider)
 
 // MemoryClock makes the provider read time from c, so that tests can expire
 // records by moving a fake clock. The default is the system clock.
 func MemoryClock(c Clock) MemoryOption {
-	return func(m *MemoryProvider) {
+	return func(m *memoryProvider) {
 		if c != nil {
 			m.clock = c
 		}
 	}
 }
 
-// NewMemoryProvider returns an empty [MemoryProvider].
-func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
-	m := &MemoryProvider{
+// NewMemoryProvider returns an empty Provider that keeps records in this
+// process. It is the default for a single process and the test double for
+// users' own tests: it behaves as the Redis provider does, without a
+// server.
+//
+// Expiry uses one heap of deadlines, checked on every call: no goroutine or
+// timer per key, and no TTL limit; each call costs O(log n) amortized in
+// the n live records. Memory is given back as records expire or are
+// released. Fencing tokens come from one counter, so they strictly
+// increase across all keys. It is safe for concurrent use.
+func NewMemoryProvider(opts ...MemoryOption) Provider {
+	m := &memoryProvider{
 		clock:   systemClock{},
 		records: make(map[string]*memRecord),
 		queues:  make(map[string][]Wait),
@@ -131,8 +133,8 @@ func NewMemoryProvider(opts ...MemoryOption) *MemoryProvider {
 }
 
 // Acquire implements Provider.
-func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := ready(ctx, CheckArgs(key, owner, ttl)); err != nil {
+func (m *memoryProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
+	if err := ready(ctx, check.Args(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -148,8 +150,8 @@ func (m *MemoryProvider) Acquire(ctx context.Context, key, owner string, ttl tim
 }
 
 // Queue implements Provider.
-func (m *MemoryProvider) Queue(ctx context.Context, key string, w Wait) (Record, error) {
-	if err := ready(ctx, CheckWait(key, w)); err != nil {
+func (m *memoryProvider) Queue(ctx context.Context, key string, w Wait) (Record, error) {
+	if err := ready(ctx, w.Check(key)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -184,8 +186,8 @@ func (m *MemoryProvider) Queue(ctx context.Context, key string, w Wait) (Record,
 }
 
 // Leave implements Provider.
-func (m *MemoryProvider) Leave(ctx context.Context, key string, w Wait) error {
-	if err := ready(ctx, CheckWait(key, w)); err != nil {
+func (m *memoryProvider) Leave(ctx context.Context, key string, w Wait) error {
+	if err := ready(ctx, w.Check(key)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -201,8 +203,8 @@ func (m *MemoryProvider) Leave(ctx context.Context, key string, w Wait) error {
 
 // Listen implements Provider: deliver is called outside the provider's lock.
 // stop waits for a running deliver, so deliver must not call it.
-func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
-	in, err := newMemInbox(ctx, CheckInbox(inbox), deliver)
+func (m *memoryProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
+	in, err := newMemInbox(ctx, check.Inbox(inbox), deliver)
 	if err != nil {
 		return nil, err
 	}
@@ -226,8 +228,8 @@ func (m *MemoryProvider) Listen(ctx context.Context, inbox string, deliver func(
 // Watch implements Provider: deliver is called by Notify, outside the
 // provider's lock. stop waits for a running deliver, so deliver must not
 // call it.
-func (m *MemoryProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
-	w, err := newMemInbox(ctx, CheckKey(key), deliver)
+func (m *memoryProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
+	w, err := newMemInbox(ctx, check.Key(key), deliver)
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +253,8 @@ func (m *MemoryProvider) Watch(ctx context.Context, key string, deliver func(Not
 }
 
 // Notify implements Provider.
-func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error {
-	if err := ready(ctx, CheckKey(key)); err != nil {
+func (m *memoryProvider) Notify(ctx context.Context, key string, n Notice) error {
+	if err := ready(ctx, check.Key(key)); err != nil {
 		return err
 	}
 	n.Key = key
@@ -267,8 +269,8 @@ func (m *MemoryProvider) Notify(ctx context.Context, key string, n Notice) error
 }
 
 // Release implements Provider.
-func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
-	if err := ready(ctx, CheckKeyOwner(key, owner)); err != nil {
+func (m *memoryProvider) Release(ctx context.Context, key, owner string) error {
+	if err := ready(ctx, check.KeyOwner(key, owner)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -283,12 +285,12 @@ func (m *MemoryProvider) Release(ctx context.Context, key, owner string) error {
 }
 
 // Renew implements Provider.
-func (m *MemoryProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+func (m *memoryProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	return m.update(ctx, key, owner, ttl, func(*memRecord) []memMessage { return nil })
 }
 
 // Finish implements Provider.
-func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
+func (m *memoryProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
 	return m.update(ctx, key, owner, ttl, func(r *memRecord) []memMessage {
 		r.ended = true
 		// A grace period: no waiter will get the lock; tell each inbox once.
@@ -307,8 +309,8 @@ func (m *MemoryProvider) Finish(ctx context.Context, key, owner string, ttl time
 
 // update sets the deadline of owner's live record under key to ttl from now
 // and applies change to it, under m.mu; it sends the messages change returns.
-func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
-	if err := ready(ctx, CheckArgs(key, owner, ttl)); err != nil {
+func (m *memoryProvider) update(ctx context.Context, key, owner string, ttl time.Duration, change func(*memRecord) []memMessage) error {
+	if err := ready(ctx, check.Args(key, owner, ttl)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -324,8 +326,8 @@ func (m *MemoryProvider) update(ctx context.Context, key, owner string, ttl time
 }
 
 // Inspect implements Provider.
-func (m *MemoryProvider) Inspect(ctx context.Context, key string) (Record, error) {
-	if err := ready(ctx, CheckKey(key)); err != nil {
+func (m *memoryProvider) Inspect(ctx context.Context, key string) (Record, error) {
+	if err := ready(ctx, check.Key(key)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -340,7 +342,7 @@ func (m *MemoryProvider) Inspect(ctx context.Context, key string) (Record, error
 
 // List implements Provider, in the order of the keys. fn runs outside the
 // provider's lock, on the records as they were when List began.
-func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
+func (m *memoryProvider) List(ctx context.Context, prefix string, fn func(key string, r Record, err error) bool) error {
 	if fn == nil {
 		return invalidf("nil list function")
 	}
@@ -378,8 +380,8 @@ func (m *MemoryProvider) List(ctx context.Context, prefix string, fn func(key st
 }
 
 // ForceRelease implements Provider.
-func (m *MemoryProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
-	if err := ready(ctx, CheckKey(key)); err != nil {
+func (m *memoryProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
+	if err := ready(ctx, check.Key(key)); err != nil {
 		return Record{}, err
 	}
 	m.mu.Lock()
@@ -398,7 +400,7 @@ func (m *MemoryProvider) ForceRelease(ctx context.Context, key string) (Record, 
 
 // held returns r as seen by an acquirer, owner: renewed to ttl when it is
 // owner's own live record. The caller holds m.mu.
-func (m *MemoryProvider) held(r *memRecord, owner string, ttl time.Duration, now time.Time) Record {
+func (m *memoryProvider) held(r *memRecord, owner string, ttl time.Duration, now time.Time) Record {
 	if r.owner == owner && !r.ended {
 		m.setDeadline(r, now.Add(ttl))
 	}
@@ -407,7 +409,7 @@ func (m *MemoryProvider) held(r *memRecord, owner string, ttl time.Duration, now
 
 // inspect returns r as Inspect and List show it: with the number of its
 // key's waiters. The caller holds m.mu.
-func (m *MemoryProvider) inspect(r *memRecord, now time.Time) Record {
+func (m *memoryProvider) inspect(r *memRecord, now time.Time) Record {
 	rec := r.record(now)
 	rec.Waiters = len(m.queues[r.key])
 	return rec
@@ -419,7 +421,7 @@ func (r *memRecord) record(now time.Time) Record {
 }
 
 // grant stores a new record for owner under the free key. The caller holds m.mu.
-func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Time) Record {
+func (m *memoryProvider) grant(key, owner string, ttl time.Duration, now time.Time) Record {
 	m.token++
 	var r *memRecord
 	if n := len(m.spare); n > 0 {
@@ -435,7 +437,7 @@ func (m *MemoryProvider) grant(key, owner string, ttl time.Duration, now time.Ti
 
 // free deletes r, and hands the key to its first waiter, at now. The caller
 // holds m.mu.
-func (m *MemoryProvider) free(r *memRecord, now time.Time) []memMessage {
+func (m *memoryProvider) free(r *memRecord, now time.Time) []memMessage {
 	key := r.key
 	m.remove(r)
 	return m.serve(key, now)
@@ -443,7 +445,7 @@ func (m *MemoryProvider) free(r *memRecord, now time.Time) []memMessage {
 
 // serve grants the free key to the first waiter of its queue whose inbox is
 // listened to, and returns the message that tells it. The caller holds m.mu.
-func (m *MemoryProvider) serve(key string, now time.Time) []memMessage {
+func (m *memoryProvider) serve(key string, now time.Time) []memMessage {
 	for len(m.queues[key]) > 0 {
 		w := m.queues[key][0]
 		m.dequeue(key, w.Owner)
@@ -460,7 +462,7 @@ func (m *MemoryProvider) serve(key string, now time.Time) []memMessage {
 // stored returns the number of live records and counted names, so that
 // tests can check that nothing was left behind (MemoryLen, in
 // export_test.go).
-func (m *MemoryProvider) stored() int {
+func (m *memoryProvider) stored() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
@@ -470,7 +472,7 @@ func (m *MemoryProvider) stored() int {
 // owned returns key's record if owner holds it (an ended record counts as
 // held only when endedOK), and the time at which it expired records. The
 // caller holds m.mu.
-func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, time.Time, error) {
+func (m *memoryProvider) owned(key, owner string, endedOK bool) (*memRecord, time.Time, error) {
 	now := m.expire()
 	r, ok := m.records[key]
 	if !ok || r.owner != owner || (r.ended && !endedOK) {
@@ -485,7 +487,7 @@ func (m *MemoryProvider) owned(key, owner string, endedOK bool) (*memRecord, tim
 
 // enqueue puts w at the back of key's queue, or keeps its place, and
 // returns its place. The caller holds m.mu.
-func (m *MemoryProvider) enqueue(key string, w Wait) int {
+func (m *memoryProvider) enqueue(key string, w Wait) int {
 	q := m.queues[key]
 	for i := range q {
 		if q[i].Owner == w.Owner {
@@ -497,7 +499,7 @@ func (m *MemoryProvider) enqueue(key string, w Wait) int {
 }
 
 // dequeue takes owner out of key's queue. The caller holds m.mu.
-func (m *MemoryProvider) dequeue(key, owner string) {
+func (m *memoryProvider) dequeue(key, owner string) {
 	q := m.queues[key]
 	for i := range q {
 		if q[i].Owner == owner {
@@ -515,7 +517,7 @@ func (m *MemoryProvider) dequeue(key, owner string) {
 // expire deletes every record whose deadline has passed, gives memory back
 // (see compact), and returns the time it used. Every call but Listen starts
 // with it. The caller holds m.mu.
-func (m *MemoryProvider) expire() time.Time {
+func (m *memoryProvider) expire() time.Time {
 	now := m.clock.Now()
 	for len(m.expiry) > 0 && !now.Before(m.expiry[0].deadline) {
 		r := heap.Pop(&m.expiry).(*memRecord)
@@ -536,7 +538,7 @@ const compactFloor = 1024
 // expiry heap moves to a smaller array once it fills less than a quarter of
 // its own. A copy of k entries follows at least 3k deletions since the last
 // copy, so it costs O(1) amortized per deletion. The caller holds m.mu.
-func (m *MemoryProvider) compact() {
+func (m *memoryProvider) compact() {
 	m.recordsPeak = max(m.recordsPeak, len(m.records))
 	if m.recordsPeak >= compactFloor && len(m.records) < m.recordsPeak/4 {
 		m.records, m.recordsPeak = copyMap(m.records), len(m.records)
@@ -559,7 +561,7 @@ func copyMap[V any](src map[string]V) map[string]V {
 }
 
 // remove deletes record r. The caller holds m.mu.
-func (m *MemoryProvider) remove(r *memRecord) {
+func (m *memoryProvider) remove(r *memRecord) {
 	delete(m.records, r.key)
 	heap.Remove(&m.expiry, r.index)
 	m.keepSpare(r)
@@ -570,14 +572,14 @@ const maxSpare = 64
 
 // keepSpare keeps r, deleted, for a later grant, unless enough are kept. The
 // caller holds m.mu and uses r no more.
-func (m *MemoryProvider) keepSpare(r *memRecord) {
+func (m *memoryProvider) keepSpare(r *memRecord) {
 	if len(m.spare) < maxSpare {
 		*r = memRecord{}
 		m.spare = append(m.spare, r)
 	}
 }
 
-func (m *MemoryProvider) setDeadline(r *memRecord, d time.Time) {
+func (m *memoryProvider) setDeadline(r *memRecord, d time.Time) {
 	r.deadline = d
 	heap.Fix(&m.expiry, r.index)
 }

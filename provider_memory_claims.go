@@ -6,9 +6,11 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/seed05627090/lock/check"
 )
 
-// The MemoryProvider's counted names (see Provider.AcquireClaim): each is a
+// The memoryProvider's counted names (see Provider.AcquireClaim): each is a
 // memName, apart from the records of locks. A name is in the provider's
 // heap of names by the soonest time one of its claims or waiters expires,
 // so that expire drops what expired of names nobody calls any more; the
@@ -46,31 +48,31 @@ func (n *memName) when() time.Time { return n.due }
 func (n *memName) place() *int     { return &n.index }
 
 // AcquireClaim implements Provider.
-func (m *MemoryProvider) AcquireClaim(ctx context.Context, key string, c Claim) (Record, error) {
-	if err := CheckClaim(key, c); err != nil {
+func (m *memoryProvider) AcquireClaim(ctx context.Context, key string, c Claim) (Record, error) {
+	if err := c.Check(key); err != nil {
 		return Record{}, err
 	}
 	return m.claim(ctx, key, c, false)
 }
 
 // QueueClaim implements Provider.
-func (m *MemoryProvider) QueueClaim(ctx context.Context, key string, c Claim) (Record, error) {
+func (m *memoryProvider) QueueClaim(ctx context.Context, key string, c Claim) (Record, error) {
 	if err := checkQueued(key, c); err != nil {
 		return Record{}, err
 	}
 	return m.claim(ctx, key, c, true)
 }
 
-// checkQueued checks the claim of a waiter: [CheckClaim] and [CheckInbox].
+// checkQueued checks the claim of a waiter: [Claim.Check] and [check.Inbox].
 func checkQueued(key string, c Claim) error {
-	if err := CheckClaim(key, c); err != nil {
+	if err := c.Check(key); err != nil {
 		return err
 	}
-	return CheckInbox(c.Inbox)
+	return check.Inbox(c.Inbox)
 }
 
 // claim is AcquireClaim, or QueueClaim when queue is set.
-func (m *MemoryProvider) claim(ctx context.Context, key string, c Claim, queue bool) (Record, error) {
+func (m *memoryProvider) claim(ctx context.Context, key string, c Claim, queue bool) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, err
 	}
@@ -119,7 +121,7 @@ func (m *MemoryProvider) claim(ctx context.Context, key string, c Claim, queue b
 }
 
 // LeaveClaim implements Provider.
-func (m *MemoryProvider) LeaveClaim(ctx context.Context, key string, c Claim) error {
+func (m *memoryProvider) LeaveClaim(ctx context.Context, key string, c Claim) error {
 	if err := checkQueued(key, c); err != nil {
 		return err
 	}
@@ -132,8 +134,8 @@ func (m *MemoryProvider) LeaveClaim(ctx context.Context, key string, c Claim) er
 }
 
 // RenewClaim implements Provider.
-func (m *MemoryProvider) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if err := CheckArgs(key, owner, ttl); err != nil {
+func (m *memoryProvider) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
+	if err := check.Args(key, owner, ttl); err != nil {
 		return err
 	}
 	return m.change(ctx, key, owner, false, func(n *memName, i int, now time.Time) {
@@ -142,19 +144,19 @@ func (m *MemoryProvider) RenewClaim(ctx context.Context, key, owner string, ttl 
 }
 
 // ReleaseClaim implements Provider.
-func (m *MemoryProvider) ReleaseClaim(ctx context.Context, key, owner string) error {
-	if err := CheckKeyOwner(key, owner); err != nil {
+func (m *memoryProvider) ReleaseClaim(ctx context.Context, key, owner string) error {
+	if err := check.KeyOwner(key, owner); err != nil {
 		return err
 	}
 	return m.change(ctx, key, owner, false, func(n *memName, i int, _ time.Time) { n.drop(i) })
 }
 
 // LowerClaim implements Provider.
-func (m *MemoryProvider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
-	if err := CheckKeyOwner(key, owner); err != nil {
+func (m *memoryProvider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
+	if err := check.KeyOwner(key, owner); err != nil {
 		return err
 	}
-	if err := CheckWeight(weight); err != nil {
+	if err := check.Weight(weight); err != nil {
 		return err
 	}
 	return m.change(ctx, key, owner, false, func(n *memName, i int, _ time.Time) {
@@ -168,7 +170,7 @@ func (m *MemoryProvider) LowerClaim(ctx context.Context, key, owner string, weig
 // change applies do to owner's live claim under key, at index i (or -1
 // when owner holds none and absentOK), serves the queue and sends the
 // grants. Without absentOK, a claim that is not there is a *LostError.
-func (m *MemoryProvider) change(ctx context.Context, key, owner string, absentOK bool, do func(n *memName, i int, now time.Time)) error {
+func (m *memoryProvider) change(ctx context.Context, key, owner string, absentOK bool, do func(n *memName, i int, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -201,8 +203,8 @@ func (m *MemoryProvider) change(ctx context.Context, key, owner string, absentOK
 }
 
 // InspectClaims implements Provider.
-func (m *MemoryProvider) InspectClaims(ctx context.Context, key string) (Claims, error) {
-	if err := ready(ctx, CheckKey(key)); err != nil {
+func (m *memoryProvider) InspectClaims(ctx context.Context, key string) (Claims, error) {
+	if err := ready(ctx, check.Key(key)); err != nil {
 		return Claims{}, err
 	}
 	m.mu.Lock()
@@ -230,7 +232,7 @@ func (m *MemoryProvider) InspectClaims(ctx context.Context, key string) (Claims,
 // serveClaims reaps n's expired claims and waiters and grants the head of
 // its queue while it fits, in order, at most 64 at a time; it returns the
 // messages that tell the waiters granted. The caller holds m.mu.
-func (m *MemoryProvider) serveClaims(n *memName, now time.Time) []memMessage {
+func (m *memoryProvider) serveClaims(n *memName, now time.Time) []memMessage {
 	n.reap(now)
 	var msgs []memMessage
 	for len(n.queue) > 0 && len(msgs) < maxServed {
@@ -255,7 +257,7 @@ const maxServed = 64
 
 // settle deletes n when it holds nothing, or moves it in the heap of names
 // to its soonest deadline. The caller holds m.mu.
-func (m *MemoryProvider) settle(n *memName) {
+func (m *memoryProvider) settle(n *memName) {
 	if len(n.claims) == 0 && len(n.queue) == 0 {
 		heap.Remove(&m.counted, n.index)
 		delete(m.names, n.key)
@@ -278,7 +280,7 @@ func (m *MemoryProvider) settle(n *memName) {
 // expireNames drops what expired of the names whose soonest deadline has
 // passed; their queues are served by the next call on them. The caller
 // holds m.mu.
-func (m *MemoryProvider) expireNames(now time.Time) {
+func (m *memoryProvider) expireNames(now time.Time) {
 	for len(m.counted) > 0 && !now.Before(m.counted[0].due) {
 		n := m.counted[0]
 		n.reap(now)
@@ -286,7 +288,7 @@ func (m *MemoryProvider) expireNames(now time.Time) {
 	}
 }
 
-func (m *MemoryProvider) nextToken() uint64 {
+func (m *memoryProvider) nextToken() uint64 {
 	m.token++
 	return m.token
 }

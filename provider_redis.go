@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed05627090/lock/check"
 	"github.com/seed05627090/lock/redisdriver"
 )
 
@@ -173,7 +174,7 @@ func recordKey(key string) (string, error) {
 
 // Acquire implements Provider.
 func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Record, error) {
-	if err := p.ready(CheckArgs(key, owner, ttl)); err != nil {
+	if err := p.ready(check.Args(key, owner, ttl)); err != nil {
 		return Record{}, err
 	}
 	rk, err := recordKey(key) // acquire.lua needs no queue
@@ -205,7 +206,7 @@ func (p *RedisProvider) Acquire(ctx context.Context, key, owner string, ttl time
 
 // Queue implements Provider.
 func (p *RedisProvider) Queue(ctx context.Context, key string, w Wait) (Record, error) {
-	k, err := p.publishingKeys(ctx, key, CheckWait(key, w))
+	k, err := p.publishingKeys(ctx, key, w.Check(key))
 	if err != nil {
 		return Record{}, err
 	}
@@ -249,7 +250,7 @@ func entry(w Wait, ch string) string {
 
 // Leave implements Provider.
 func (p *RedisProvider) Leave(ctx context.Context, key string, w Wait) error {
-	k, err := p.publishingKeys(ctx, key, CheckWait(key, w))
+	k, err := p.publishingKeys(ctx, key, w.Check(key))
 	if err != nil {
 		return err
 	}
@@ -266,7 +267,7 @@ func (p *RedisProvider) Leave(ctx context.Context, key string, w Wait) error {
 
 // Release implements Provider.
 func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
-	k, err := p.publishingKeys(ctx, key, CheckKeyOwner(key, owner))
+	k, err := p.publishingKeys(ctx, key, check.KeyOwner(key, owner))
 	if err != nil {
 		return err
 	}
@@ -284,7 +285,7 @@ func (p *RedisProvider) Release(ctx context.Context, key, owner string) error {
 
 // Renew implements Provider.
 func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.keys(key, CheckArgs(key, owner, ttl))
+	k, err := p.keys(key, check.Args(key, owner, ttl))
 	if err != nil {
 		return err
 	}
@@ -300,7 +301,7 @@ func (p *RedisProvider) Renew(ctx context.Context, key, owner string, ttl time.D
 
 // Finish implements Provider.
 func (p *RedisProvider) Finish(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.publishingKeys(ctx, key, CheckArgs(key, owner, ttl))
+	k, err := p.publishingKeys(ctx, key, check.Args(key, owner, ttl))
 	if err != nil {
 		return err
 	}
@@ -359,7 +360,7 @@ func (p *RedisProvider) replicated(key string, acked int64) error {
 
 // Inspect implements Provider, in one script that writes nothing.
 func (p *RedisProvider) Inspect(ctx context.Context, key string) (Record, error) {
-	k, err := p.keys(key, CheckKey(key))
+	k, err := p.keys(key, check.Key(key))
 	if err != nil {
 		return Record{}, err
 	}
@@ -578,7 +579,7 @@ func globEscape(s string) string {
 
 // ForceRelease implements Provider.
 func (p *RedisProvider) ForceRelease(ctx context.Context, key string) (Record, error) {
-	k, err := p.publishingKeys(ctx, key, CheckKey(key))
+	k, err := p.publishingKeys(ctx, key, check.Key(key))
 	if err != nil {
 		return Record{}, err
 	}
@@ -683,7 +684,7 @@ func parseRecord(key, v string) (Record, error) {
 	}
 	owner, rest, ok := strings.Cut(body, ",")
 	tok, since, ok2 := strings.Cut(rest, ",")
-	if !ok || !ok2 || CheckOwner(owner) != nil {
+	if !ok || !ok2 || check.Owner(owner) != nil {
 		return Record{}, &RecordError{Key: key, Value: v}
 	}
 	// 1 to 19 digits without a leading zero, and 1 to 15 digits, as the Lua

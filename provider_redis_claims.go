@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed05627090/lock/check"
 )
 
 // The counted names on Redis: each method is one script (scripts/claim*.lua,
@@ -188,7 +190,7 @@ func claimEntry(c Claim, ch string) string {
 
 // AcquireClaim implements Provider.
 func (p *RedisProvider) AcquireClaim(ctx context.Context, key string, c Claim) (Record, error) {
-	k, err := p.countedKeys(ctx, key, CheckClaim(key, c), true)
+	k, err := p.countedKeys(ctx, key, c.Check(key), true)
 	if err != nil {
 		return Record{}, err
 	}
@@ -212,9 +214,9 @@ func (p *RedisProvider) AcquireClaim(ctx context.Context, key string, c Claim) (
 // entry by LPOS: a later look costs the length of the queue ahead of it),
 // and none is granted past a waiter.
 func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Record, error) {
-	err := CheckClaim(key, c)
+	err := c.Check(key)
 	if err == nil {
-		err = CheckInbox(c.Inbox)
+		err = check.Inbox(c.Inbox)
 	}
 	k, err := p.countedKeys(ctx, key, err, true)
 	if err != nil {
@@ -247,9 +249,9 @@ func (p *RedisProvider) QueueClaim(ctx context.Context, key string, c Claim) (Re
 
 // LeaveClaim implements Provider.
 func (p *RedisProvider) LeaveClaim(ctx context.Context, key string, c Claim) error {
-	err := CheckClaim(key, c)
+	err := c.Check(key)
 	if err == nil {
-		err = CheckInbox(c.Inbox)
+		err = check.Inbox(c.Inbox)
 	}
 	k, err := p.countedKeys(ctx, key, err, true)
 	if err != nil {
@@ -267,7 +269,7 @@ func (p *RedisProvider) LeaveClaim(ctx context.Context, key string, c Claim) err
 
 // RenewClaim implements Provider.
 func (p *RedisProvider) RenewClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
-	k, err := p.countedKeys(ctx, key, CheckArgs(key, owner, ttl), true)
+	k, err := p.countedKeys(ctx, key, check.Args(key, owner, ttl), true)
 	if err != nil {
 		return err
 	}
@@ -283,7 +285,7 @@ func (p *RedisProvider) RenewClaim(ctx context.Context, key, owner string, ttl t
 
 // ReleaseClaim implements Provider.
 func (p *RedisProvider) ReleaseClaim(ctx context.Context, key, owner string) error {
-	k, err := p.countedKeys(ctx, key, CheckKeyOwner(key, owner), true)
+	k, err := p.countedKeys(ctx, key, check.KeyOwner(key, owner), true)
 	if err != nil {
 		return err
 	}
@@ -296,9 +298,9 @@ func (p *RedisProvider) ReleaseClaim(ctx context.Context, key, owner string) err
 
 // LowerClaim implements Provider.
 func (p *RedisProvider) LowerClaim(ctx context.Context, key, owner string, weight int) error {
-	err := CheckKeyOwner(key, owner)
+	err := check.KeyOwner(key, owner)
 	if err == nil {
-		err = CheckWeight(weight)
+		err = check.Weight(weight)
 	}
 	k, err := p.countedKeys(ctx, key, err, true)
 	if err != nil {
@@ -313,7 +315,7 @@ func (p *RedisProvider) LowerClaim(ctx context.Context, key, owner string, weigh
 
 // InspectClaims implements Provider, in one script that writes nothing.
 func (p *RedisProvider) InspectClaims(ctx context.Context, key string) (Claims, error) {
-	k, err := p.countedKeys(ctx, key, CheckKey(key), false)
+	k, err := p.countedKeys(ctx, key, check.Key(key), false)
 	if err != nil {
 		return Claims{}, err
 	}

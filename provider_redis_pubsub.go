@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed05627090/lock/check"
 	"github.com/seed05627090/lock/redisdriver"
 )
 
@@ -49,7 +50,7 @@ import (
 // the Cluster's slots are loaded again). stop closes every subscription of
 // the Listen.
 func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
-	if err := p.ready(CheckInbox(inbox)); err != nil {
+	if err := p.ready(check.Inbox(inbox)); err != nil {
 		return nil, err
 	}
 	if deliver == nil {
@@ -133,7 +134,7 @@ func parseGrant(s string) (Notice, bool) {
 // fail (the node unreachable), it tries again after a pause, up to 30 s,
 // until stopped; [Client.Observe] reads at its poll interval meanwhile.
 func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Notice)) (func(), error) {
-	if err := p.ready(CheckKey(key)); err != nil {
+	if err := p.ready(check.Key(key)); err != nil {
 		return nil, err
 	}
 	if deliver == nil {
@@ -154,7 +155,7 @@ func (p *RedisProvider) Watch(ctx context.Context, key string, deliver func(Noti
 // sharded pub/sub) on key's watch channel (see Watch), of "" for a Notice
 // without Owner, or "<token> <ttl ms> <owner>".
 func (p *RedisProvider) Notify(ctx context.Context, key string, n Notice) error {
-	if err := p.ready(CheckKey(key)); err != nil {
+	if err := p.ready(check.Key(key)); err != nil {
 		return err
 	}
 	ch, sharded, err := p.watchChannel(ctx, key)

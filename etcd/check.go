@@ -1,36 +1,32 @@
 package etcd
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
-// The checks of the root package (lock.CheckArgs and the others), and one
+// The checks of every provider (package check, lock.Wait.Check...), and one
 // more: a TTL must fit an etcd lease.
 
 // maxLeaseSeconds is the longest lease etcd grants (lease.MaxLeaseTTL).
 const maxLeaseSeconds = 9_000_000_000
 
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{lock.ErrInvalidArgument}, args...)...)
-}
-
 // checkLease refuses a TTL longer than etcd's longest lease.
 func checkLease(ttl time.Duration) error {
 	if leaseSeconds(ttl) > maxLeaseSeconds {
-		return invalidf("ttl %v is longer than etcd's longest lease (%d s)", ttl, maxLeaseSeconds)
+		return check.Invalidf("ttl %v is longer than etcd's longest lease (%d s)", ttl, maxLeaseSeconds)
 	}
 	return nil
 }
 
 // checkKeyOwner checks a key and an owner (Release and the claims').
-var checkKeyOwner = lock.CheckKeyOwner
+var checkKeyOwner = check.KeyOwner
 
 // checkArgs checks a key, an owner and a TTL, which must fit a lease.
 func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := lock.CheckArgs(key, owner, ttl); err != nil {
+	if err := check.Args(key, owner, ttl); err != nil {
 		return err
 	}
 	return checkLease(ttl)
@@ -38,7 +34,7 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 
 // checkWait checks a key and a waiter, whose TTL must fit a lease.
 func checkWait(key string, w lock.Wait) error {
-	if err := lock.CheckWait(key, w); err != nil {
+	if err := w.Check(key); err != nil {
 		return err
 	}
 	return checkLease(w.TTL)

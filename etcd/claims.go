@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 // The counted names of lock.Provider (see claimstate.go for their keys).
@@ -20,9 +21,9 @@ import (
 // granted by a call one more. A claim whose lease ran out is gone: the
 // next call that finds room serves the queue (every call that writes does).
 
-// checkClaim is lock.CheckClaim, then checkLease of the claim's TTL.
+// checkClaim is lock.Claim.Check, then checkLease of the claim's TTL.
 func checkClaim(key string, c lock.Claim) error {
-	if err := lock.CheckClaim(key, c); err != nil {
+	if err := c.Check(key); err != nil {
 		return err
 	}
 	return checkLease(c.TTL)
@@ -91,7 +92,7 @@ func (p *Provider) QueueClaim(ctx context.Context, key string, c lock.Claim) (lo
 	if err := checkClaim(key, c); err != nil {
 		return lock.Record{}, err
 	}
-	if err := lock.CheckInbox(c.Inbox); err != nil {
+	if err := check.Inbox(c.Inbox); err != nil {
 		return lock.Record{}, err
 	}
 	var ch *claimChange
@@ -164,7 +165,7 @@ func (p *Provider) LeaveClaim(ctx context.Context, key string, c lock.Claim) err
 	if err := checkClaim(key, c); err != nil {
 		return err
 	}
-	if err := lock.CheckInbox(c.Inbox); err != nil {
+	if err := check.Inbox(c.Inbox); err != nil {
 		return err
 	}
 	_, err := p.updateClaims(ctx, key, claimReads{}, nil, true, func(st *counted, ls *leases) (*claimChange, error) {
@@ -221,7 +222,7 @@ func (p *Provider) LowerClaim(ctx context.Context, key, owner string, weight int
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
-	if err := lock.CheckWeight(weight); err != nil {
+	if err := check.Weight(weight); err != nil {
 		return err
 	}
 	return p.changeClaim(ctx, key, owner, true, func(ch *claimChange, _ *leases, i int) error {
@@ -264,7 +265,7 @@ func (p *Provider) changeClaim(ctx context.Context, key, owner string, retry boo
 
 // InspectClaims implements lock.Provider: one read.
 func (p *Provider) InspectClaims(ctx context.Context, key string) (lock.Claims, error) {
-	if err := lock.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return lock.Claims{}, err
 	}
 	var resp *clientv3.TxnResponse

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 // A counted name key keeps, under the namespace ns:
@@ -96,7 +97,7 @@ func parseClaim(owner string, kv *mvccKV) (c claim, ok bool) {
 		c.kind = lock.Kind(f[7])
 		f = f[:7]
 	}
-	if len(f) != 7 || f[0] != "1" || lock.CheckOwner(owner) != nil {
+	if len(f) != 7 || f[0] != "1" || check.Owner(owner) != nil {
 		return claim{}, false
 	}
 	var err [6]error
@@ -160,7 +161,7 @@ func parseClaimWaiter(owner string, kv *mvccKV) (w claimWaiter, ok bool) {
 		w.kind = lock.Kind(f[4])
 		f = []string{f[0], f[1], f[2], f[3], f[5]}
 	}
-	if len(f) != 5 || lock.CheckOwner(owner) != nil || lock.CheckInbox(f[4]) != nil {
+	if len(f) != 5 || check.Owner(owner) != nil || check.Inbox(f[4]) != nil {
 		return claimWaiter{}, false
 	}
 	var err [4]error
@@ -259,26 +260,29 @@ func (p *Provider) parseName(key string, kvs []*mvccKV) *counted {
 	prefix := p.namePrefix(key)
 	for _, kv := range kvs {
 		kind, owner, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		ok := false
+		ok, limit, k := false, 0, lock.Kind("")
 		switch kind {
 		case "h":
 			var c claim
 			if c, ok = parseClaim(owner, kv); ok {
 				st.holders = append(st.holders, c)
-				st.limit = firstLimit(st.limit, c.limit)
-				st.kind = cmp.Or(st.kind, c.kind)
+				limit, k = c.limit, c.kind
 			}
 		case "w":
 			var w claimWaiter
 			if w, ok = parseClaimWaiter(owner, kv); ok {
 				st.queue = append(st.queue, w)
-				st.limit = firstLimit(st.limit, w.limit)
-				st.kind = cmp.Or(st.kind, w.kind)
+				limit, k = w.limit, w.kind
 			}
 		}
-		if !ok && st.bad == nil {
-			st.bad = &lock.RecordError{Key: key, Value: string(kv.Value)}
+		if !ok {
+			if st.bad == nil {
+				st.bad = &lock.RecordError{Key: key, Value: string(kv.Value)}
+			}
+			continue
 		}
+		st.limit = firstLimit(st.limit, limit)
+		st.kind = cmp.Or(st.kind, k)
 	}
 	// Claims granted in one transaction share their create revision.
 	slices.SortFunc(st.holders, func(a, b claim) int {

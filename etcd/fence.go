@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 // Fence makes writes to etcd that a stale holder of a lock cannot make, as
@@ -32,11 +33,11 @@ import (
 func Fence(ctx context.Context, kv clientv3.KV, fence string, token uint64, ops ...clientv3.Op) ([]*pb.ResponseOp, error) {
 	switch {
 	case kv == nil:
-		return nil, invalidf("nil etcd KV")
+		return nil, check.Invalidf("nil etcd KV")
 	case fence == "":
-		return nil, invalidf("empty fence key")
+		return nil, check.Invalidf("empty fence key")
 	case token == 0:
-		return nil, invalidf("fencing token 0")
+		return nil, check.Invalidf("fencing token 0")
 	}
 	then := append([]clientv3.Op{clientv3.OpPut(fence, markValue(token))}, ops...)
 	passes := clientv3.Compare(clientv3.CreateRevision(fence), ">", 0) // every mark is at most MaxUint64

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 const (
@@ -44,11 +45,11 @@ var errStalled = errors.New("watch answered no progress request")
 // stop deletes the inbox's key and returns once the goroutine has ended.
 // Two Listens may share an inbox; each gets every grant.
 func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.Notice)) (stop func(), err error) {
-	if err := lock.CheckInbox(inbox); err != nil {
+	if err := check.Inbox(inbox); err != nil {
 		return nil, err
 	}
 	if deliver == nil {
-		return nil, invalidf("nil deliver function")
+		return nil, check.Invalidf("nil deliver function")
 	}
 	l := &listener{
 		p:        p,
@@ -85,7 +86,7 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.N
 // Watch implements lock.Provider: a Listen of an inbox of key's own, "w/"
 // and 40 hex digits of the key's SHA-256 sum, where Notify writes.
 func (p *Provider) Watch(ctx context.Context, key string, deliver func(lock.Notice)) (stop func(), err error) {
-	if err := lock.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return nil, err
 	}
 	return p.Listen(ctx, watchInbox(key), deliver)
@@ -97,7 +98,7 @@ func (p *Provider) Watch(ctx context.Context, key string, deliver func(lock.Noti
 // Owner. Each provider has one such message per key, written again by each
 // Notify, gone with the session.
 func (p *Provider) Notify(ctx context.Context, key string, n lock.Notice) error {
-	if err := lock.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return err
 	}
 	id, err := p.sess.lease(ctx)

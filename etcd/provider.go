@@ -79,6 +79,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 var _ lock.Provider = (*Provider)(nil)
@@ -188,7 +189,7 @@ func WithRequestTimeout(d time.Duration) Option {
 // lock.ErrInvalidArgument for a nil client.
 func NewProvider(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Provider, error) {
 	if cli == nil {
-		return nil, invalidf("nil etcd client")
+		return nil, check.Invalidf("nil etcd client")
 	}
 	cfg := config{ns: DefaultNamespace, sessionTTL: DefaultSessionTTL, progress: DefaultProgressInterval, reqTimeout: DefaultRequestTimeout}
 	for _, o := range opts {
@@ -531,7 +532,7 @@ func (ch *change) endQueue(token uint64, lease clientv3.LeaseID) {
 // Inspect implements lock.Provider: one read of the record and of the
 // number of waiters.
 func (p *Provider) Inspect(ctx context.Context, key string) (lock.Record, error) {
-	if err := lock.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return lock.Record{}, err
 	}
 	var resp *clientv3.TxnResponse
@@ -567,7 +568,7 @@ const listPage = 100
 // way (see listCounted); fn runs between requests.
 func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
 	if fn == nil {
-		return invalidf("nil list function")
+		return check.Invalidf("nil list function")
 	}
 	more, err := p.listRecords(ctx, prefix, fn)
 	if err != nil || !more {
@@ -649,7 +650,7 @@ func (p *Provider) listPages(ctx context.Context, base, prefix string, keysOnly 
 
 // ForceRelease implements lock.Provider.
 func (p *Provider) ForceRelease(ctx context.Context, key string) (lock.Record, error) {
-	if err := lock.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return lock.Record{}, err
 	}
 	var rec lock.Record

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 // The keys of the provider, under its namespace ns (see WithNamespace):
@@ -87,7 +88,7 @@ func (s *stored) value() string {
 // not a record.
 func parseStored(kv *mvccKV) (s stored, ok bool) {
 	f := strings.Split(string(kv.Value), " ")
-	if len(f) != 7 || f[0] != "1" || lock.CheckOwner(f[1]) != nil || (f[3] != "0" && f[3] != "1") {
+	if len(f) != 7 || f[0] != "1" || check.Owner(f[1]) != nil || (f[3] != "0" && f[3] != "1") {
 		return stored{}, false
 	}
 	var err [5]error

@@ -2,6 +2,7 @@ package locktest
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,13 +31,11 @@ const (
 // beside the long reader once the dead writer's entry has run out, not
 // when the long reader leaves (issue 38: 4.78 s later, when it released).
 func (s *suite) rwDeadWriter(t *testing.T) {
-	testenv.SkipShort(t, "a conformance check of 2 s (a dead writer's queue entry runs out)")
-	if !s.expires(t) {
+	cd, dead, cs := s.deadAndLive(t, "a dead writer's queue entry runs out")
+	if cd == nil {
 		return
 	}
 	name := uniqueName(t)
-	cd, dead := s.dying(t)
-	cs := s.callers(t, 2)
 	m := holdsOf(t, []*lock.Client{cd, cs[0], cs[1]}, name, 12, (*lock.Client).RWMutex)
 	long, err := m[1].RLock(s.ctx, lock.Options{Lease: 5 * time.Second})
 	require.NoError(t, err)
@@ -85,13 +84,11 @@ func (s *suite) rwDeadWriter(t *testing.T) {
 // window and a poll (the release hands the lock to the dead waiter, or
 // passes over it), not a lease later.
 func (s *suite) lockDeadWaiter(t *testing.T) {
-	testenv.SkipShort(t, "a conformance check of 2 s (a dead waiter's grant runs out)")
-	if !s.expires(t) {
+	cd, dead, cs := s.deadAndLive(t, "a dead waiter's grant runs out")
+	if cd == nil {
 		return
 	}
 	name := uniqueName(t)
-	cd, dead := s.dying(t)
-	cs := s.callers(t, 2)
 	const lease = 20 * time.Second
 	h, err := cs[0].Acquire(s.ctx, name, lock.Options{Lease: lease})
 	require.NoError(t, err)
@@ -121,4 +118,16 @@ func (s *suite) lockDeadWaiter(t *testing.T) {
 	if l != nil {
 		assert.NoError(t, l.Release(context.WithoutCancel(s.ctx)))
 	}
+}
+
+// deadAndLive returns a Client that dies when dead is set (see dying) and
+// two live callers; nil where the backend's records do not expire. It
+// skips with -short: each check it serves takes about 2 s, as why says.
+func (s *suite) deadAndLive(t *testing.T, why string) (cd *lock.Client, dead *atomic.Bool, cs []*lock.Client) {
+	testenv.SkipShort(t, "a conformance check of 2 s ("+why+")")
+	if !s.expires(t) {
+		return nil, nil, nil
+	}
+	cd, dead = s.dying(t)
+	return cd, dead, s.callers(t, 2)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 // The counted names (semaphores, read-write locks): each method is one call
@@ -64,16 +65,16 @@ ORDER BY k.key`,
 	}
 }
 
-// checkClaim is lock.CheckClaim, then, with inbox, checkInbox of c.Inbox,
+// checkClaim is lock.Claim.Check, then, with inbox, checkInbox of c.Inbox,
 // then checkTexts.
 func checkClaim(key string, c lock.Claim, inbox bool) error {
-	if err := lock.CheckClaim(key, c); err != nil {
+	if err := c.Check(key); err != nil {
 		return err
 	}
 	if !inbox {
 		return checkTexts(key, c.Owner, "")
 	}
-	if err := lock.CheckInbox(c.Inbox); err != nil {
+	if err := check.Inbox(c.Inbox); err != nil {
 		return err
 	}
 	return checkTexts(key, c.Owner, c.Inbox)
@@ -184,7 +185,7 @@ func (p *Provider) LowerClaim(ctx context.Context, key, owner string, weight int
 	if err := checkKeyOwner(key, owner); err != nil {
 		return err
 	}
-	if err := lock.CheckWeight(weight); err != nil {
+	if err := check.Weight(weight); err != nil {
 		return err
 	}
 	return p.changeClaim(ctx, key, owner, "lower", 0, weight)

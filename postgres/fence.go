@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 // Fence is lock.SQLFence for pgx: it makes writes to PostgreSQL that a
@@ -81,7 +82,7 @@ func (f Fence) CreateTable(ctx context.Context, db interface {
 func (f Fence) Advance(ctx context.Context, tx pgx.Tx, name string, token uint64) error {
 	q, err := f.statements()
 	if err == nil {
-		err = lock.CheckFence(name, token)
+		err = check.Fence(name, token)
 	}
 	if err != nil {
 		return err

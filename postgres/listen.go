@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 const (
@@ -56,7 +57,7 @@ func (p *Provider) Listen(ctx context.Context, inbox string, deliver func(lock.N
 		return nil, err
 	}
 	if deliver == nil {
-		return nil, invalidf("nil deliver function")
+		return nil, check.Invalidf("nil deliver function")
 	}
 	stop, err = p.listen(ctx, channel(inbox), deliver)
 	if err != nil {
@@ -72,7 +73,7 @@ func (p *Provider) Watch(ctx context.Context, key string, deliver func(lock.Noti
 		return nil, err
 	}
 	if deliver == nil {
-		return nil, invalidf("nil deliver function")
+		return nil, check.Invalidf("nil deliver function")
 	}
 	stop, err = p.listen(ctx, watchChannel(key), deliver)
 	if err != nil {

@@ -104,6 +104,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seed05627090/lock"
+	"github.com/seed05627090/lock/check"
 )
 
 var _ lock.Provider = (*Provider)(nil)
@@ -170,7 +171,7 @@ var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // then (one transaction).
 func NewProvider(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Provider, error) {
 	if pool == nil {
-		return nil, invalidf("nil pool")
+		return nil, check.Invalidf("nil pool")
 	}
 	cfg := config{prefix: DefaultTablePrefix, appName: DefaultListenApplicationName}
 	for _, o := range opts {
@@ -179,7 +180,7 @@ func NewProvider(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Prov
 		}
 	}
 	if !prefixPattern.MatchString(cfg.prefix) {
-		return nil, invalidf("table prefix %q: want 1 to 40 of a-z, 0-9 and _, not starting with a digit", cfg.prefix)
+		return nil, check.Invalidf("table prefix %q: want 1 to 40 of a-z, 0-9 and _, not starting with a digit", cfg.prefix)
 	}
 	var schema *string
 	var isolation string
@@ -363,7 +364,7 @@ const listPage = 100
 // The prefix is matched byte for byte (no pattern characters).
 func (p *Provider) List(ctx context.Context, prefix string, fn func(key string, r lock.Record, err error) bool) error {
 	if fn == nil {
-		return invalidf("nil list function")
+		return check.Invalidf("nil list function")
 	}
 	if err := checkText("prefix", prefix); err != nil {
 		return err

@@ -76,7 +76,7 @@ func run() error {
 }
 
 // takeLocks takes the locks whose metrics are printed.
-func takeLocks(ctx context.Context, c *lock.Client, mem *lock.MemoryProvider) error {
+func takeLocks(ctx context.Context, c *lock.Client, mem lock.Provider) error {
 	// A lock taken and released.
 	if err := c.Do(ctx, "nightly-report", lock.Options{}, func(context.Context) error {
 		time.Sleep(20 * time.Millisecond)
