@@ -38,23 +38,12 @@ var fenceLua string
 //		// a later holder has written: nothing was written by this call
 //	}
 //
-// What is atomic: the check, the new mark and the body run as one script,
-// which Redis runs without any other command in between, on the one node
-// that holds the fence. So the fence and the body's keys must share a Redis
-// Cluster hash slot: give them the same hash tag, as above. Run checks this
-// on every client, a single server's included, so that code tested on one
-// server runs on a Cluster. Redis does not roll a script back: when the body
-// raises an error, the mark has been set already and whatever the body wrote
-// before the error stays.
-//
-// The fence never expires: one short key per resource, which keeps
-// protecting it only as long as it is there. Delete it with the resource,
-// never while a holder may still write. Tokens compare as numbers, exactly,
-// for every uint64. A fence protects the writes that go through it: a write
-// to the same keys that does not is not checked. It says nothing of the
-// lock's provider: any token works (a Lock's, from Acquire, Do, Middleware;
-// a Term's; on any provider), as long as the writers of one resource take
-// theirs from the same lock.
+// The check, the new mark and the body run as one script, on the node
+// that holds the fence: the fence and the body's keys share a hash slot
+// (give them one hash tag, as above), which Run checks on every client.
+// The fence never expires; delete it only with its resource. What it
+// guarantees, and its limits (a body's error does not roll back the mark),
+// are in docs/fencing.md.
 type RedisFence struct {
 	script *script
 }

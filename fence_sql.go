@@ -17,8 +17,9 @@ const DefaultFenceTable = "lock_fences"
 // cannot make, inside the caller's transaction (database/sql; for pgx, see
 // the postgres module's Fence, which shares the table). Its table keeps a
 // row per name, the fence of one resource, with the greatest fencing token
-// that has passed it (its mark). Advance moves the mark to the caller's
-// token, or reports a token below it as stale:
+// that has passed it (its mark). Advance, first thing in the transaction,
+// moves the mark to the caller's token, or reports a token below it as
+// stale; the fence row stays locked until the transaction ends:
 //
 //	tx, err := db.BeginTx(ctx, nil)
 //	...
@@ -29,34 +30,10 @@ const DefaultFenceTable = "lock_fences"
 //	... the writes to invoice 7, in tx ...
 //	return tx.Commit()
 //
-// What holds: Advance writes the fence row, which the database keeps locked
-// until the transaction ends. So the transactions that advance one fence
-// run one after the other from there: one with a token below a mark that
-// another has committed gets [ErrStaleToken], and one that comes while
-// another holds the row waits for it to commit (and then finds the mark) or
-// roll back. A token equal to the mark passes (the same holder writing
-// again). The writes are protected when they are made in the transaction
-// that advanced the fence, and it commits only when Advance returned nil;
-// Advance first thing in the transaction, so that the fence row is the
-// first lock it takes. In READ COMMITTED (the default) a stale token is
-// always ErrStaleToken; under REPEATABLE READ or SERIALIZABLE, a
-// transaction whose snapshot predates another's advance gets the
-// database's serialization error instead, and is retried as such.
-//
-// Dialect: PostgreSQL 9.5 or later (the statements are INSERT ... ON
-// CONFLICT ... DO UPDATE ... WHERE, with $1-style parameters; tested on
-// PostgreSQL 15 through pgx's database/sql driver). MySQL, SQLite and SQL
-// Server are not supported: their upsert, parameters and affected-row
-// counts differ; on them, write the same check as a conditional UPDATE of
-// the row that holds the mark ("... WHERE name = ? AND token <= ?", with
-// MySQL's client flag that counts matched rows, not changed ones).
-//
-// It takes the token of any lock (Acquire, Do, Middleware, a Term of an
-// election; on any provider), as long as the writers of one resource take
-// theirs from the same lock. The zero value uses [DefaultFenceTable] in the
-// connection's search path.
-// Tokens must be at most math.MaxInt64 (the column is a bigint): every
-// token of this library's providers is.
+// It takes the token of any lock on any provider, as long as the writers
+// of one resource take theirs from the same lock. PostgreSQL only (9.5 or
+// later). What it guarantees under each isolation level, and its limits,
+// are in docs/fencing.md.
 type SQLFence struct {
 	// Table is the table of fence rows: [DefaultFenceTable] when empty. It may
 	// be qualified with its schema ("app.lock_fences"). It is used unquoted,

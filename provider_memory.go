@@ -11,7 +11,6 @@ import (
 	"github.com/seed05627090/lock/check"
 )
 
-
 // memoryProvider is the Provider of NewMemoryProvider.
 type memoryProvider struct {
 	clock Clock

@@ -98,23 +98,14 @@ var ErrNotReplicated = errors.New("lock: not replicated")
 // WaitForReplicas makes every grant and renewal count only once n replicas
 // have acknowledged it, within timeout (Redis's WAIT, sent in the same
 // pipeline as the script, on the same connection): a grant that fewer
-// replicas acknowledged fails with an error matching [ErrNotReplicated] (the
-// Client then removes its record, as after any failed acquisition); a
-// renewal that fewer acknowledged is tried again, and the lease timer tells
-// the holder if none succeeds. A lock handed to a waiter by a release is
-// confirmed by the waiter's Client (a renewal and WAIT) before the waiter is
-// told; one that cannot be confirmed is not told, and the waiter's next look
-// (its own request and WAIT) takes it or fails with ErrNotReplicated, and
-// hands it on. It narrows what a failover loses: a grant that only the old
-// master had is never used (measured in docs/guarantees.md). It does not make
-// Redis consistent: a replica that did not acknowledge may still be
-// promoted, and WAIT cannot undo a write. Each grant waits for the slowest
-// of n replicas, and while fewer than n are reachable every acquisition
-// fails. n must be positive and timeout at least a millisecond, and under
-// the client's ReadTimeout; a Provider built with other values fails every
-// call with [ErrInvalidArgument]. On a Cluster, the script and WAIT go to the
-// key's primary, on one connection ([redisdriver.Node.Exec]), so that WAIT runs
-// on the connection that wrote.
+// replicas acknowledged fails with an error matching [ErrNotReplicated],
+// and a renewal that fewer acknowledged is tried again. It narrows what a
+// failover loses; it does not make Redis consistent: a replica that did not
+// acknowledge may still be promoted. While fewer than n replicas are
+// reachable, every acquisition fails. n must be positive and timeout at
+// least a millisecond, and under the client's ReadTimeout; a Provider built
+// with other values fails every call with [ErrInvalidArgument].
+// docs/redis.md says how a handed-on lock is confirmed, and what it costs.
 func WaitForReplicas(n int, timeout time.Duration) RedisOption {
 	return func(p *RedisProvider) { p.waits, p.replicas, p.replicaTimeout = true, n, timeout }
 }

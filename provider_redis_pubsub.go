@@ -29,27 +29,30 @@ import (
 // subscription, a Notice without Key is delivered, so that the waiters look
 // again.
 //
-// On a Cluster with sharded pub/sub (see [RedisProvider]), Listen subscribes
-// to nothing itself, and nothing is published on the inbox channel: each
-// Queue of a waiter with this inbox, through this provider, first
-// subscribes the Listen to the inbox's shard channel in the slot of the
-// waiter's lock (SSUBSCRIBE on that slot's primary, over the Listen's one
-// connection to that node), and waits for Redis's confirmation, so that no
-// grant sent to it is lost. The channel is unsubscribed 3 seconds after the
-// last waiter queued with it through this provider was delivered its
-// grant, left (Leave), or was found not queued by its Queue (the lock was
-// its own, or ended); a connection that carries no channel is closed. A
-// Queue that meets its channel being unsubscribed waits for that, and
-// subscribes anew. (A waiter queued through another provider value with
-// this inbox is not heard, and is skipped: the lock Client queues and
-// listens through one.) deliver is called by one connection at a time. A
-// connection that breaks is closed with its channels, and a subscription
-// that Redis ended because its slot moved to another node is forgotten:
-// when a waiter needed one, a Notice without Key is delivered, and the
-// waiters' looks subscribe again where the slot lives (after a MOVED, once
-// the Cluster's slots are loaded again). stop closes every subscription of
-// the Listen.
+// On a Cluster with sharded pub/sub, Listen subscribes to the inbox's
+// shard channel of a slot when a waiter queues there, and unsubscribes it
+// 3 s after that slot's last waiter (docs/redis.md).
 func (p *RedisProvider) Listen(ctx context.Context, inbox string, deliver func(Notice)) (func(), error) {
+	// On a Cluster with sharded pub/sub (see ShardedPubSub), Listen subscribes
+	// to nothing itself, and nothing is published on the inbox channel: each
+	// Queue of a waiter with this inbox, through this provider, first
+	// subscribes the Listen to the inbox's shard channel in the slot of the
+	// waiter's lock (SSUBSCRIBE on that slot's primary, over the Listen's one
+	// connection to that node), and waits for Redis's confirmation, so that no
+	// grant sent to it is lost. The channel is unsubscribed 3 seconds after the
+	// last waiter queued with it through this provider was delivered its
+	// grant, left (Leave), or was found not queued by its Queue (the lock was
+	// its own, or ended); a connection that carries no channel is closed. A
+	// Queue that meets its channel being unsubscribed waits for that, and
+	// subscribes anew. (A waiter queued through another provider value with
+	// this inbox is not heard, and is skipped: the lock Client queues and
+	// listens through one.) deliver is called by one connection at a time. A
+	// connection that breaks is closed with its channels, and a subscription
+	// that Redis ended because its slot moved to another node is forgotten:
+	// when a waiter needed one, a Notice without Key is delivered, and the
+	// waiters' looks subscribe again where the slot lives (after a MOVED, once
+	// the Cluster's slots are loaded again). stop closes every subscription of
+	// the Listen.
 	if err := p.ready(check.Inbox(inbox)); err != nil {
 		return nil, err
 	}
