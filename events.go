@@ -84,3 +84,13 @@ type Event struct {
 	// failed (the record then expires within its lease).
 	Err error
 }
+
+func (c *Client) emit(e Event) {
+	if len(c.hooks) == 0 {
+		return
+	}
+	e.Time = c.clock.Now()
+	for _, h := range c.hooks {
+		h(e)
+	}
+}

@@ -240,17 +240,6 @@ func (h *Hold) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	return under(ctx, hctx, cancel, fn, h.Release)
 }
 
-// HoldFromContext returns the Hold of the innermost [Semaphore.Do],
-// [RWMutex.Do] or RDo, or DoAll whose function received ctx, and whether
-// there is one. Its Locks are the members, each with its own key and
-// fencing token: in DoAll's function, a write to each locked resource can
-// be fenced with its own lock's token ([FromContext] gives the first member
-// only).
-func HoldFromContext(ctx context.Context) (*Hold, bool) {
-	h, ok := ctx.Value(holdKey{}).(*Hold)
-	return h, ok
-}
-
 // together calls fn(0) … fn(n-1) at once, each on a goroutine of its own
 // (but for a single call), and returns when every call has returned.
 func together(n int, fn func(i int)) {

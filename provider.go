@@ -402,24 +402,6 @@ type Record struct {
 	Kind Kind
 }
 
-// Kind is what a key is in use as: a lock, or a counted name of one kind.
-// A key is one kind at a time: a lock's record and a counted name's claims
-// or waiters are never stored under one key together (see
-// [Provider.AcquireClaim]), and the Client refuses the mix with
-// [ErrInvalidArgument], naming both kinds. An election's role is a lock
-// (the Client tells it by its holder's owner).
-type Kind string
-
-// The kinds of [Kind].
-const (
-	KindLock      Kind = "lock"      // a lock's record: Acquire, Do, Campaign...
-	KindSemaphore Kind = "semaphore" // the counted name of a Semaphore
-	KindRWMutex   Kind = "rwmutex"   // the counted name of an RWMutex
-)
-
-// counted reports whether k is the kind of a counted name.
-func (k Kind) counted() bool { return k == KindSemaphore || k == KindRWMutex }
-
 // Limits on keys, owners and counted names, checked before anything is
 // sent to a provider (package [check] has the checks).
 const (
