@@ -75,6 +75,52 @@ func TestReleaseTimeoutEndsAHangingRelease(t *testing.T) {
 	}
 }
 
+// A release whose provider ignores its context returns by the caller's
+// deadline and a moment (settleSlack, 50 ms), well before the release
+// timeout, with an error matching ErrUnavailable and DeadlineExceeded; the
+// release goes on in the background, Close waits for it, and it frees the
+// lock once the provider answers.
+func TestReleaseReturnsByTheCallersDeadline(t *testing.T) {
+	unblock := make(chan struct{})
+	mem := lock.NewMemoryProvider()
+	p := &hookedProvider{Provider: mem, OnRelease: func(_ context.Context, key, owner string) error {
+		select { // a provider that does not answer, whatever the context says
+		case <-unblock:
+		case <-time.After(10 * time.Second): // so that a failure does not hang the test
+		}
+		return mem.Release(context.Background(), key, owner)
+	}}
+	c, err := lock.NewClient(p, lock.WithReleaseTimeout(time.Minute))
+	require.NoError(t, err)
+	name := uniqueName(t)
+	l, err := c.Acquire(context.Background(), name, lock.Options{})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err = l.Release(ctx)
+	took := time.Since(began)
+	assert.ErrorIs(t, err, lock.ErrUnavailable)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	// 350 ms expected; the bound leaves a loaded machine room, and is far
+	// below the release timeout that an unbounded wait would reach.
+	assert.Less(t, took, 3*time.Second, "Release returned %v after its deadline of 300ms", took)
+
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the release was under way", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(unblock)
+	require.NoError(t, <-closed)
+	rec, err := mem.Inspect(context.Background(), c.Key(name))
+	require.NoError(t, err)
+	assert.Empty(t, rec.Owner, "the release that went on in the background freed the lock")
+}
+
 // Issue 22, item 7: Extend after Release is a use of a released lock, not a
 // loss; so is a second Release after a clean one.
 func TestReleasedLockIsNotLost(t *testing.T) {
