@@ -1,9 +1,10 @@
 // Package lock provides distributed locks for Go services that run as several
 // replicas: a job that must run once, a migration the others wait for, an order
 // that two requests must not process at once. A [Provider] stores the locks:
-// [NewMemoryProvider]'s in this process, [RedisProvider] on a Redis server,
-// Sentinel or Cluster, and the postgres and etcd modules of this repository
-// on PostgreSQL and etcd. A [Client] acquires, renews and releases them.
+// the memory provider ([NewMemoryProvider]) in this process, [RedisProvider]
+// on a Redis server, Sentinel or Cluster, and the postgres and etcd modules
+// of this repository on PostgreSQL and etcd. A [Client] acquires, renews and
+// releases them.
 //
 //	c, _ := lock.NewClient(lock.NewMemoryProvider())
 //	defer c.Close()

@@ -1149,3 +1149,55 @@ func waitEndedDuringItsRequest(t *testing.T, end string) {
 	require.NoError(t, err)
 	assert.Empty(t, rec.Owner, "the lock is free once the waiter's Acquire returned; it was granted to %q", rec.Owner)
 }
+
+// A Client that found a key busy lately starts its next wait for it with
+// the waiter's first look, LookJoin, without the plain attempt that a wait
+// makes first otherwise: one request when others wait already (the keys it
+// saw busy are kept a second, busyFor).
+func TestWaitAfterABusyKeyJoinsTheQueueFirst(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	mem := lock.NewMemoryProvider()
+	var mu sync.Mutex
+	var calls []string
+	record := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, s)
+	}
+	p := &hookedProvider{Provider: mem,
+		OnAcquire: func(ctx context.Context, key, owner string, ttl time.Duration) (lock.Record, error) {
+			record("Acquire")
+			return mem.Acquire(ctx, key, owner, ttl)
+		},
+		OnQueue: func(ctx context.Context, key string, w lock.Wait) (lock.Record, error) {
+			record("Queue " + w.Look.String())
+			return mem.Queue(ctx, key, w)
+		},
+	}
+	holder, waiter := newClient(t, mem), newClient(t, p)
+	name := uniqueName(t)
+	l, err := holder.Acquire(ctx, name, lock.Options{})
+	require.NoError(t, err)
+	defer l.Release(ctx)
+
+	var firstBegan time.Time
+	for i, want := range []string{"Acquire", "Queue join"} {
+		mu.Lock()
+		calls = nil
+		mu.Unlock()
+		began := time.Now()
+		if i == 0 {
+			firstBegan = began
+		}
+		_, err := waiter.Acquire(ctx, name, lock.Options{Wait: true, MaxWait: 100 * time.Millisecond})
+		require.ErrorIs(t, err, lock.ErrTimeout, "wait %d", i)
+		if i == 1 && began.Sub(firstBegan) > 800*time.Millisecond {
+			t.Logf("the machine held the test up past the second that a busy key is kept: not checked")
+			return
+		}
+		mu.Lock()
+		first := calls[0]
+		mu.Unlock()
+		assert.Equal(t, want, first, "the first request of wait %d", i)
+	}
+}
