@@ -13,14 +13,26 @@ import (
 
 // The suite's fakes below are all hooked providers (testenv.Hooked).
 
-// stalledRenewals returns p with renewals that never come back before their
-// context ends: a leader cut off from the backend.
+// stalledRenewals returns p with renewals that never come back: each fails
+// with errStalled once the TTL it asked for has passed (a request lost on
+// the network times out), or with ctx's error when ctx ends first. It is a
+// leader cut off from the backend. (A renewal that waits for ctx alone
+// hung a test whose grant came late, confirmed by a renewal on the test's
+// context, for minutes.)
 func stalledRenewals(p lock.Provider) *testenv.Hooked {
-	return &testenv.Hooked{Provider: p, OnRenew: func(ctx context.Context, _, _ string, _ time.Duration) error {
-		<-ctx.Done()
-		return ctx.Err()
+	return &testenv.Hooked{Provider: p, OnRenew: func(ctx context.Context, _, _ string, ttl time.Duration) error {
+		t := time.NewTimer(ttl)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return errStalled
+		}
 	}}
 }
+
+var errStalled = errors.New("locktest: the renewal never came back")
 
 var errDead = errors.New("locktest: the process is dead")
 
