@@ -75,10 +75,11 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	l.c.answered()
-	l.c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: l.token, Lease: d, Held: time.Since(l.start)})
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state != held {
+		// Released or lost while the renewal was under way: not reported,
+		// so that no EventRenewed follows the hold's end.
+		defer l.mu.Unlock()
 		return l.heldErrLocked()
 	}
 	l.renewErr = nil
@@ -87,6 +88,8 @@ func (l *Lock) refresh(ctx context.Context, d time.Duration) error {
 	// must not push the next renewal past the lease end.
 	l.renewAt = now.Add(l.nextRenewal(now, d))
 	l.c.leases.set(l, l.renewAt)
+	l.mu.Unlock()
+	l.c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: l.token, Lease: d, Held: time.Since(l.start)})
 	return nil
 }
 

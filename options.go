@@ -171,9 +171,10 @@ func WithEventClock(clock Clock) ClientOption {
 // several goroutines at once, so events come in no set order, but for
 // these: an acquisition's Contended comes before its Acquired or Skipped;
 // a lock's Acquired comes before its other events, and exactly one
-// Released or Lost follows it. A renewal that was under way when the lock
-// was released or lost may report its Renewed after that Released or
-// Lost. Several WithEvents options add several hooks.
+// Released or Lost follows it. A renewal whose reply comes after the lock
+// was released or lost is not reported; one that ends just as the release
+// begins may still report its Renewed after that Released. Several
+// WithEvents options add several hooks.
 func WithEvents(fn func(Event)) ClientOption {
 	return func(c *Client) {
 		if fn != nil {
