@@ -1,17 +1,12 @@
-// Package check holds the checks of a [lock.Provider]'s arguments, for the
+// Package check holds the checks of a lock.Provider's arguments, for the
 // author of a backend. They are the same for every backend: a provider
 // calls them before it sends anything, so that bad input fails with an
-// error matching [lock.ErrInvalidArgument] and changes nothing. Each
+// error matching lock.ErrInvalidArgument and changes nothing. Each
 // Provider method's arguments are checked by one function here, or by
-// [lock.Wait.Check] and [lock.Claim.Check] for a waiter's and a claim's. A
+// lock.Wait.Check and lock.Claim.Check for a waiter's and a claim's. A
 // backend may refuse more after these (the PostgreSQL provider refuses text
 // that is not valid UTF-8, the etcd provider a TTL longer than an etcd
-// lease).
-//
-// [lock.Provider]: https://pkg.go.dev/github.com/seed05627090/lock#Provider
-// [lock.ErrInvalidArgument]: https://pkg.go.dev/github.com/seed05627090/lock#ErrInvalidArgument
-// [lock.Wait.Check]: https://pkg.go.dev/github.com/seed05627090/lock#Wait.Check
-// [lock.Claim.Check]: https://pkg.go.dev/github.com/seed05627090/lock#Claim.Check
+// lease), with an error made by [Invalidf].
 package check
 
 import (
