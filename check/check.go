@@ -71,17 +71,7 @@ func hasSpace(s string, comma bool) bool {
 
 // Owner checks an owner: not empty, at most [MaxOwnerLen] bytes, without a
 // comma or white space.
-func Owner(owner string) error {
-	switch {
-	case owner == "":
-		return Invalidf("empty owner")
-	case len(owner) > MaxOwnerLen:
-		return Invalidf("owner is %d bytes, more than %d", len(owner), MaxOwnerLen)
-	case hasSpace(owner, true):
-		return Invalidf("owner %q contains a comma or white space", owner)
-	}
-	return nil
-}
+func Owner(owner string) error { return word("owner", owner, MaxOwnerLen, true) }
 
 // TTL checks a time to live: at least a millisecond.
 func TTL(ttl time.Duration) error {
@@ -93,14 +83,20 @@ func TTL(ttl time.Duration) error {
 
 // Inbox checks an inbox: not empty, at most [MaxKeyLen] bytes, without
 // white space.
-func Inbox(inbox string) error {
+func Inbox(inbox string) error { return word("inbox", inbox, MaxKeyLen, false) }
+
+// word checks s, what the error calls what: not empty, at most max bytes,
+// without white space, nor, with comma, a comma.
+func word(what, s string, max int, comma bool) error {
 	switch {
-	case inbox == "":
-		return Invalidf("empty inbox")
-	case len(inbox) > MaxKeyLen:
-		return Invalidf("inbox is %d bytes, more than %d", len(inbox), MaxKeyLen)
-	case hasSpace(inbox, false):
-		return Invalidf("inbox %q contains white space", inbox)
+	case s == "":
+		return Invalidf("empty %s", what)
+	case len(s) > max:
+		return Invalidf("%s is %d bytes, more than %d", what, len(s), max)
+	case hasSpace(s, comma) && comma:
+		return Invalidf("%s %q contains a comma or white space", what, s)
+	case hasSpace(s, comma):
+		return Invalidf("%s %q contains white space", what, s)
 	}
 	return nil
 }
