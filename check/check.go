@@ -93,12 +93,12 @@ func word(what, s string, max int, comma bool) error {
 		return Invalidf("empty %s", what)
 	case len(s) > max:
 		return Invalidf("%s is %d bytes, more than %d", what, len(s), max)
-	case hasSpace(s, comma) && comma:
+	case !hasSpace(s, comma):
+		return nil
+	case comma:
 		return Invalidf("%s %q contains a comma or white space", what, s)
-	case hasSpace(s, comma):
-		return Invalidf("%s %q contains white space", what, s)
 	}
-	return nil
+	return Invalidf("%s %q contains white space", what, s)
 }
 
 // KeyOwner checks the arguments of Release and ReleaseClaim (and
